@@ -1,0 +1,78 @@
+# amlhpc — provision AzureML GPU clusters for HPC-scale training and run CosmoFlow.
+#   make run    bootstrap, then ansible-playbook site.yml on the embedded local default
+#   make test   bootstrap, then every test tier
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+VENV      := .venv
+ANSIBLE   := $(VENV)/bin
+PYTEST    := $(VENV)/bin/python -m pytest
+LINTBIN   := .venv-lint/bin
+export PATH := $(CURDIR)/$(VENV)/bin:$(CURDIR)/.tools/bin:$(PATH)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export PYTHONDONTWRITEBYTECODE := 1
+# A broken inventory fails instead of warning (CI and tests alike).
+export ANSIBLE_INVENTORY_UNPARSED_FAILED := true
+
+MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
+
+.PHONY: help setup setup-test run teardown test test-unit lint test-integration \
+        test-molecule test-vm bench clean image
+
+help:  ## Show the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+setup:  ## Bootstrap .venv (python3.12), the workload env and the node tools; quick when done
+	@.ci/bootstrap venv
+	@.ci/bootstrap workload
+	@.ci/bootstrap node
+
+setup-test: setup  ## setup + lint env + system parts the tests need (installs them as root)
+	@.ci/bootstrap lint
+	@.ci/sysdeps
+
+run: setup  ## Run site.yml on the embedded local default (inventory/local.yml)
+	$(ANSIBLE)/ansible-playbook site.yml $(ARGS)
+
+teardown: setup  ## Undo a run (playbooks/teardown.yml)
+	$(ANSIBLE)/ansible-playbook playbooks/teardown.yml $(ARGS)
+
+test: setup-test  ## Every test tier: unit, lint, integration, molecule
+	$(MAKE) --no-print-directory test-unit
+	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory test-integration
+	$(MAKE) --no-print-directory test-molecule
+	@echo "make test: every tier passed"
+
+test-unit: setup  ## pytest tests/unit
+	$(PYTEST) tests/unit
+
+lint: setup  ## ansible-lint (production profile) + yamllint
+	@.ci/bootstrap lint
+	$(LINTBIN)/yamllint --strict .
+	ANSIBLE_COLLECTIONS_PATH= $(LINTBIN)/ansible-lint --profile production
+
+test-integration: setup  ## Azurite + the real azcopy on 127.0.0.1, and the playbooks end to end
+	@.ci/sysdeps node docker
+	$(PYTEST) tests/integration
+
+image:  ## Build (or reuse) the Debian bookworm test image
+	@.ci/sysdeps docker
+	@tests/images/build-bookworm.sh
+
+test-molecule: setup image  ## Molecule scenarios on Docker containers (every molecule/*/)
+	@for s in $(MOLECULE_SCENARIOS); do \
+	  echo "=== molecule test -s $$s"; \
+	  AMLHPC_TEST_IMAGE=$$(tests/images/build-bookworm.sh) $(VENV)/bin/molecule test -s $$s || exit 1; \
+	done
+
+test-vm: setup  ## nvme_raid for real: a qemu VM (TCG) with 8 emulated NVMe disks
+	@.ci/sysdeps vm
+	$(PYTEST) tests/vm
+
+bench: setup  ## Benchmarks under bench/ (print numbers)
+	@for b in bench/*.py; do echo "=== $$b"; $(VENV)/bin/python $$b || exit 1; done
+
+clean:  ## Remove venvs, tools and caches
+	rm -rf .venv .venv-lint .venv-workload .venv-bench .tools .cache .scratch

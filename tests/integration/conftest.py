@@ -1,0 +1,122 @@
+"""Integration fixtures: a real Azurite blob service and the real azcopy, on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOLS = ROOT / ".tools" / "bin"
+
+# Azurite's well-known development account (public, documented by Microsoft).
+ACCOUNT = "devstoreaccount1"
+ACCOUNT_KEY = ("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/"
+               "KBHBeksoGMGw==")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Azurite:
+    """A running Azurite blob service."""
+
+    port: int
+    workdir: Path
+    process: subprocess.Popen
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}/{ACCOUNT}"
+
+    @property
+    def connection_string(self) -> str:
+        return (f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={ACCOUNT_KEY};"
+                f"BlobEndpoint={self.endpoint};")
+
+    def service(self):
+        from azure.storage.blob import BlobServiceClient
+        return BlobServiceClient.from_connection_string(self.connection_string)
+
+    def container_sas(self, container: str, permission: str = "rl", hours: float = 2.0,
+                      start_offset_hours: float = -0.1) -> str:
+        from azure.storage.blob import ContainerSasPermissions, generate_container_sas
+        now = datetime.now(timezone.utc)
+        return generate_container_sas(
+            ACCOUNT, container, account_key=ACCOUNT_KEY,
+            permission=ContainerSasPermissions.from_string(permission),
+            start=now + timedelta(hours=start_offset_hours), expiry=now + timedelta(hours=hours))
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def start(self) -> None:
+        """(Re)start on the same port and data folder."""
+        self.process = _spawn_azurite(self.port, self.workdir)
+
+
+def _spawn_azurite(port: int, workdir: Path) -> subprocess.Popen:
+    exe = TOOLS / "azurite-blob"
+    if not exe.exists():
+        pytest.fail(f"{exe} is missing: run `make setup` (it installs the node tools)")
+    log = open(workdir / "azurite.log", "ab")  # noqa: SIM115 - closed with the process
+    proc = subprocess.Popen(
+        [str(exe), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(workdir / "data"),
+         "--silent", "--skipApiVersionCheck", "--loose"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return proc
+        except OSError:
+            if proc.poll() is not None:
+                break
+            time.sleep(0.2)
+    proc.kill()
+    pytest.fail(f"Azurite did not start on 127.0.0.1:{port}: see {workdir / 'azurite.log'}")
+    raise AssertionError  # unreachable
+
+
+@pytest.fixture(scope="session")
+def azurite(tmp_path_factory) -> Iterator[Azurite]:
+    workdir = tmp_path_factory.mktemp("azurite")
+    port = free_port()
+    server = Azurite(port=port, workdir=workdir, process=_spawn_azurite(port, workdir))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def azcopy() -> str:
+    exe = shutil.which("azcopy", path=str(TOOLS)) or shutil.which("azcopy")
+    if not exe:
+        pytest.fail("azcopy is missing: run `make setup` (it installs the node tools)")
+    return exe
+
+
+@pytest.fixture()
+def azcopy_env(tmp_path) -> dict[str, str]:
+    """Environment for azcopy runs: logs and plans kept inside the test's folder."""
+    env = dict(os.environ)
+    env["AZCOPY_LOG_LOCATION"] = str(tmp_path / "azcopy-logs")
+    env["AZCOPY_JOB_PLAN_LOCATION"] = str(tmp_path / "azcopy-plans")
+    return env

@@ -1,0 +1,47 @@
+"""The validate play, run by ansible-playbook on throw-away inventories."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAYBOOK = str(ROOT / "playbooks" / "validate.yml")
+ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
+
+
+def run_validate(tmp_path: Path, hosts: dict) -> subprocess.CompletedProcess:
+    inv = {"all": {"children": {"aml_nodes": {"hosts": hosts}}}}
+    for hv in hosts.values():
+        hv.setdefault("ansible_connection", "local")
+        hv.setdefault("ansible_python_interpreter", sys.executable)
+    path = tmp_path / "inv.yml"
+    path.write_text(yaml.safe_dump(inv))
+    return subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(path), PLAYBOOK], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_local_default_inventory_passes():
+    res = subprocess.run([ANSIBLE_PLAYBOOK, PLAYBOOK], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "inventory OK: 1 node(s) in cluster(s) local" in res.stdout
+
+
+def test_bad_inventory_fails_with_the_sentence(tmp_path):
+    hosts = {
+        "n0": {"aml_cluster": "gpu", "aml_node_rank": 0, "aml_private_ip": "10.0.0.4",
+               "aml_cluster_min_nodes": 0, "aml_cluster_max_nodes": 4},
+        "n1": {"aml_cluster": "gpu", "aml_node_rank": 1, "aml_private_ip": "10.0.0.5",
+               "aml_cluster_min_nodes": 0, "aml_cluster_max_nodes": 4},
+    }
+    ok = run_validate(tmp_path, hosts)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    for hv in hosts.values():
+        hv["beeond_enabled"] = True
+    bad = run_validate(tmp_path, hosts)
+    assert bad.returncode != 0
+    assert "cluster 'gpu' autoscales (min 0, max 4); BeeOND needs min_nodes == max_nodes" in bad.stdout
