@@ -226,7 +226,7 @@ def main():
     changed = any(r["changed"] for r in results)
     diff = {"before": "".join(_line(r["index"], r["before"]) for r in results),
             "after": "".join(_line(r["index"], r["after"]) for r in results)}
-    summary = ", ".join(f"GPU{r['index']} {'changed' if r['changed'] else r['action']}" for r in results)
+    summary = "; ".join(f"GPU{r['index']} {r['bus_id']}: {r['reason']}" for r in results)
     module.exit_json(changed=changed, gpus=results, commands=commands, diff=diff,
                      msg=f"{p['state']}: {summary or 'no GPUs'}")
 
