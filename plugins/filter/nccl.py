@@ -1,0 +1,74 @@
+"""Filters for the nccl role: thin wrappers around plugins/module_utils/amlhpc/nccl.py.
+
+amlhpc_nccl_topology(vm_size)        -> {"name", "gpu", "xml"} of the VM size's NCCL topology, or None
+amlhpc_nccl_conf(settings, topo)     -> /etc/nccl.conf text
+amlhpc_nccl_env(env, ld_path, pinning, topo) -> the job environment file text
+amlhpc_gpu_pinning(topo_m_text, vm_size)     -> GPU-to-NUMA pinning facts (measured, else the table)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Optional
+
+from ansible.errors import AnsibleFilterError
+
+_MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
+if _MODULE_UTILS not in sys.path:
+    sys.path.insert(0, _MODULE_UTILS)
+
+from amlhpc.nccl import (  # noqa: E402
+    choose_pinning,
+    nccl_conf_content,
+    nccl_env_content,
+    render_topology_xml,
+    topology_for_vm_size,
+)
+from amlhpc.nvidia_smi import NvidiaSmiParseError, topology_pinning  # noqa: E402
+
+
+def nccl_topology(vm_size: Optional[str]) -> Optional[dict[str, str]]:
+    topo = topology_for_vm_size(vm_size)
+    if topo is None:
+        return None
+    return {"name": topo.name, "gpu": topo.gpu, "xml": render_topology_xml(topo)}
+
+
+def nccl_conf(settings: dict[str, Any], topo_file: Optional[str] = None) -> str:
+    try:
+        return nccl_conf_content(settings or {}, topo_file or None)
+    except ValueError as exc:
+        raise AnsibleFilterError(f"nccl_conf_settings: {exc}") from exc
+
+
+def nccl_env(env: dict[str, Any], ld_library_path: Optional[list[str]] = None,
+             pinning: Optional[dict[str, Any]] = None, topo_file: Optional[str] = None) -> str:
+    try:
+        return nccl_env_content(env or {}, ld_library_path or [], pinning, topo_file or None)
+    except ValueError as exc:
+        raise AnsibleFilterError(f"nccl_env: {exc}") from exc
+
+
+def gpu_pinning(topo_text: Optional[str], vm_size: Optional[str] = None) -> dict[str, Any]:
+    measured: Optional[dict[str, Any]] = None
+    if topo_text:
+        try:
+            measured = topology_pinning(topo_text)
+        except NvidiaSmiParseError as exc:
+            measured = {"known": False, "reason": f"nvidia-smi topo -m not understood: {exc}"}
+    else:
+        measured = {"known": False, "reason": "no nvidia-smi topo -m output"}
+    return choose_pinning(measured, vm_size)
+
+
+class FilterModule:
+    """nccl filters."""
+
+    def filters(self) -> dict[str, Any]:
+        return {
+            "amlhpc_nccl_topology": nccl_topology,
+            "amlhpc_nccl_conf": nccl_conf,
+            "amlhpc_nccl_env": nccl_env,
+            "amlhpc_gpu_pinning": gpu_pinning,
+        }

@@ -1,0 +1,127 @@
+"""NCCL topology selection, the topology files, nccl.conf and the env file."""
+
+from __future__ import annotations
+
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from amlhpc.nccl import (
+    TOPOLOGIES,
+    choose_pinning,
+    known_pinning,
+    nccl_conf_content,
+    nccl_env_content,
+    render_topology_xml,
+    topology_for_vm_size,
+)
+from amlhpc.nvidia_smi import topology_pinning
+
+ROOT = Path(__file__).resolve().parents[4]
+FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-smi"
+SHIPPED = ROOT / "roles" / "nccl" / "files"
+
+
+@pytest.mark.parametrize(("size", "name"), [
+    ("Standard_ND96asr_v4", "ndv4"),
+    ("standard_nd96amsr_a100_v4", "ndv4"),
+    ("Standard_ND96isr_H100_v5", "ndv5"),
+    ("Standard_ND40rs_v2", "ndv2"),
+])
+def test_vm_sizes_pick_their_topology(size, name):
+    assert topology_for_vm_size(size).name == name
+
+
+@pytest.mark.parametrize("size", ["Standard_NC24ads_A100_v4", "", None])
+def test_other_sizes_have_no_topology(size):
+    assert topology_for_vm_size(size) is None
+
+
+@pytest.mark.parametrize("name", sorted(TOPOLOGIES))
+def test_shipped_topology_files_are_the_table_rendered(name):
+    """The files the role ships and the pinning table cannot drift apart."""
+    assert (SHIPPED / f"{name}-topo.xml").read_text() == render_topology_xml(TOPOLOGIES[name])
+
+
+def test_ndv4_xml_is_what_nccl_expects():
+    root = ET.fromstring(render_topology_xml(TOPOLOGIES["ndv4"]))
+    assert root.tag == "system" and root.get("version") == "1"
+    cpus = root.findall("cpu")
+    assert [c.get("numaid") for c in cpus] == ["0", "1", "2", "3"]
+    assert cpus[0].get("affinity") == "00000000,00000000,00ffffff"
+    gpus = {p.get("busid"): c.get("numaid") for c in cpus for p in c.iter("pci") if p.get("class") == "0x030200"}
+    hcas = [p.get("busid") for p in root.iter("pci") if p.get("class") == "0x020700"]
+    assert gpus == {"0003:00:00.0": "0", "0004:00:00.0": "0", "0001:00:00.0": "1", "0002:00:00.0": "1",
+                    "000d:00:00.0": "2", "000e:00:00.0": "2", "000b:00:00.0": "3", "000c:00:00.0": "3"}
+    assert len(hcas) == 8
+
+
+def test_ndv4_affinity_masks_cover_the_cpus_of_each_numa_node():
+    for dom in TOPOLOGIES["ndv4"].domains:
+        mask = int(dom.affinity.replace(",", ""), 16)
+        low, high = (int(x) for x in dom.cpus.split("-"))
+        assert mask == ((1 << (high + 1)) - 1) ^ ((1 << low) - 1)
+
+
+def test_table_pinning_matches_the_measured_ndv4_matrix():
+    measured = topology_pinning((FIXTURES / "ndv4.topo-m.txt").read_text())
+    table = known_pinning("Standard_ND96asr_v4")
+    for key in ("cuda_visible_devices", "numa_by_local_rank", "mpirun_bind_flags", "cpus_by_local_rank"):
+        assert table[key] == measured[key], key
+    assert table["source"] == "ndv4 table"
+
+
+def test_choose_pinning_prefers_measurement_and_falls_back_to_table():
+    measured = topology_pinning((FIXTURES / "ndv5.topo-m.txt").read_text())
+    assert choose_pinning(measured, "Standard_ND96asr_v4")["source"] == "nvidia-smi topo -m"
+    unknown = topology_pinning((FIXTURES / "ndv4_no_numa.topo-m.txt").read_text())
+    chosen = choose_pinning(unknown, "Standard_ND96asr_v4")
+    assert chosen["source"] == "ndv4 table" and chosen["cuda_visible_devices"] == "2,3,0,1,6,7,4,5"
+    nothing = choose_pinning(unknown, "Standard_D4s_v5")
+    assert nothing["known"] is False
+    assert "NUMA affinity not reported" in nothing["reason"] and "Standard_D4s_v5" in nothing["reason"]
+
+
+def test_nccl_conf_lines():
+    text = nccl_conf_content({"NCCL_IB_PCI_RELAXED_ORDERING": 1, "NCCL_IGNORE_CPU_AFFINITY": True,
+                              "NCCL_NET_GDR_LEVEL": None}, topo_file="/etc/amlhpc/nccl/topo.xml")
+    lines = text.splitlines()
+    assert lines[0].startswith("#")
+    assert lines[1:] == ["NCCL_IB_PCI_RELAXED_ORDERING=1", "NCCL_IGNORE_CPU_AFFINITY=1",
+                         "NCCL_TOPO_FILE=/etc/amlhpc/nccl/topo.xml"]
+
+
+@pytest.mark.parametrize("bad", [{"1BAD": 1}, {"A-B": 1}, {"X": "a\nb"}])
+def test_nccl_conf_refuses_what_nccl_cannot_read(bad):
+    with pytest.raises(ValueError):
+        nccl_conf_content(bad)
+
+
+def test_env_file_is_valid_shell_and_sets_what_it_says(tmp_path):
+    pinning = known_pinning("Standard_ND96asr_v4")
+    text = nccl_env_content({"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "NCCL_SOCKET_IFNAME": "eth0",
+                             "NCCL_DEBUG": "WARN", "NCCL_IB_AR_THRESHOLD": 0, "OMPI_MCA_coll_hcoll_enable": 0,
+                             "WEIRD": "a b'c"},
+                            ld_library_path=["/usr/local/nccl-rdma-sharp-plugins/lib"], pinning=pinning,
+                            topo_file="/etc/amlhpc/nccl/topo.xml")
+    env_file = tmp_path / "nccl.env"
+    env_file.write_text(text)
+    script = (f". {env_file}; printf '%s\\n' \"$CUDA_DEVICE_ORDER\" \"$NCCL_IB_AR_THRESHOLD\" \"$WEIRD\" "
+              "\"$LD_LIBRARY_PATH\" \"$AMLHPC_GPU_ORDER\" \"$AMLHPC_MPIRUN_BIND_FLAGS\" \"$NCCL_TOPO_FILE\" "
+              "\"$AMLHPC_NUMA_BY_LOCAL_RANK\"")
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True,
+                         env={"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": "/opt/x"}).stdout.splitlines()
+    assert out == ["PCI_BUS_ID", "0", "a b'c", "/usr/local/nccl-rdma-sharp-plugins/lib:/opt/x",
+                   "2,3,0,1,6,7,4,5", "--map-by ppr:2:numa --bind-to numa", "/etc/amlhpc/nccl/topo.xml",
+                   "0 0 1 1 2 2 3 3"]
+    # Without LD_LIBRARY_PATH set in the job, no stray colon.
+    out = subprocess.run(["sh", "-c", f". {env_file}; echo \"$LD_LIBRARY_PATH\""], capture_output=True,
+                         text=True, check=True, env={"PATH": "/usr/bin:/bin"}).stdout.strip()
+    assert out == "/usr/local/nccl-rdma-sharp-plugins/lib"
+
+
+def test_env_file_without_plugin_or_pinning_leaves_them_out():
+    text = nccl_env_content({"NCCL_DEBUG": "WARN"}, pinning={"known": False})
+    assert "LD_LIBRARY_PATH" not in text and "AMLHPC_" not in text
