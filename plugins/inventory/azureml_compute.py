@@ -99,8 +99,10 @@ options:
         type: str
         required: true
       nodes_file:
-        description: For O(source=nodes_file), JSON holding this cluster's C(list_nodes()) payload.
-        type: path
+        description:
+          - For O(source=nodes_file), JSON holding this cluster's C(list_nodes()) payload.
+          - A relative path is relative to the folder of this configuration file.
+        type: str
       admin_user:
         description: Admin user; taken from the cluster's properties when the SDK knows it.
         type: str
@@ -118,7 +120,7 @@ options:
     type: str
   nodes_file:
     description: Shorthand for the O(clusters[].nodes_file) of the single O(cluster).
-    type: path
+    type: str
   admin_user:
     description: Default admin user for clusters whose properties do not say.
     type: str

@@ -71,7 +71,7 @@ class AmlNode:
         """The node as a list_nodes() record (what node_filter expressions see)."""
         return {"cluster": self.cluster, "nodeId": self.node_id, "privateIpAddress": self.private_ip,
                 "publicIpAddress": self.public_ip, "port": self.port, "nodeState": self.state,
-                "runId": self.run_id}
+                "runId": self.run_id or None}
 
 
 @dataclass(frozen=True)
@@ -396,19 +396,22 @@ def resolve_auth(requested: str, options: Mapping[str, Any], environ: Mapping[st
     opt = {k: options.get(k) or None for k in ("client_id", "secret", "tenant")}
     env = {k: _from_env(environ, k) for k in ("client_id", "secret", "tenant")}
 
-    def principal(values: dict[str, str | None], source: str, where: str) -> AuthPlan:
+    def principal(values: dict[str, str | None], source: str) -> AuthPlan:
         missing = [k for k in ("client_id", "secret", "tenant") if not values[k]]
         if missing:
-            names = ", ".join(missing) if where == "options" else ", ".join(
-                ENV_NAMES[k][0] for k in missing)
-            raise AmlNodesError(f"auth_source {source} needs {names} (from the {where}), which are not set")
+            if source == "env":
+                names = ", ".join(ENV_NAMES[k][0] for k in missing)
+            else:
+                names = ", ".join(f"{k} (or {ENV_NAMES[k][0]})" for k in missing)
+            raise AmlNodesError(f"auth_source {source} needs {names}, which {'is' if len(missing) == 1 else 'are'} "
+                                "not set")
         return AuthPlan(source, requested, values["client_id"], values["secret"], values["tenant"])
 
     if requested == "service_principal":
         merged = {k: opt[k] or env[k] for k in opt}
-        return principal(merged, "service_principal", "options or AZURE_* variables")
+        return principal(merged, "service_principal")
     if requested == "env":
-        return principal(env, "env", "environment")
+        return principal(env, "env")
     if requested == "msi":
         return AuthPlan("msi", requested, client_id=opt["client_id"] or env["client_id"])
     if requested == "cli":

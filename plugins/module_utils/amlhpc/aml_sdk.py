@@ -43,9 +43,17 @@ def _is_auth_error(exc: BaseException) -> bool:
 def _is_not_found(exc: BaseException) -> bool:
     if "ResourceNotFoundError" in _exc_names(exc):
         return True
-    text = str(exc)
-    return any(s in text for s in ("ComputeTargetNotFound", "No workspaces found", "ResourceNotFound",
-                                   "was not found", "could not be found"))
+    text = _exc_text(exc).lower()
+    # v1: ComputeTargetException("ComputeTargetNotFound: ..."), ProjectSystemException("Workspace not found.")
+    return "notfound" in text or "not found" in text or "could not be found" in text
+
+
+def _exc_text(exc: BaseException) -> str:
+    """The message of an SDK exception (azureml's keep it in .message, not in str())."""
+    for text in (getattr(exc, "message", None), *(str(a) for a in exc.args[:1]), str(exc)):
+        if isinstance(text, str) and text.strip():
+            return text.strip()
+    return type(exc).__name__
 
 
 def _enum_text(value: Any) -> str | None:
@@ -67,13 +75,14 @@ class AmlClient:
 
     def _fail(self, exc: BaseException, cluster: str | None = None, workspace_checked: bool = False) -> AmlNodesError:
         if _is_auth_error(exc):
-            return AmlNodesError(auth_failed(self.auth.source, self.auth.requested, str(exc)))
+            return AmlNodesError(auth_failed(self.auth.source, self.auth.requested,
+                                             _exc_text(exc)))
         if _is_not_found(exc):
             if cluster is None or (not workspace_checked and not self.workspace_exists()):
                 return AmlNodesError(workspace_not_found(self.workspace_name, self.resource_group,
                                                          self.subscription_id))
             return AmlNodesError(cluster_not_found(cluster, self.workspace_name))
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        first = _exc_text(exc).splitlines()[0][:300]
         where = f"cluster '{cluster}' in " if cluster else ""
         return AmlNodesError(f"{self.source} failed on {where}workspace '{self.workspace_name}': "
                              f"{type(exc).__name__}: {first}")
