@@ -27,6 +27,7 @@ SUB = "00000000-0000-0000-0000-000000000000"
 RG = "rg-hpc"
 WS = "ws-hpc"
 ARM = "https://management.azure.com"
+FAKE_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFAKEKEY amlhpc@controller"
 
 
 def make_nodes(n: int, cluster: str = "gpu", states: dict[int, str] | None = None, shuffle: bool = True,
@@ -45,7 +46,7 @@ def make_nodes(n: int, cluster: str = "gpu", states: dict[int, str] | None = Non
 
 
 def compute_payload(name: str, vm_size: str = "STANDARD_ND96ASR_V4", min_nodes: int = 4, max_nodes: int = 4,
-                    admin_user: str = "azureuser", ssh_key: str | None = "ssh-ed25519 AAAAC3NzaFAKE amlhpc",
+                    admin_user: str = "azureuser", ssh_key: str | None = FAKE_KEY,
                     public_access: str = "Enabled", current: int | None = None) -> dict[str, Any]:
     """A REST ComputeResource of an AmlCompute cluster (GET .../computes/<name>)."""
     current = max_nodes if current is None else current
