@@ -512,3 +512,41 @@ def test_ansible_inventory_cli_with_the_project_config(tmp_path):
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode != 0
     assert "missing.json does not exist" in res.stderr
+
+
+# ---------------------------------------------------------------------------------------
+# The example files under inventory/examples
+
+
+EXAMPLES = ROOT / "inventory" / "examples"
+
+
+def test_example_saved_payload():
+    inv = load(EXAMPLES / "saved.azureml_compute.yml")
+    assert len(inv.groups["cluster_gpu"].get_hosts()) == 4
+    assert hv(inv, "gpu-0")["aml_vm_size"] == "Standard_ND96asr_v4"
+
+
+def test_example_v1_with_env_auth(monkeypatch, world):
+    world.add("gpu-a100", make_nodes(4, "gpu-a100"))
+    install_v1(monkeypatch, world)
+    for k, v in {"AZURE_CLIENT_ID": "c", "AZURE_SECRET": "s", "AZURE_TENANT": "t", "AZURE_SUBSCRIPTION_ID": SUB}.items():
+        monkeypatch.setenv(k, v)
+    inv = load(EXAMPLES / "v1-env.azureml_compute.yml")
+    assert len(inv.groups["vm_STANDARD_ND96ASR_V4"].get_hosts()) == 4
+    assert type(world.credentials[0]).__name__ == "ServicePrincipalAuthentication"
+
+
+def test_example_v2_with_cli_auth_and_cache(tmp_path, monkeypatch, world):
+    monkeypatch.chdir(tmp_path)  # the example caches under .cache/inventory
+    busy = make_nodes(3, "gpu-a100")
+    busy[0]["runId"] = "cosmoflow_1"
+    world.add("gpu-a100", busy)
+    world.add("cpu-prep", make_nodes(2, "cpu-prep"))
+    install_v2(monkeypatch, world)
+    monkeypatch.setenv("AZURE_SUBSCRIPTION_ID", SUB)
+    inv = load(EXAMPLES / "v2-cli.azureml_compute.yml", cache=False)
+    assert len(inv.groups["cluster_gpu_a100"].get_hosts()) == 2  # the node with a job is filtered out
+    assert len(inv.groups["cluster_cpu_prep"].get_hosts()) == 2
+    assert type(world.credentials[0]).__name__ == "AzureCliCredential"
+    assert (tmp_path / ".cache" / "inventory").is_dir()
