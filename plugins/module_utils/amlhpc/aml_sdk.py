@@ -121,6 +121,7 @@ class AzuremlCoreClient(AmlClient):
         except ImportError:
             raise AmlNodesError(sdk_missing(self.source, sys.executable)) from None
         self._ws = None
+        self._targets: dict[str, Any] = {}
 
     def _credential(self) -> Any:
         from azureml.core import authentication as a
@@ -149,18 +150,22 @@ class AzuremlCoreClient(AmlClient):
             return False
         return True
 
-    def _target(self, name: str) -> Any:
+    def _target(self, name: str, fresh: bool = False) -> Any:
+        """The AmlCompute object (one GET), kept for the next call unless ``fresh``."""
         from azureml.core.compute import AmlCompute
+        if name in self._targets and not fresh:
+            return self._targets[name]
         ws = self.workspace()
         try:
-            return AmlCompute(ws, name)
+            self._targets[name] = AmlCompute(ws, name)
+            return self._targets[name]
         except Exception as exc:
             if _is_not_found(exc) and not _is_auth_error(exc):
                 return None
             raise self._fail(exc, name, workspace_checked=True) from None
 
     def cluster(self, name: str) -> ClusterInfo | None:
-        target = self._target(name)
+        target = self._target(name, fresh=True)
         if target is None:
             return None
         kind = getattr(target, "type", "AmlCompute")
