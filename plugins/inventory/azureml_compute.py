@@ -170,6 +170,7 @@ options:
 """
 
 EXAMPLES = r"""
+---
 # inventory/prod.azureml_compute.yml: azureml-core, service principal from AZURE_* variables
 plugin: azureml_compute
 source: azureml-core
@@ -179,7 +180,8 @@ workspace_name: ws-hpc
 auth_source: env
 clusters: [gpu-a100]
 
-# azure-ai-ml (SDK v2), Azure CLI login, a secret from a lookup, only idle nodes
+---
+# azure-ai-ml (SDK v2), a service principal whose secret comes from a lookup, only idle nodes
 plugin: azureml_compute
 source: azure-ai-ml
 resource_group: rg-hpc
@@ -200,6 +202,7 @@ cache_plugin: ansible.builtin.jsonfile
 cache_connection: .cache/inventory
 cache_timeout: 300
 
+---
 # A saved list_nodes() payload (air-gapped, tests, local clusters)
 plugin: azureml_compute
 source: nodes_file

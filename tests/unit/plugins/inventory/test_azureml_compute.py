@@ -550,3 +550,15 @@ def test_example_v2_with_cli_auth_and_cache(tmp_path, monkeypatch, world):
     assert len(inv.groups["cluster_cpu_prep"].get_hosts()) == 2
     assert type(world.credentials[0]).__name__ == "AzureCliCredential"
     assert (tmp_path / ".cache" / "inventory").is_dir()
+
+
+def test_ansible_doc_renders_the_plugin_and_the_module():
+    doc = str(Path(sys.executable).parent / "ansible-doc")
+    for argv, words in ((["-t", "inventory", "azureml_compute"], ["node_filter", "auth_source", "keyed_groups",
+                                                                 "cache_timeout", "EXAMPLES"]),
+                        (["aml_compute_cluster"], ["scaled_to_zero", "beeond_enabled", "RETURN VALUES"])):
+        res = subprocess.run([doc, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                             env=dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg")))
+        assert res.returncode == 0, res.stderr
+        for word in words:
+            assert word in res.stdout, (argv, word)
