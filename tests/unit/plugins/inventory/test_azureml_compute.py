@@ -562,3 +562,27 @@ def test_ansible_doc_renders_the_plugin_and_the_module():
         assert res.returncode == 0, res.stderr
         for word in words:
             assert word in res.stdout, (argv, word)
+
+
+@pytest.mark.parametrize("source", SDKS)
+def test_vault_encrypted_secret(tmp_path, monkeypatch, world, source):
+    from ansible.parsing.vault import VaultLib, VaultSecret, VaultSecretsContext
+    world.add("gpu", make_nodes(2))
+    fake(monkeypatch, world, source)
+    secret = VaultSecret(b"vault-pw")
+    blob = VaultLib([("default", secret)]).encrypt("from-vault").decode()
+    text = yaml.safe_dump({"plugin": "azureml_compute", **sdk_config(
+        source, clusters=["gpu"], auth_source="service_principal", client_id="cid", tenant="tid")})
+    text += "secret: !vault |\n" + "".join(f"  {line}\n" for line in blob.splitlines())
+    path = tmp_path / "v.azureml_compute.yml"
+    path.write_text(text)
+    assert "from-vault" not in path.read_text()
+    # What the CLIs do with --vault-password-file (VaultSecretsContext.initialize, once per process).
+    monkeypatch.setattr(VaultSecretsContext, "_current", VaultSecretsContext([("default", secret)]))
+    loader = DataLoader()
+    loader.set_vault_secrets([("default", secret)])
+    parse_with = inventory_loader.get("azureml_compute")
+    parse_with.parse(InventoryData(), loader, str(path))
+    (cred,) = world.credentials
+    got = cred._service_principal_password if source == "azureml-core" else cred._client_credential
+    assert got == "from-vault"
