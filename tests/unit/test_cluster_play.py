@@ -44,3 +44,35 @@ def test_tags():
     assert "TAGS: [cluster]" in res.stdout
     res = play("playbooks/cluster_teardown.yml", "--list-tags")
     assert "TAGS: [teardown]" in res.stdout
+
+
+def _plugin_inventory(tmp_path: Path, nodes: list, **extra) -> Path:
+    import json
+
+    import yaml
+    (tmp_path / "nodes.json").write_text(json.dumps(nodes))
+    path = tmp_path / "t.azureml_compute.yml"
+    path.write_text(yaml.safe_dump({"plugin": "azureml_compute", "source": "nodes_file", "cluster": "gpu",
+                                    "nodes_file": "nodes.json", "admin_user": "azureuser", **extra}))
+    return path
+
+
+def test_plugin_inventory_through_the_validate_play(tmp_path):
+    """The plugin's host vars are what roles/validate checks (ranks, IPs, states, autoscaling)."""
+    import json
+    nodes = json.loads((ROOT / "tests/fixtures/azureml/list_nodes_gpu4.json").read_text())
+    env_args = ("-e", "beeond_enabled=true")
+    ok = play("-i", str(_plugin_inventory(tmp_path, nodes, min_nodes=4, max_nodes=4)), "playbooks/validate.yml",
+              *env_args)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "inventory OK: 4 node(s) in cluster(s) gpu" in ok.stdout
+    autoscaling = play("-i", str(_plugin_inventory(tmp_path, nodes, min_nodes=0, max_nodes=4)),
+                       "playbooks/validate.yml", *env_args)
+    assert autoscaling.returncode != 0
+    assert "cluster 'gpu' autoscales (min 0, max 4); BeeOND needs min_nodes == max_nodes" in autoscaling.stdout
+    nodes[1]["nodeState"] = "unusable"
+    kept = play("-i", str(_plugin_inventory(tmp_path, nodes, exclude_states=[])), "playbooks/validate.yml")
+    assert kept.returncode != 0 and "are not usable" in kept.stdout
+    left_out = play("-i", str(_plugin_inventory(tmp_path, nodes)), "playbooks/validate.yml")
+    assert left_out.returncode == 0 and "inventory OK: 3 node(s)" in left_out.stdout
+    assert f"{nodes[1]['nodeId']} (unusable)" in left_out.stderr + left_out.stdout
