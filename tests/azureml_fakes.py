@@ -88,6 +88,7 @@ class World:
     workspace: str = WS
     calls: Counter = field(default_factory=Counter)
     credentials: list[Any] = field(default_factory=list)
+    waits: list[Any] = field(default_factory=list)  # timeout_in_minutes of v1 wait_for_completion calls
     # Nodes a created or scaled cluster gets (a real cluster takes minutes; here at once).
     grow_on_scale: bool = True
 
@@ -199,8 +200,10 @@ def install_v1(monkeypatch, world: World) -> None:
             world.calls["v1 update"] += 1
             world.set_scale(self.name, min_nodes, max_nodes)
 
-        def wait_for_completion(self, show_output=False, **kwargs):
+        def wait_for_completion(self, show_output=False, min_node_count=None, timeout_in_minutes=25,
+                                is_delete_operation=False):
             world.calls["v1 wait_for_completion"] += 1
+            world.waits.append(timeout_in_minutes)
             self._load()
 
     class FakeComputeTarget:

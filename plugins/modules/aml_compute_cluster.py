@@ -276,11 +276,11 @@ def run(module: AnsibleModule) -> dict[str, Any]:
         return result
 
     if plan.action == "create":
-        client.create(spec)
+        client.create(spec, timeout_s=p["wait_timeout"])
     elif plan.action == "update":
         new_min = plan.changes.get("min_nodes", (None, current.min_nodes))[1]
         new_max = plan.changes.get("max_nodes", (None, current.max_nodes))[1]
-        client.scale(name, new_min, new_max, p["idle_seconds_before_scaledown"])
+        client.scale(name, new_min, new_max, p["idle_seconds_before_scaledown"], timeout_s=p["wait_timeout"])
     if plan.action != "none":
         current = client.cluster(name)
     result["cluster"] = _info_dict(current)

@@ -99,10 +99,12 @@ class AmlClient:
         """camelCase node records, as AmlCompute.list_nodes() returns them."""
         raise NotImplementedError
 
-    def create(self, spec: ClusterSpec) -> None:
+    def create(self, spec: ClusterSpec, timeout_s: int = 1800) -> None:
+        """Create the cluster and wait (at most ``timeout_s``) for the operation."""
         raise NotImplementedError
 
-    def scale(self, name: str, min_nodes: int, max_nodes: int, idle_seconds: int) -> None:
+    def scale(self, name: str, min_nodes: int, max_nodes: int, idle_seconds: int, timeout_s: int = 1800) -> None:
+        """Set the scale settings and wait (at most ``timeout_s``) for the operation."""
         raise NotImplementedError
 
 
@@ -190,7 +192,7 @@ class AzuremlCoreClient(AmlClient):
         except Exception as exc:
             raise self._fail(exc, name, workspace_checked=True) from None
 
-    def create(self, spec: ClusterSpec) -> None:
+    def create(self, spec: ClusterSpec, timeout_s: int = 1800) -> None:
         from azureml.core.compute import AmlCompute, ComputeTarget
         ws = self.workspace()
         config = AmlCompute.provisioning_configuration(
@@ -200,17 +202,18 @@ class AzuremlCoreClient(AmlClient):
             remote_login_port_public_access=spec.remote_login_port_public_access)
         try:
             target = ComputeTarget.create(ws, spec.name, config)
-            target.wait_for_completion(show_output=False)
+            # v1 waits here for min_nodes nodes as well, up to timeout_in_minutes.
+            target.wait_for_completion(show_output=False, timeout_in_minutes=max(1, timeout_s // 60))
         except Exception as exc:
             raise self._fail(exc, spec.name, workspace_checked=True) from None
 
-    def scale(self, name: str, min_nodes: int, max_nodes: int, idle_seconds: int) -> None:
+    def scale(self, name: str, min_nodes: int, max_nodes: int, idle_seconds: int, timeout_s: int = 1800) -> None:
         target = self._target(name)
         if target is None:
             raise AmlNodesError(cluster_not_found(name, self.workspace_name))
         try:
             target.update(min_nodes=min_nodes, max_nodes=max_nodes, idle_seconds_before_scaledown=idle_seconds)
-            target.wait_for_completion(show_output=False)
+            target.wait_for_completion(show_output=False, timeout_in_minutes=max(1, timeout_s // 60))
         except Exception as exc:
             raise self._fail(exc, name, workspace_checked=True) from None
 
@@ -295,7 +298,7 @@ class AzureAiMlClient(AmlClient):
         except Exception as exc:
             raise self._fail(exc, name) from None
 
-    def create(self, spec: ClusterSpec) -> None:
+    def create(self, spec: ClusterSpec, timeout_s: int = 1800) -> None:
         from azure.ai.ml.entities import AmlCompute, AmlComputeSshSettings
         entity = AmlCompute(
             name=spec.name, size=spec.vm_size, min_instances=spec.min_nodes, max_instances=spec.max_nodes,
@@ -303,18 +306,18 @@ class AzureAiMlClient(AmlClient):
             ssh_public_access_enabled=spec.remote_login_port_public_access == "Enabled",
             ssh_settings=AmlComputeSshSettings(admin_username=spec.admin_user, ssh_key_value=spec.ssh_public_key))
         try:
-            self.client().compute.begin_create_or_update(entity).result()
+            self.client().compute.begin_create_or_update(entity).result(timeout=timeout_s)
         except Exception as exc:
             raise self._fail(exc, spec.name) from None
 
-    def scale(self, name: str, min_nodes: int, max_nodes: int, idle_seconds: int) -> None:
+    def scale(self, name: str, min_nodes: int, max_nodes: int, idle_seconds: int, timeout_s: int = 1800) -> None:
         entity = self._entity(name)
         if entity is None:
             raise AmlNodesError(cluster_not_found(name, self.workspace_name))
         entity.min_instances, entity.max_instances = min_nodes, max_nodes
         entity.idle_time_before_scale_down = idle_seconds
         try:
-            self.client().compute.begin_update(entity).result()
+            self.client().compute.begin_update(entity).result(timeout=timeout_s)
         except Exception as exc:
             raise self._fail(exc, name) from None
 
