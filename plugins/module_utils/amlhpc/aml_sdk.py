@@ -1,0 +1,338 @@
+"""The Azure SDK calls of the azureml_compute plugin and the aml_compute_cluster module.
+
+This is the only file that talks to Azure. Both SDKs are imported lazily, inside the
+functions, so a missing SDK is one clear sentence and the tests can put fakes in at the
+SDK boundary (``azureml.core.Workspace``, ``azureml.core.compute.AmlCompute``,
+``azure.ai.ml.MLClient``) without touching anything else.
+
+* ``azureml-core`` (SDK v1): ``Workspace`` + ``AmlCompute(ws, name)`` + ``list_nodes()``.
+* ``azure-ai-ml`` (SDK v2): ``MLClient`` + ``compute.get`` + ``compute.list_nodes``. The
+  node objects of azure-ai-ml 1.35.x carry their data only under camelCase keys
+  (see ``aml_nodes.record_from_object``), which is read here explicitly.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from .aml_nodes import (
+    AmlNodesError,
+    AuthPlan,
+    ClusterInfo,
+    ClusterSpec,
+    auth_failed,
+    cluster_not_found,
+    not_amlcompute,
+    record_from_object,
+    sdk_missing,
+    workspace_not_found,
+)
+
+
+def _exc_names(exc: BaseException) -> set[str]:
+    return {cls.__name__ for cls in type(exc).__mro__}
+
+
+def _is_auth_error(exc: BaseException) -> bool:
+    names = _exc_names(exc)
+    return bool(names & {"AuthenticationException", "ClientAuthenticationError", "CredentialUnavailableError",
+                         "AuthenticationError"})
+
+
+def _is_not_found(exc: BaseException) -> bool:
+    if "ResourceNotFoundError" in _exc_names(exc):
+        return True
+    text = _exc_text(exc).lower()
+    # v1: ComputeTargetException("ComputeTargetNotFound: ..."), ProjectSystemException("Workspace not found.")
+    return "notfound" in text or "not found" in text or "could not be found" in text
+
+
+def _exc_text(exc: BaseException) -> str:
+    """The message of an SDK exception (azureml's keep it in .message, not in str())."""
+    for text in (getattr(exc, "message", None), *(str(a) for a in exc.args[:1]), str(exc)):
+        if isinstance(text, str) and text.strip():
+            return text.strip()
+    return type(exc).__name__
+
+
+def _enum_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return str(getattr(value, "value", value))
+
+
+class AmlClient:
+    """A workspace, seen through one SDK."""
+
+    source = ""
+
+    def __init__(self, subscription_id: str, resource_group: str, workspace_name: str, auth: AuthPlan):
+        self.subscription_id = subscription_id
+        self.resource_group = resource_group
+        self.workspace_name = workspace_name
+        self.auth = auth
+
+    def _fail(self, exc: BaseException, cluster: str | None = None, workspace_checked: bool = False) -> AmlNodesError:
+        if _is_auth_error(exc):
+            return AmlNodesError(auth_failed(self.auth.source, self.auth.requested,
+                                             _exc_text(exc)))
+        if _is_not_found(exc):
+            if cluster is None or (not workspace_checked and not self.workspace_exists()):
+                return AmlNodesError(workspace_not_found(self.workspace_name, self.resource_group,
+                                                         self.subscription_id))
+            return AmlNodesError(cluster_not_found(cluster, self.workspace_name))
+        first = _exc_text(exc).splitlines()[0][:300]
+        where = f"cluster '{cluster}' in " if cluster else ""
+        return AmlNodesError(f"{self.source} failed on {where}workspace '{self.workspace_name}': "
+                             f"{type(exc).__name__}: {first}")
+
+    # Interface -------------------------------------------------------------------------
+    def workspace_exists(self) -> bool:
+        raise NotImplementedError
+
+    def cluster(self, name: str) -> ClusterInfo | None:
+        """The cluster's properties, or None when there is no such cluster."""
+        raise NotImplementedError
+
+    def list_nodes(self, name: str) -> list[dict[str, Any]]:
+        """camelCase node records, as AmlCompute.list_nodes() returns them."""
+        raise NotImplementedError
+
+    def create(self, spec: ClusterSpec, timeout_s: int = 1800) -> None:
+        """Create the cluster and wait (at most ``timeout_s``) for the operation."""
+        raise NotImplementedError
+
+    def scale(self, name: str, min_nodes: int, max_nodes: int, idle_seconds: int, timeout_s: int = 1800) -> None:
+        """Set the scale settings and wait (at most ``timeout_s``) for the operation."""
+        raise NotImplementedError
+
+
+# ---------------------------------------------------------------------------------------
+# SDK v1: azureml-core
+
+
+class AzuremlCoreClient(AmlClient):
+    source = "azureml-core"
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        try:
+            from azureml.core import Workspace  # noqa: F401
+            from azureml.core.compute import AmlCompute, ComputeTarget  # noqa: F401
+        except ImportError:
+            raise AmlNodesError(sdk_missing(self.source, sys.executable)) from None
+        self._ws = None
+        self._targets: dict[str, Any] = {}
+
+    def _credential(self) -> Any:
+        from azureml.core import authentication as a
+        plan = self.auth
+        if plan.source in ("service_principal", "env"):
+            return a.ServicePrincipalAuthentication(tenant_id=plan.tenant, service_principal_id=plan.client_id,
+                                                    service_principal_password=plan.secret)
+        if plan.source == "msi":
+            return a.MsiAuthentication(identity_config={"client_id": plan.client_id} if plan.client_id else None)
+        return a.AzureCliAuthentication()
+
+    def workspace(self) -> Any:
+        if self._ws is None:
+            from azureml.core import Workspace
+            try:
+                self._ws = Workspace(self.subscription_id, self.resource_group, self.workspace_name,
+                                     auth=self._credential())
+            except Exception as exc:  # the SDK raises many kinds; sorted out by _fail
+                raise self._fail(exc) from None
+        return self._ws
+
+    def workspace_exists(self) -> bool:
+        try:
+            self.workspace()
+        except AmlNodesError:
+            return False
+        return True
+
+    def _target(self, name: str, fresh: bool = False) -> Any:
+        """The AmlCompute object (one GET), kept for the next call unless ``fresh``."""
+        from azureml.core.compute import AmlCompute
+        if name in self._targets and not fresh:
+            return self._targets[name]
+        ws = self.workspace()
+        try:
+            self._targets[name] = AmlCompute(ws, name)
+            return self._targets[name]
+        except Exception as exc:
+            if _is_not_found(exc) and not _is_auth_error(exc):
+                return None
+            raise self._fail(exc, name, workspace_checked=True) from None
+
+    def cluster(self, name: str) -> ClusterInfo | None:
+        target = self._target(name, fresh=True)
+        if target is None:
+            return None
+        kind = getattr(target, "type", "AmlCompute")
+        if kind and kind != "AmlCompute":
+            raise AmlNodesError(not_amlcompute(name, self.workspace_name, kind))
+        scale = getattr(target, "scale_settings", None)
+        status = getattr(target, "status", None)
+        return ClusterInfo(
+            name=name, vm_size=getattr(target, "vm_size", None),
+            min_nodes=getattr(scale, "minimum_node_count", None), max_nodes=getattr(scale, "maximum_node_count", None),
+            admin_user=getattr(target, "admin_username", None), ssh_public_key=getattr(target, "admin_user_ssh_key", None),
+            remote_login_port_public_access=getattr(target, "remote_login_port_public_access", None),
+            provisioning_state=getattr(target, "provisioning_state", None),
+            current_node_count=getattr(status, "current_node_count", None))
+
+    def list_nodes(self, name: str) -> list[dict[str, Any]]:
+        target = self._target(name)
+        if target is None:
+            raise AmlNodesError(cluster_not_found(name, self.workspace_name))
+        try:
+            return [record_from_object(r) for r in target.list_nodes()]
+        except Exception as exc:
+            raise self._fail(exc, name, workspace_checked=True) from None
+
+    def create(self, spec: ClusterSpec, timeout_s: int = 1800) -> None:
+        from azureml.core.compute import AmlCompute, ComputeTarget
+        ws = self.workspace()
+        config = AmlCompute.provisioning_configuration(
+            vm_size=spec.vm_size, vm_priority=spec.vm_priority, min_nodes=spec.min_nodes, max_nodes=spec.max_nodes,
+            idle_seconds_before_scaledown=spec.idle_seconds_before_scaledown, admin_username=spec.admin_user,
+            admin_user_ssh_key=spec.ssh_public_key,
+            remote_login_port_public_access=spec.remote_login_port_public_access)
+        try:
+            target = ComputeTarget.create(ws, spec.name, config)
+            # v1 waits here for min_nodes nodes as well, up to timeout_in_minutes.
+            target.wait_for_completion(show_output=False, timeout_in_minutes=max(1, timeout_s // 60))
+        except Exception as exc:
+            raise self._fail(exc, spec.name, workspace_checked=True) from None
+
+    def scale(self, name: str, min_nodes: int, max_nodes: int, idle_seconds: int, timeout_s: int = 1800) -> None:
+        target = self._target(name)
+        if target is None:
+            raise AmlNodesError(cluster_not_found(name, self.workspace_name))
+        try:
+            target.update(min_nodes=min_nodes, max_nodes=max_nodes, idle_seconds_before_scaledown=idle_seconds)
+            target.wait_for_completion(show_output=False, timeout_in_minutes=max(1, timeout_s // 60))
+        except Exception as exc:
+            raise self._fail(exc, name, workspace_checked=True) from None
+
+
+# ---------------------------------------------------------------------------------------
+# SDK v2: azure-ai-ml
+
+
+class AzureAiMlClient(AmlClient):
+    source = "azure-ai-ml"
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        try:
+            import azure.identity  # noqa: F401
+            from azure.ai.ml import MLClient  # noqa: F401
+        except ImportError:
+            raise AmlNodesError(sdk_missing(self.source, sys.executable)) from None
+        self._client = None
+
+    def _credential(self) -> Any:
+        from azure import identity
+        plan = self.auth
+        if plan.source in ("service_principal", "env"):
+            return identity.ClientSecretCredential(tenant_id=plan.tenant, client_id=plan.client_id,
+                                                   client_secret=plan.secret)
+        if plan.source == "msi":
+            return identity.ManagedIdentityCredential(client_id=plan.client_id) if plan.client_id \
+                else identity.ManagedIdentityCredential()
+        return identity.AzureCliCredential()
+
+    def client(self) -> Any:
+        if self._client is None:
+            from azure.ai.ml import MLClient
+            try:
+                self._client = MLClient(self._credential(), self.subscription_id, self.resource_group,
+                                        self.workspace_name, enable_telemetry=False, show_progress=False)
+            except Exception as exc:
+                raise self._fail(exc) from None
+        return self._client
+
+    def workspace_exists(self) -> bool:
+        try:
+            self.client().workspaces.get(self.workspace_name)
+        except Exception as exc:
+            if _is_auth_error(exc):
+                raise self._fail(exc) from None
+            return False
+        return True
+
+    def _entity(self, name: str) -> Any:
+        try:
+            return self.client().compute.get(name)
+        except Exception as exc:
+            if _is_not_found(exc) and not _is_auth_error(exc):
+                if not self.workspace_exists():
+                    raise AmlNodesError(workspace_not_found(self.workspace_name, self.resource_group,
+                                                            self.subscription_id)) from None
+                return None
+            raise self._fail(exc, name) from None
+
+    def cluster(self, name: str) -> ClusterInfo | None:
+        entity = self._entity(name)
+        if entity is None:
+            return None
+        kind = _enum_text(getattr(entity, "type", None)) or "amlcompute"
+        if kind.lower() != "amlcompute":
+            raise AmlNodesError(not_amlcompute(name, self.workspace_name, kind))
+        ssh = getattr(entity, "ssh_settings", None)
+        public = getattr(entity, "ssh_public_access_enabled", None)
+        return ClusterInfo(
+            name=name, vm_size=getattr(entity, "size", None), min_nodes=getattr(entity, "min_instances", None),
+            max_nodes=getattr(entity, "max_instances", None), admin_user=getattr(ssh, "admin_username", None),
+            ssh_public_key=getattr(ssh, "ssh_key_value", None),
+            remote_login_port_public_access=None if public is None else ("Enabled" if public else "Disabled"),
+            provisioning_state=_enum_text(getattr(entity, "provisioning_state", None)))
+
+    def list_nodes(self, name: str) -> list[dict[str, Any]]:
+        try:
+            # record_from_object: the 1.35.x entities keep their data under camelCase keys.
+            return [record_from_object(n) for n in self.client().compute.list_nodes(name)]
+        except Exception as exc:
+            raise self._fail(exc, name) from None
+
+    def create(self, spec: ClusterSpec, timeout_s: int = 1800) -> None:
+        from azure.ai.ml.entities import AmlCompute, AmlComputeSshSettings
+        entity = AmlCompute(
+            name=spec.name, size=spec.vm_size, min_instances=spec.min_nodes, max_instances=spec.max_nodes,
+            idle_time_before_scale_down=spec.idle_seconds_before_scaledown, tier=spec.vm_priority,
+            ssh_public_access_enabled=spec.remote_login_port_public_access == "Enabled",
+            ssh_settings=AmlComputeSshSettings(admin_username=spec.admin_user, ssh_key_value=spec.ssh_public_key))
+        try:
+            self.client().compute.begin_create_or_update(entity).result(timeout=timeout_s)
+        except Exception as exc:
+            raise self._fail(exc, spec.name) from None
+
+    def scale(self, name: str, min_nodes: int, max_nodes: int, idle_seconds: int, timeout_s: int = 1800) -> None:
+        entity = self._entity(name)
+        if entity is None:
+            raise AmlNodesError(cluster_not_found(name, self.workspace_name))
+        entity.min_instances, entity.max_instances = min_nodes, max_nodes
+        entity.idle_time_before_scale_down = idle_seconds
+        try:
+            self.client().compute.begin_update(entity).result(timeout=timeout_s)
+        except Exception as exc:
+            raise self._fail(exc, name) from None
+
+
+CLIENTS = {"azureml-core": AzuremlCoreClient, "azure-ai-ml": AzureAiMlClient}
+
+
+def connect(source: str, subscription_id: str | None, resource_group: str | None, workspace_name: str | None,
+            auth: AuthPlan) -> AmlClient:
+    """A client for one workspace through ``source`` (azureml-core or azure-ai-ml)."""
+    missing = [n for n, v in (("subscription_id", subscription_id), ("resource_group", resource_group),
+                              ("workspace_name", workspace_name)) if not v]
+    if missing:
+        raise AmlNodesError(f"source '{source}' needs {', '.join(missing)} (subscription_id may also come from "
+                            "AZURE_SUBSCRIPTION_ID)")
+    if source not in CLIENTS:
+        raise AmlNodesError(f"source must be one of {', '.join(CLIENTS)} or nodes_file, not {source!r}")
+    return CLIENTS[source](subscription_id, resource_group, workspace_name, auth)

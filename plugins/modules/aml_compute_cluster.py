@@ -1,0 +1,330 @@
+#!/usr/bin/python
+"""Module: make sure an AzureML compute cluster (AmlCompute) exists at a fixed size, or scale it to 0."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: aml_compute_cluster
+short_description: An AzureML compute cluster (AmlCompute) at a fixed size, or scaled to 0
+description:
+  - "O(state=present): creates the cluster when it is missing (VM size, admin user with an
+    SSH public key, public access to the remote login port), sets its scale settings
+    (O(min_nodes), O(max_nodes)) when they differ, and with O(wait) waits until O(min_nodes)
+    nodes are idle and each answers on its SSH port."
+  - "O(state=scaled_to_zero): sets C(min_nodes) to 0 so AmlCompute releases the nodes once
+    they are idle (C(max_nodes) stays: the API needs it >= 1); with O(wait) waits until no
+    node is left."
+  - An autoscaling cluster (O(min_nodes) != O(max_nodes)) is refused while
+    O(beeond_enabled) is true, because a scale-down destroys the BeeOND file system.
+  - A cluster that exists with another VM size, admin user, SSH key or remote login setting
+    is refused (AmlCompute cannot change them in place); the module never deletes a cluster.
+  - Works through azureml-core (SDK v1) or azure-ai-ml (SDK v2), with the same
+    authentication options as the azureml_compute inventory plugin.
+version_added: "1.0.0"
+author:
+  - amlhpc
+requirements:
+  - azureml-core (O(sdk=azureml-core)) or azure-ai-ml and azure-identity (O(sdk=azure-ai-ml))
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+options:
+  name:
+    description: Cluster name (2-16 characters, letters, digits and hyphens).
+    type: str
+    required: true
+  state:
+    description: C(present) at its size, or C(scaled_to_zero) (teardown).
+    type: str
+    default: present
+    choices: [present, scaled_to_zero]
+  sdk:
+    description: Which Azure ML SDK to use.
+    type: str
+    default: azureml-core
+    choices: [azureml-core, azure-ai-ml]
+  subscription_id:
+    description: Azure subscription ID; falls back to E(AZURE_SUBSCRIPTION_ID).
+    type: str
+  resource_group:
+    description: Resource group of the workspace.
+    type: str
+    required: true
+  workspace_name:
+    description: AzureML workspace name.
+    type: str
+    required: true
+  auth_source:
+    description: As in the azureml_compute inventory plugin (azure.azcollection's names).
+    type: str
+    default: auto
+    choices: [auto, cli, env, msi, service_principal]
+  client_id:
+    description: Service principal (or user-assigned identity) client ID.
+    type: str
+  secret:
+    description: Service principal secret.
+    type: str
+  tenant:
+    description: Tenant ID of the service principal.
+    type: str
+  vm_size:
+    description: VM size, for example C(Standard_ND96asr_v4). Required with O(state=present).
+    type: str
+  min_nodes:
+    description: Minimum node count. Defaults to O(max_nodes) (a fixed-size cluster).
+    type: int
+  max_nodes:
+    description: Maximum node count. Required with O(state=present).
+    type: int
+  vm_priority:
+    description: C(dedicated) or C(lowpriority) (low-priority nodes can be preempted).
+    type: str
+    default: dedicated
+    choices: [dedicated, lowpriority]
+  idle_seconds_before_scaledown:
+    description: Idle time before AmlCompute releases a node above O(min_nodes).
+    type: int
+    default: 1800
+  admin_user:
+    description: Admin user on the nodes. Required with O(state=present).
+    type: str
+  ssh_public_key:
+    description: OpenSSH public key of the admin user. Required with O(state=present).
+    type: str
+  remote_login_port_public_access:
+    description: Public access to the nodes' SSH port (NAT ports 50000 and up on the cluster's public IP).
+    type: str
+    default: Enabled
+    choices: [Enabled, Disabled, NotSpecified]
+  beeond_enabled:
+    description: Refuse O(min_nodes) != O(max_nodes), since a scale-down destroys BeeOND.
+    type: bool
+    default: false
+  wait:
+    description: Wait for the nodes (idle and answering on SSH; or gone, for C(scaled_to_zero)).
+    type: bool
+    default: true
+  wait_timeout:
+    description: Seconds to wait before failing.
+    type: int
+    default: 1800
+  poll_interval:
+    description: Seconds between two looks at the nodes.
+    type: int
+    default: 15
+  check_reachable:
+    description: With O(wait), also require an SSH banner from each node's public IP and port.
+    type: bool
+    default: true
+"""
+
+EXAMPLES = r"""
+- name: Cluster | A fixed-size cluster of 4 NDv4 nodes, ready for SSH
+  aml_compute_cluster:
+    name: gpu-a100
+    sdk: azure-ai-ml
+    resource_group: rg-hpc
+    workspace_name: ws-hpc
+    vm_size: Standard_ND96asr_v4
+    max_nodes: 4
+    admin_user: azureuser
+    ssh_public_key: "{{ lookup('ansible.builtin.file', '~/.ssh/id_ed25519.pub') }}"
+    beeond_enabled: true
+
+- name: Teardown | Scale the cluster to 0
+  aml_compute_cluster:
+    name: gpu-a100
+    state: scaled_to_zero
+    resource_group: rg-hpc
+    workspace_name: ws-hpc
+"""
+
+RETURN = r"""
+action:
+  description: What was (or, in check mode, would be) done.
+  returned: always
+  type: str
+  sample: create
+changes:
+  description: Scale settings changed, as [before, after].
+  returned: always
+  type: dict
+  sample: {"min_nodes": [0, 4]}
+cluster:
+  description: The cluster's properties after the change (as far as the SDK reports them).
+  returned: when the cluster exists
+  type: dict
+  sample: {"name": "gpu-a100", "vm_size": "STANDARD_ND96ASR_V4", "min_nodes": 4, "max_nodes": 4,
+           "admin_user": "azureuser", "remote_login_port_public_access": "Enabled"}
+nodes:
+  description: The nodes after waiting, as list_nodes() records.
+  returned: when O(wait) ran
+  type: list
+  elements: dict
+wait_status:
+  description: The last word on the nodes while waiting.
+  returned: when O(wait) ran
+  type: str
+  sample: 4 node(s) idle
+"""
+
+import os
+import socket
+import time
+from typing import Any
+
+from ansible.module_utils.amlhpc.aml_nodes import (
+    AmlNodesError,
+    ClusterInfo,
+    ClusterSpec,
+    nodes_from_records,
+    nodes_ready,
+    plan_cluster,
+    plan_scale_to_zero,
+    resolve_auth,
+    spec_problems,
+    subscription_from,
+)
+from ansible.module_utils.amlhpc.aml_sdk import connect
+from ansible.module_utils.basic import AnsibleModule
+
+
+def ssh_banner(host: str, port: int, timeout: float = 5.0) -> bool:
+    """Whether an SSH server answers on host:port (it speaks first: "SSH-2.0-...")."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as conn:
+            conn.settimeout(timeout)
+            return conn.recv(4).startswith(b"SSH-")
+    except OSError:
+        return False
+
+
+def _info_dict(info: ClusterInfo | None) -> dict[str, Any]:
+    if info is None:
+        return {}
+    return {k: getattr(info, k) for k in ("name", "vm_size", "min_nodes", "max_nodes", "admin_user",
+                                          "remote_login_port_public_access", "provisioning_state")}
+
+
+def wait_for_nodes(module: AnsibleModule, client, name: str, want: int, reachable: bool) -> tuple[list, str]:
+    deadline = time.monotonic() + module.params["wait_timeout"]
+    status = "not looked yet"
+    while True:
+        records = client.list_nodes(name)
+        nodes = nodes_from_records(records, name, f"cluster '{name}'")
+        if want == 0:
+            ok, status = (not nodes), f"{len(nodes)} node(s) left"
+        else:
+            ok, status = nodes_ready(nodes, want)
+            if ok and reachable:
+                silent = [f"{n.node_id} ({n.public_ip}:{n.port})" for n in nodes
+                          if not n.public_ip or not ssh_banner(n.public_ip, n.port)]
+                if silent:
+                    ok, status = False, f"{len(silent)} node(s) idle but not answering on SSH: {', '.join(silent[:5])}"
+        if ok:
+            return [n.record() for n in nodes], status
+        if time.monotonic() >= deadline:
+            module.fail_json(msg=f"cluster '{name}' not ready after {module.params['wait_timeout']}s: {status}",
+                             wait_status=status)
+        time.sleep(module.params["poll_interval"])
+
+
+def run(module: AnsibleModule) -> dict[str, Any]:
+    p = module.params
+    name = p["name"]
+    auth = resolve_auth(p["auth_source"], p, os.environ)
+    client = connect(p["sdk"], subscription_from(p, os.environ), p["resource_group"], p["workspace_name"], auth)
+    current = client.cluster(name)
+    result: dict[str, Any] = {"changed": False}
+
+    if p["state"] == "scaled_to_zero":
+        plan = plan_scale_to_zero(current)
+        want = 0
+    else:
+        missing = [k for k in ("vm_size", "max_nodes", "admin_user", "ssh_public_key") if not p[k]]
+        if missing:
+            module.fail_json(msg=f"state present needs {', '.join(missing)}")
+        spec = ClusterSpec(name=name, vm_size=p["vm_size"], max_nodes=p["max_nodes"],
+                           min_nodes=p["max_nodes"] if p["min_nodes"] is None else p["min_nodes"],
+                           admin_user=p["admin_user"], ssh_public_key=p["ssh_public_key"].strip(),
+                           remote_login_port_public_access=p["remote_login_port_public_access"],
+                           vm_priority=p["vm_priority"], idle_seconds_before_scaledown=p["idle_seconds_before_scaledown"],
+                           beeond_enabled=p["beeond_enabled"])
+        problems = spec_problems(spec)
+        if problems:
+            module.fail_json(msg="; ".join(problems))
+        plan = plan_cluster(spec, current)
+        want = spec.min_nodes
+
+    result.update(action=plan.action, changes={k: list(v) for k, v in plan.changes.items()})
+    result["changed"] = plan.action != "none"
+    before = _info_dict(current)
+    after = dict(before)
+    for key, (_old, new) in plan.changes.items():
+        if key in after or current is not None:
+            after[key] = new
+    if plan.action == "create":
+        after = {"name": name, "vm_size": spec.vm_size, "min_nodes": spec.min_nodes, "max_nodes": spec.max_nodes,
+                 "admin_user": spec.admin_user, "remote_login_port_public_access": spec.remote_login_port_public_access}
+    if module._diff:
+        result["diff"] = {"before": before, "after": after}
+    if module.check_mode:
+        result["cluster"] = after
+        return result
+
+    if plan.action == "create":
+        client.create(spec, timeout_s=p["wait_timeout"])
+    elif plan.action == "update":
+        new_min = plan.changes.get("min_nodes", (None, current.min_nodes))[1]
+        new_max = plan.changes.get("max_nodes", (None, current.max_nodes))[1]
+        client.scale(name, new_min, new_max, p["idle_seconds_before_scaledown"], timeout_s=p["wait_timeout"])
+    if plan.action != "none":
+        current = client.cluster(name)
+    result["cluster"] = _info_dict(current)
+
+    if p["wait"] and current is not None:
+        result["nodes"], result["wait_status"] = wait_for_nodes(module, client, name, want, p["check_reachable"])
+    return result
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            name=dict(type="str", required=True),
+            state=dict(type="str", default="present", choices=["present", "scaled_to_zero"]),
+            sdk=dict(type="str", default="azureml-core", choices=["azureml-core", "azure-ai-ml"]),
+            subscription_id=dict(type="str"),
+            resource_group=dict(type="str", required=True),
+            workspace_name=dict(type="str", required=True),
+            auth_source=dict(type="str", default="auto", choices=["auto", "cli", "env", "msi", "service_principal"]),
+            client_id=dict(type="str"),
+            secret=dict(type="str", no_log=True),
+            tenant=dict(type="str"),
+            vm_size=dict(type="str"),
+            min_nodes=dict(type="int"),
+            max_nodes=dict(type="int"),
+            vm_priority=dict(type="str", default="dedicated", choices=["dedicated", "lowpriority"]),
+            idle_seconds_before_scaledown=dict(type="int", default=1800),
+            admin_user=dict(type="str"),
+            ssh_public_key=dict(type="str", no_log=False),
+            remote_login_port_public_access=dict(type="str", default="Enabled",
+                                                 choices=["Enabled", "Disabled", "NotSpecified"]),
+            beeond_enabled=dict(type="bool", default=False),
+            wait=dict(type="bool", default=True),
+            wait_timeout=dict(type="int", default=1800),
+            poll_interval=dict(type="int", default=15),
+            check_reachable=dict(type="bool", default=True),
+        ),
+        supports_check_mode=True,
+    )
+    try:
+        module.exit_json(**run(module))
+    except AmlNodesError as exc:
+        module.fail_json(msg=str(exc))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,360 @@
+"""Fake Azure, plugged in at the SDK boundary only.
+
+* SDK v1 (azureml-core): ``azureml.core.Workspace`` and ``azureml.core.compute.AmlCompute`` /
+  ``ComputeTarget`` are replaced. Their ``list_nodes()`` joins REST pages with the SDK's own
+  ``get_paginated_compute_nodes`` (its HTTP session faked), so the records are the SDK's
+  camelCase dicts, paged the way the resource provider pages them. Cluster properties come
+  from a REST ``ComputeResource`` payload through the SDK's own ``ScaleSettings`` and
+  ``AmlComputeStatus`` deserializers.
+* SDK v2 (azure-ai-ml): the real ``MLClient`` with its HTTP transport replaced. Everything
+  above the wire is the real SDK, including the 1.35.x ``AmlComputeNodeInfo`` bug.
+
+``World`` holds the workspace's clusters and counts the calls.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+SUB = "00000000-0000-0000-0000-000000000000"
+RG = "rg-hpc"
+WS = "ws-hpc"
+ARM = "https://management.azure.com"
+FAKE_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFAKEKEY amlhpc@controller"
+
+
+def make_nodes(n: int, cluster: str = "gpu", states: dict[int, str] | None = None, shuffle: bool = True,
+               public_ip: str | None = "20.84.17.201") -> list[dict[str, Any]]:
+    """``n`` camelCase node records like the resource provider returns (NAT ports from 50000)."""
+    states = states or {}
+    out = []
+    for i in range(n):
+        digest = hashlib.sha256(f"{cluster}-{i}".encode()).hexdigest()
+        out.append({"nodeId": f"tvmps_{digest}_d", "privateIpAddress": f"10.0.{i // 250}.{4 + i % 250}",
+                    "publicIpAddress": public_ip, "port": 50000 + i, "nodeState": states.get(i, "idle"),
+                    "runId": None})
+    if shuffle:  # the API does not list nodes in rank order
+        out = out[1::2] + out[0::2]
+    return out
+
+
+def compute_payload(name: str, vm_size: str = "STANDARD_ND96ASR_V4", min_nodes: int = 4, max_nodes: int = 4,
+                    admin_user: str = "azureuser", ssh_key: str | None = FAKE_KEY,
+                    public_access: str = "Enabled", current: int | None = None) -> dict[str, Any]:
+    """A REST ComputeResource of an AmlCompute cluster (GET .../computes/<name>)."""
+    current = max_nodes if current is None else current
+    creds: dict[str, Any] = {"adminUserName": admin_user}
+    if ssh_key:
+        creds["adminUserSshPublicKey"] = ssh_key
+    return {
+        "id": f"/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.MachineLearningServices/"
+              f"workspaces/{WS}/computes/{name}",
+        "name": name, "type": "Microsoft.MachineLearningServices/workspaces/computes", "location": "eastus",
+        "tags": {},
+        "properties": {
+            "computeType": "AmlCompute", "computeLocation": "eastus", "description": None,
+            "resourceId": None, "provisioningState": "Succeeded", "provisioningErrors": None,
+            "isAttachedCompute": False, "disableLocalAuth": True,
+            "createdOn": "2026-11-01T10:00:00.000Z", "modifiedOn": "2026-11-01T10:00:00.000Z",
+            "properties": {
+                "vmSize": vm_size, "vmPriority": "Dedicated", "osType": "Linux",
+                "scaleSettings": {"minNodeCount": min_nodes, "maxNodeCount": max_nodes,
+                                  "nodeIdleTimeBeforeScaleDown": "PT1800S"},
+                "userAccountCredentials": creds, "subnet": None,
+                "remoteLoginPortPublicAccess": public_access, "enableNodePublicIp": True,
+                "allocationState": "Steady", "allocationStateTransitionTime": "2026-11-01T10:05:00.000Z",
+                "errors": None, "currentNodeCount": current, "targetNodeCount": current,
+                "nodeStateCounts": {"idleNodeCount": current, "runningNodeCount": 0, "preparingNodeCount": 0,
+                                    "unusableNodeCount": 0, "leavingNodeCount": 0, "preemptedNodeCount": 0},
+            },
+        },
+    }
+
+
+@dataclass
+class World:
+    """A workspace with clusters; both fakes read and change it."""
+
+    clusters: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> {"compute": ..., "nodes": [...]}
+    page_size: int = 100
+    auth_error: str | None = None
+    workspace: str = WS
+    calls: Counter = field(default_factory=Counter)
+    credentials: list[Any] = field(default_factory=list)
+    waits: list[Any] = field(default_factory=list)  # timeout_in_minutes of v1 wait_for_completion calls
+    # Nodes a created or scaled cluster gets (a real cluster takes minutes; here at once).
+    grow_on_scale: bool = True
+
+    def add(self, name: str, nodes: list[dict[str, Any]], **props: Any) -> None:
+        props.setdefault("min_nodes", len(nodes))
+        props.setdefault("max_nodes", len(nodes))
+        self.clusters[name] = {"compute": compute_payload(name, current=len(nodes), **props), "nodes": nodes}
+
+    def pages(self, name: str) -> list[dict[str, Any]]:
+        nodes = self.clusters[name]["nodes"]
+        chunks = [nodes[i:i + self.page_size] for i in range(0, len(nodes), self.page_size)] or [[]]
+        out = []
+        for i, chunk in enumerate(chunks):
+            page: dict[str, Any] = {"nodes": [dict(n) for n in chunk]}
+            if i + 1 < len(chunks):
+                page["nextLink"] = (f"{ARM}/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft."
+                                    f"MachineLearningServices/workspaces/{WS}/computes/{name}/listNodes"
+                                    f"?api-version=2023-08-01-preview&$skipToken={i + 1}")
+            out.append(page)
+        return out
+
+    def page_from_link(self, url: str) -> dict[str, Any]:
+        m = re.search(r"/computes/([^/]+)/listNodes.*skipToken=(\d+)", url)
+        assert m, url
+        return self.pages(m.group(1))[int(m.group(2))]
+
+    def set_scale(self, name: str, min_nodes: int, max_nodes: int) -> None:
+        compute = self.clusters[name]["compute"]
+        scale = compute["properties"]["properties"]["scaleSettings"]
+        scale["minNodeCount"], scale["maxNodeCount"] = min_nodes, max_nodes
+        if self.grow_on_scale:
+            self.clusters[name]["nodes"] = make_nodes(min_nodes, name)
+            compute["properties"]["properties"]["currentNodeCount"] = min_nodes
+
+    def create(self, name: str, vm_size: str, min_nodes: int, max_nodes: int, admin_user: str,
+               ssh_key: str | None, public_access: str) -> None:
+        self.clusters[name] = {"compute": compute_payload(name, vm_size, min_nodes, max_nodes, admin_user, ssh_key,
+                                                          public_access, current=0), "nodes": []}
+        self.set_scale(name, min_nodes, max_nodes)
+
+
+# ---------------------------------------------------------------------------------------
+# SDK v1
+
+
+def install_v1(monkeypatch, world: World) -> None:
+    """Replace azureml-core's Workspace and AmlCompute/ComputeTarget with fakes over ``world``."""
+    import azureml._compute._util as util
+    import azureml.core
+    import azureml.core.compute
+    from azureml.core.compute import AmlCompute as RealAmlCompute
+    from azureml.core.compute.amlcompute import AmlComputeStatus, ScaleSettings
+    from azureml.exceptions import AuthenticationException, ComputeTargetException, ProjectSystemException
+
+    class Response:
+        def __init__(self, payload):
+            self.status_code = 200
+            self.content = json.dumps(payload).encode()
+            self.headers = {"Content-Type": "application/json"}
+
+    class Session:
+        def get(self, url, headers=None, **kwargs):
+            world.calls["v1 GET listNodes nextLink"] += 1
+            return Response(world.page_from_link(url))
+
+    monkeypatch.setattr(util, "get_requests_session", lambda: Session())
+
+    class FakeWorkspace:
+        def __init__(self, subscription_id, resource_group, workspace_name, auth=None, **kwargs):
+            world.calls["v1 Workspace"] += 1
+            world.credentials.append(auth)
+            if world.auth_error:
+                raise AuthenticationException(world.auth_error)
+            if (subscription_id, resource_group, workspace_name) != (SUB, RG, world.workspace):
+                raise ProjectSystemException("Workspace not found.")
+            self.subscription_id, self.resource_group, self.name = subscription_id, resource_group, workspace_name
+
+    class FakeAmlCompute:
+        provisioning_configuration = staticmethod(RealAmlCompute.provisioning_configuration)
+
+        def __init__(self, workspace, name):
+            world.calls["v1 AmlCompute"] += 1
+            if name not in world.clusters:
+                raise ComputeTargetException(f"ComputeTargetNotFound: Compute Target with name {name} not found "
+                                             "in provided workspace")
+            self.workspace, self.name = workspace, name
+            self._load()
+
+        def _load(self):
+            compute = world.clusters[self.name]["compute"]
+            props = compute["properties"]
+            inner = props["properties"]
+            creds = inner.get("userAccountCredentials") or {}
+            self.type = props["computeType"]
+            self.provisioning_state = props["provisioningState"]
+            self.vm_size = inner["vmSize"]
+            self.vm_priority = inner["vmPriority"]
+            self.scale_settings = ScaleSettings.deserialize(inner["scaleSettings"])
+            self.admin_username = creds.get("adminUserName")
+            self.admin_user_ssh_key = creds.get("adminUserSshPublicKey")
+            self.remote_login_port_public_access = inner.get("remoteLoginPortPublicAccess")
+            self.status = AmlComputeStatus.deserialize(props)
+
+        def list_nodes(self):
+            world.calls["v1 list_nodes (POST listNodes)"] += 1
+            return util.get_paginated_compute_nodes(world.pages(self.name)[0], {"Authorization": "Bearer x"})
+
+        def update(self, min_nodes=None, max_nodes=None, idle_seconds_before_scaledown=None):
+            world.calls["v1 update"] += 1
+            world.set_scale(self.name, min_nodes, max_nodes)
+
+        def wait_for_completion(self, show_output=False, min_node_count=None, timeout_in_minutes=25,
+                                is_delete_operation=False):
+            world.calls["v1 wait_for_completion"] += 1
+            world.waits.append(timeout_in_minutes)
+            self._load()
+
+    class FakeComputeTarget:
+        @staticmethod
+        def create(workspace, name, provisioning_configuration):
+            world.calls["v1 ComputeTarget.create"] += 1
+            c = provisioning_configuration
+            c.validate_configuration()
+            world.create(name, c.vm_size, c.scale_settings.minimum_node_count, c.scale_settings.maximum_node_count,
+                         c.admin_username, c.admin_user_ssh_key, c.remote_login_port_public_access)
+            return FakeAmlCompute(workspace, name)
+
+    import azureml.core.authentication as authentication
+
+    class Auth:
+        """The v1 authentication classes reach for the network when built; these record their arguments."""
+
+        def __init__(self, **kwargs):
+            for key, value in kwargs.items():
+                setattr(self, f"_{key}", value)
+
+    class AzureCliAuthentication(Auth):
+        pass
+
+    class ServicePrincipalAuthentication(Auth):
+        def __init__(self, tenant_id, service_principal_id, service_principal_password, cloud="AzureCloud"):
+            super().__init__(tenant_id=tenant_id, service_principal_id=service_principal_id,
+                             service_principal_password=service_principal_password)
+
+    class MsiAuthentication(Auth):
+        pass
+
+    for cls in (AzureCliAuthentication, ServicePrincipalAuthentication, MsiAuthentication):
+        monkeypatch.setattr(authentication, cls.__name__, cls)
+    monkeypatch.setattr(azureml.core, "Workspace", FakeWorkspace)
+    monkeypatch.setattr(azureml.core.compute, "AmlCompute", FakeAmlCompute)
+    monkeypatch.setattr(azureml.core.compute, "ComputeTarget", FakeComputeTarget)
+
+
+# ---------------------------------------------------------------------------------------
+# SDK v2
+
+
+def _transport(world: World):
+    import requests
+    from azure.core.pipeline.transport import HttpTransport
+    from azure.core.rest._requests_basic import RestRequestsTransportResponse
+
+    def respond(request, status: int, payload: Any):
+        r = requests.Response()
+        r.status_code = status
+        r._content = json.dumps(payload).encode()
+        r.raw = io.BytesIO(r._content)
+        r.headers["Content-Type"] = "application/json"
+        r.url = request.url
+        return RestRequestsTransportResponse(request=request, internal_response=r)
+
+    def not_found(request, what: str):
+        return respond(request, 404, {"error": {"code": "ResourceNotFound", "message": f"The Resource '{what}' "
+                                                "under resource group 'rg-hpc' was not found."}})
+
+    class Transport(HttpTransport):
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *args):
+            pass
+
+        def open(self):
+            pass
+
+        def close(self):
+            pass
+
+        def send(self, request, **kwargs):
+            url, method = request.url, request.method
+            path = url.split("?")[0]
+            ws = re.search(r"/workspaces/([^/?]+)", path)
+            if ws and ws.group(1) != world.workspace:
+                world.calls[f"v2 {method} (no workspace)"] += 1
+                return not_found(request, f"Microsoft.MachineLearningServices/workspaces/{ws.group(1)}")
+            m = re.search(r"/computes/([^/?]+)(/listNodes)?$", path)
+            if m and m.group(2):
+                world.calls["v2 POST listNodes" if "skipToken" not in url else "v2 GET listNodes nextLink"] += 1
+                if m.group(1) not in world.clusters:
+                    return not_found(request, f"computes/{m.group(1)}")
+                if "skipToken" in url:
+                    return respond(request, 200, world.page_from_link(url))
+                return respond(request, 200, world.pages(m.group(1))[0])
+            if m:
+                name = m.group(1)
+                world.calls[f"v2 {method} compute"] += 1
+                if method == "PUT":
+                    body = json.loads(request.content if isinstance(request.content, (str, bytes))
+                                      else request.body)
+                    inner = body["properties"]["properties"]
+                    creds = inner.get("userAccountCredentials") or {}
+                    scale = inner["scaleSettings"]
+                    if name in world.clusters:
+                        world.set_scale(name, scale.get("minNodeCount", 0), scale["maxNodeCount"])
+                    else:
+                        world.create(name, inner["vmSize"], scale.get("minNodeCount", 0), scale["maxNodeCount"],
+                                     creds.get("adminUserName"), creds.get("adminUserSshPublicKey"),
+                                     inner.get("remoteLoginPortPublicAccess", "NotSpecified"))
+                    return respond(request, 200, world.clusters[name]["compute"])
+                if name not in world.clusters:
+                    return not_found(request, f"computes/{name}")
+                return respond(request, 200, world.clusters[name]["compute"])
+            if ws and path.endswith(f"/workspaces/{world.workspace}"):
+                world.calls["v2 GET workspace"] += 1
+                return respond(request, 200, {
+                    "id": f"/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.MachineLearningServices/"
+                          f"workspaces/{WS}", "name": WS, "location": "eastus",
+                    "type": "Microsoft.MachineLearningServices/workspaces", "kind": "Default",
+                    "properties": {"friendlyName": WS, "provisioningState": "Succeeded"}})
+            raise AssertionError(f"the fake Azure has no answer for {method} {url}")
+
+    return Transport()
+
+
+def install_v2(monkeypatch, world: World) -> None:
+    """Make ``azure.ai.ml.MLClient`` the real client over a fake HTTP transport and a fake credential."""
+    import azure.ai.ml
+    from azure.core.credentials import AccessToken, AccessTokenInfo
+    from azure.core.exceptions import ClientAuthenticationError
+
+    class Credential:
+        def __init__(self, wrapped):
+            self.wrapped = wrapped
+
+        def _check(self):
+            world.calls["v2 get_token"] += 1
+            if world.auth_error:
+                raise ClientAuthenticationError(world.auth_error)
+
+        def get_token(self, *scopes, **kwargs):
+            self._check()
+            return AccessToken("fake-token", int(time.time()) + 3600)
+
+        def get_token_info(self, *scopes, **kwargs):
+            self._check()
+            return AccessTokenInfo("fake-token", int(time.time()) + 3600)
+
+    real = azure.ai.ml.MLClient
+
+    class FakeMLClient(real):
+        def __init__(self, credential, subscription_id=None, resource_group_name=None, workspace_name=None,
+                     **kwargs):
+            world.calls["v2 MLClient"] += 1
+            world.credentials.append(credential)
+            kwargs["transport"] = _transport(world)
+            super().__init__(Credential(credential), subscription_id, resource_group_name, workspace_name, **kwargs)
+
+    monkeypatch.setattr(azure.ai.ml, "MLClient", FakeMLClient)

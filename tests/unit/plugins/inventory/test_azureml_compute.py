@@ -1,0 +1,588 @@
+"""The azureml_compute inventory plugin, loaded the way Ansible loads it (inventory_loader /
+InventoryManager), with Azure faked at the SDK boundary only (see tests/azureml_fakes.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible.errors import AnsibleError
+from ansible.inventory.data import InventoryData
+from ansible.inventory.manager import InventoryManager
+from ansible.parsing.dataloader import DataLoader
+from ansible.plugins.loader import init_plugin_loader, inventory_loader
+from ansible.utils.display import Display
+
+from azureml_fakes import RG, SUB, WS, World, compute_payload, install_v1, install_v2, make_nodes
+
+ROOT = Path(__file__).resolve().parents[4]
+FIXTURE = ROOT / "tests" / "fixtures" / "azureml" / "list_nodes_gpu4.json"
+SDKS = ["azureml-core", "azure-ai-ml"]
+
+# What the ansible CLIs do first: ansible.builtin.* names (lookups, cache plugins) resolve.
+init_plugin_loader()
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    for name in ("AZURE_CLIENT_ID", "AZURE_SECRET", "AZURE_CLIENT_SECRET", "AZURE_TENANT", "AZURE_TENANT_ID",
+                 "AZURE_SUBSCRIPTION_ID", "IDENTITY_ENDPOINT", "MSI_ENDPOINT", "ANSIBLE_AZURE_AUTH_SOURCE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture()
+def warnings(monkeypatch):
+    seen: list[str] = []
+    monkeypatch.setattr(Display, "warning", lambda self, msg, *a, **k: seen.append(str(msg)))
+    return seen
+
+
+@pytest.fixture()
+def world(monkeypatch):
+    return World()
+
+
+def fake(monkeypatch, world: World, source: str) -> None:
+    (install_v1 if source == "azureml-core" else install_v2)(monkeypatch, world)
+
+
+def write_config(tmp_path: Path, config: dict, name: str = "test.azureml_compute.yml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump({"plugin": "azureml_compute", **config}))
+    return path
+
+
+def sdk_config(source: str, **extra) -> dict:
+    return {"source": source, "subscription_id": SUB, "resource_group": RG, "workspace_name": WS,
+            "auth_source": "cli", **extra}
+
+
+def load(path: Path, cache: bool = True) -> InventoryManager:
+    """Through Ansible's own inventory loading."""
+    return InventoryManager(loader=DataLoader(), sources=[str(path)], cache=cache)
+
+
+def parse(path: Path, cache: bool = True) -> InventoryData:
+    """Through inventory_loader directly, so parse errors reach the test."""
+    plugin = inventory_loader.get("azureml_compute")
+    assert plugin.verify_file(str(path))
+    data = InventoryData()
+    plugin.parse(data, DataLoader(), str(path), cache=cache)
+    return data
+
+
+def hv(inv: InventoryManager, host: str) -> dict:
+    return inv.get_host(host).get_vars()
+
+
+# ---------------------------------------------------------------------------------------
+# Sources
+
+
+def test_verify_file_takes_only_our_names(tmp_path):
+    plugin = inventory_loader.get("azureml_compute")
+    for name, ours in (("a.azureml_compute.yml", True), ("a.azureml_compute.yaml", True),
+                       ("a.yml", False), ("azureml_compute.yml", False), ("a.aws_ec2.yml", False)):
+        p = tmp_path / name
+        p.write_text("plugin: azureml_compute\n")
+        assert plugin.verify_file(str(p)) is ours, name
+
+
+def test_nodes_file_source_gives_the_inventory_contract(tmp_path):
+    path = write_config(tmp_path, {"source": "nodes_file", "cluster": "gpu", "nodes_file": str(FIXTURE),
+                                   "admin_user": "azureuser", "min_nodes": 4, "max_nodes": 4,
+                                   "vm_size": "Standard_ND96asr_v4"})
+    inv = load(path)
+    assert [h.name for h in inv.groups["aml_nodes"].get_hosts()] == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
+    assert [h.name for h in inv.groups["head"].get_hosts()] == ["gpu-0"]
+    assert [h.name for h in inv.groups["workers"].get_hosts()] == ["gpu-1", "gpu-2", "gpu-3"]
+    assert [h.name for h in inv.groups["cluster_gpu"].get_hosts()] == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
+    raw = {n["port"]: n for n in json.loads(FIXTURE.read_text())}
+    for rank in range(4):
+        v = hv(inv, f"gpu-{rank}")
+        node = raw[50000 + rank]  # rank follows the port, not the order of the file
+        assert v["ansible_host"] == node["publicIpAddress"]
+        assert v["ansible_port"] == 50000 + rank and isinstance(v["ansible_port"], int)
+        assert v["ansible_user"] == "azureuser"
+        assert v["aml_node_rank"] == rank
+        assert v["aml_private_ip"] == node["privateIpAddress"]
+        assert v["aml_node_id"] == node["nodeId"]
+        assert v["aml_node_state"] == "idle" and v["aml_run_id"] == ""
+        assert v["aml_cluster"] == "gpu"
+        assert (v["aml_cluster_min_nodes"], v["aml_cluster_max_nodes"]) == (4, 4)
+        assert v["aml_vm_size"] == "Standard_ND96asr_v4"
+
+
+@pytest.mark.parametrize("source", SDKS)
+def test_sdk_sources_read_nodes_and_cluster_properties(tmp_path, monkeypatch, world, source):
+    world.add("gpu-a100", make_nodes(8, "gpu-a100"), vm_size="STANDARD_ND96ASR_V4", admin_user="hpcadmin")
+    fake(monkeypatch, world, source)
+    inv = load(write_config(tmp_path, sdk_config(source, clusters=["gpu-a100"])))
+    names = [h.name for h in inv.groups["cluster_gpu_a100"].get_hosts()]
+    assert names == [f"gpu-a100-{i}" for i in range(8)]
+    expected = {n["port"]: n for n in make_nodes(8, "gpu-a100")}
+    for i, name in enumerate(names):
+        v = hv(inv, name)
+        assert v["ansible_port"] == 50000 + i
+        assert v["aml_private_ip"] == expected[50000 + i]["privateIpAddress"]
+        assert v["aml_node_id"] == expected[50000 + i]["nodeId"]
+        assert v["ansible_host"] == "20.84.17.201"
+        assert v["ansible_user"] == "hpcadmin"
+        assert v["aml_vm_size"] == "STANDARD_ND96ASR_V4"
+        assert (v["aml_cluster_min_nodes"], v["aml_cluster_max_nodes"]) == (8, 8)
+
+
+@pytest.mark.parametrize("source", SDKS)
+def test_paged_list_nodes_is_read_to_the_end(tmp_path, monkeypatch, world, source):
+    world.page_size = 3
+    world.add("gpu", make_nodes(10))
+    fake(monkeypatch, world, source)
+    inv = load(write_config(tmp_path, sdk_config(source, clusters=["gpu"])))
+    assert len(inv.groups["aml_nodes"].get_hosts()) == 10
+    follow = "v1 GET listNodes nextLink" if source == "azureml-core" else "v2 GET listNodes nextLink"
+    assert world.calls[follow] == 3  # 4 pages: the first, then three nextLinks
+
+
+def test_v2_sdk_node_objects_lose_their_snake_case_fields(monkeypatch, world):
+    """The azure-ai-ml 1.35.x bug, shown on the real SDK: a reader of the documented
+    attributes gets None; the plugin's reader (record_from_object) gets the data."""
+    from amlhpc.aml_nodes import record_from_object
+    from azure.ai.ml import MLClient
+    world.add("gpu", make_nodes(2))
+    install_v2(monkeypatch, world)
+    import azure.ai.ml
+    client = azure.ai.ml.MLClient(object(), SUB, RG, WS)
+    assert isinstance(client, MLClient)
+    nodes = list(client.compute.list_nodes("gpu"))
+    assert type(nodes[0]).__name__ == "AmlComputeNodeInfo"
+    assert nodes[0].private_ip_address is None and nodes[0].node_id is None  # the documented attributes
+    assert nodes[0].port in (50000, 50001)  # only port survives
+    records = [record_from_object(n) for n in nodes]
+    assert sorted(r["privateIpAddress"] for r in records) == ["10.0.0.4", "10.0.0.5"]
+    assert all(r["nodeState"] == "idle" and r["nodeId"].startswith("tvmps_") for r in records)
+
+
+def test_v2_reader_still_works_when_the_sdk_is_fixed():
+    from amlhpc.aml_nodes import record_from_object
+
+    class Fixed:  # what a fixed AmlComputeNodeInfo looks like
+        def __init__(self):
+            self.node_id, self.private_ip_address, self.public_ip_address = "n1", "10.0.0.9", "1.2.3.4"
+            self.port, self.node_state, self.run_id = 50009, "running", "run-1"
+
+    assert record_from_object(Fixed()) == {"nodeId": "n1", "privateIpAddress": "10.0.0.9",
+                                           "publicIpAddress": "1.2.3.4", "port": 50009, "nodeState": "running",
+                                           "runId": "run-1"}
+
+
+@pytest.mark.parametrize("source", SDKS)
+def test_several_clusters_in_one_file(tmp_path, monkeypatch, world, source):
+    world.add("gpu", make_nodes(3, "gpu"))
+    world.add("cpu", make_nodes(2, "cpu"), vm_size="STANDARD_D4S_V3", min_nodes=0, max_nodes=2)
+    fake(monkeypatch, world, source)
+    inv = load(write_config(tmp_path, sdk_config(source, clusters=["gpu", {"name": "cpu"}])))
+    assert sorted(h.name for h in inv.groups["head"].get_hosts()) == ["cpu-0", "gpu-0"]
+    assert sorted(h.name for h in inv.groups["workers"].get_hosts()) == ["cpu-1", "gpu-1", "gpu-2"]
+    assert len(inv.groups["aml_nodes"].get_hosts()) == 5
+    assert hv(inv, "cpu-1")["aml_cluster_min_nodes"] == 0 and hv(inv, "cpu-1")["aml_vm_size"] == "STANDARD_D4S_V3"
+    assert hv(inv, "gpu-2")["aml_cluster"] == "gpu"
+
+
+def test_host_names_are_stable_across_runs_and_listing_order(tmp_path):
+    nodes = make_nodes(6, shuffle=False)
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(nodes))
+    b.write_text(json.dumps(list(reversed(nodes))))
+    seen = []
+    for f in (a, b):
+        inv = load(write_config(tmp_path, {"source": "nodes_file", "cluster": "gpu", "nodes_file": str(f)}))
+        seen.append({h.name: hv(inv, h.name)["aml_node_id"] for h in inv.groups["aml_nodes"].get_hosts()})
+    assert seen[0] == seen[1]
+    inv = load(write_config(tmp_path, {"source": "nodes_file", "cluster": "gpu", "nodes_file": str(a),
+                                       "hostnames": "node_id"}))
+    assert sorted(h.name for h in inv.groups["aml_nodes"].get_hosts()) == sorted(f"gpu-{n['nodeId']}" for n in nodes)
+
+
+def test_private_ip_mode(tmp_path):
+    inv = load(write_config(tmp_path, {"source": "nodes_file", "cluster": "gpu", "nodes_file": str(FIXTURE),
+                                       "use_private_ip": True}))
+    v = hv(inv, "gpu-0")
+    assert (v["ansible_host"], v["ansible_port"], v["aml_public_port"]) == ("10.0.0.4", 22, 50000)
+
+
+# ---------------------------------------------------------------------------------------
+# Node states and filters
+
+
+def test_unusable_preempted_leaving_nodes_are_left_out_with_a_warning(tmp_path, warnings):
+    nodes = make_nodes(6, states={1: "unusable", 3: "preempted", 4: "leaving", 5: "running"}, shuffle=False)
+    f = tmp_path / "n.json"
+    f.write_text(json.dumps(nodes))
+    inv = load(write_config(tmp_path, {"source": "nodes_file", "cluster": "gpu", "nodes_file": str(f)}))
+    kept = {hv(inv, h.name)["aml_node_id"]: h.name for h in inv.groups["aml_nodes"].get_hosts()}
+    assert kept == {nodes[0]["nodeId"]: "gpu-0", nodes[2]["nodeId"]: "gpu-1", nodes[5]["nodeId"]: "gpu-2"}
+    (warning,) = [w for w in warnings if "left out" in w]
+    for i, state in ((1, "unusable"), (3, "preempted"), (4, "leaving")):
+        assert f"{nodes[i]['nodeId']} ({state})" in warning
+    assert "exclude_states: []" in warning
+    inv = load(write_config(tmp_path, {"source": "nodes_file", "cluster": "gpu", "nodes_file": str(f),
+                                       "exclude_states": []}))
+    assert len(inv.groups["aml_nodes"].get_hosts()) == 6
+
+
+def test_jmespath_node_filter(tmp_path):
+    nodes = make_nodes(6, states={2: "running"}, shuffle=False)
+    nodes[4]["runId"] = "cosmoflow_1700000000_abcd"
+    f = tmp_path / "n.json"
+    f.write_text(json.dumps(nodes))
+    base = {"source": "nodes_file", "cluster": "gpu", "nodes_file": str(f)}
+    inv = load(write_config(tmp_path, {**base, "node_filter": "nodeState == 'idle' && runId == `null`"}))
+    ids = [hv(inv, h.name)["aml_node_id"] for h in inv.groups["aml_nodes"].get_hosts()]
+    assert ids == [nodes[i]["nodeId"] for i in (0, 1, 3, 5)]
+    assert [hv(inv, f"gpu-{r}")["aml_node_rank"] for r in range(4)] == [0, 1, 2, 3]  # ranks close the gaps
+    inv = load(write_config(tmp_path, {**base, "node_filter": "port >= `50003` && cluster == 'gpu'"}))
+    assert [hv(inv, h.name)["ansible_port"] for h in inv.groups["aml_nodes"].get_hosts()] == [50003, 50004, 50005]
+
+
+def test_bad_jmespath_is_one_sentence(tmp_path):
+    path = write_config(tmp_path, {"source": "nodes_file", "cluster": "gpu", "nodes_file": str(FIXTURE),
+                                   "node_filter": "nodeState == "})
+    with pytest.raises(AnsibleError, match="node_filter 'nodeState == ' is not a valid JMESPath expression"):
+        parse(path)
+
+
+# ---------------------------------------------------------------------------------------
+# Constructed
+
+
+def test_compose_groups_keyed_groups(tmp_path):
+    path = write_config(tmp_path, {
+        "source": "nodes_file", "cluster": "gpu", "nodes_file": str(FIXTURE), "vm_size": "Standard_ND96asr_v4",
+        "compose": {"mpi_slot": "aml_node_rank * 8", "ansible_user": "'trainer'"},
+        "groups": {"even_ranks": "aml_node_rank % 2 == 0"},
+        "keyed_groups": [{"key": "aml_vm_size", "prefix": "vm"}, {"key": "aml_node_state", "prefix": "state"}],
+    })
+    inv = load(path)
+    assert hv(inv, "gpu-3")["mpi_slot"] == 24
+    assert hv(inv, "gpu-3")["ansible_user"] == "trainer"
+    assert sorted(h.name for h in inv.groups["even_ranks"].get_hosts()) == ["gpu-0", "gpu-2"]
+    assert len(inv.groups["vm_Standard_ND96asr_v4"].get_hosts()) == 4
+    assert len(inv.groups["state_idle"].get_hosts()) == 4
+
+
+def test_strict_makes_a_bad_compose_fail(tmp_path):
+    base = {"source": "nodes_file", "cluster": "gpu", "nodes_file": str(FIXTURE),
+            "compose": {"x": "no_such_var.attr"}}
+    parse(write_config(tmp_path, base))  # not strict: skipped
+    with pytest.raises(AnsibleError):
+        parse(write_config(tmp_path, {**base, "strict": True}))
+
+
+# ---------------------------------------------------------------------------------------
+# Cache
+
+
+@pytest.mark.parametrize("source", SDKS)
+def test_cache_serves_the_second_run_without_sdk_calls(tmp_path, monkeypatch, world, source):
+    world.add("gpu", make_nodes(4))
+    fake(monkeypatch, world, source)
+    path = write_config(tmp_path, sdk_config(source, clusters=["gpu"], cache=True,
+                                             cache_plugin="ansible.builtin.jsonfile",
+                                             cache_connection=str(tmp_path / "cache"), cache_timeout=600))
+    parse(path)
+    first = load(path)
+    cold = sum(world.calls.values())
+    assert cold > 0
+    world.clusters["gpu"]["nodes"] = make_nodes(2)  # the cluster changes; the cache does not know
+    second = load(path)
+    assert sum(world.calls.values()) == cold
+    assert [h.name for h in second.groups["aml_nodes"].get_hosts()] == \
+        [h.name for h in first.groups["aml_nodes"].get_hosts()]
+    assert hv(second, "gpu-3") == hv(first, "gpu-3")
+    refreshed = load(path, cache=False)  # --flush-cache
+    assert sum(world.calls.values()) > cold
+    assert len(refreshed.groups["aml_nodes"].get_hosts()) == 2
+
+
+# ---------------------------------------------------------------------------------------
+# Auth
+
+
+@pytest.mark.parametrize("source", SDKS)
+def test_env_auth_builds_a_service_principal_from_azure_variables(tmp_path, monkeypatch, world, source):
+    world.add("gpu", make_nodes(2))
+    fake(monkeypatch, world, source)
+    monkeypatch.setenv("AZURE_CLIENT_ID", "cid")
+    monkeypatch.setenv("AZURE_SECRET", "s3cret")
+    monkeypatch.setenv("AZURE_TENANT", "tid")
+    monkeypatch.setenv("AZURE_SUBSCRIPTION_ID", SUB)
+    cfg = sdk_config(source, clusters=["gpu"], auth_source="env")
+    del cfg["subscription_id"]
+    load(write_config(tmp_path, cfg))
+    (cred,) = world.credentials
+    if source == "azureml-core":
+        assert type(cred).__name__ == "ServicePrincipalAuthentication"
+        assert (cred._service_principal_id, cred._tenant_id) == ("cid", "tid")
+    else:
+        assert type(cred).__name__ == "ClientSecretCredential"
+        assert cred._client_id == "cid" and cred._tenant_id == "tid"
+
+
+@pytest.mark.parametrize("source", SDKS)
+def test_templated_secret_from_a_lookup(tmp_path, monkeypatch, world, source):
+    world.add("gpu", make_nodes(2))
+    fake(monkeypatch, world, source)
+    monkeypatch.setenv("HPC_SP_SECRET", "from-lookup")
+    load(write_config(tmp_path, sdk_config(
+        source, clusters=["gpu"], auth_source="service_principal", client_id="cid", tenant="tid",
+        secret="{{ lookup('ansible.builtin.env', 'HPC_SP_SECRET') }}")))
+    (cred,) = world.credentials
+    if source == "azureml-core":
+        assert cred._service_principal_password == "from-lookup"
+    else:
+        assert cred._client_credential == "from-lookup"
+
+
+@pytest.mark.parametrize("source", SDKS)
+def test_cli_auth_by_default(tmp_path, monkeypatch, world, source):
+    world.add("gpu", make_nodes(2))
+    fake(monkeypatch, world, source)
+    cfg = sdk_config(source, clusters=["gpu"])
+    del cfg["auth_source"]
+    load(write_config(tmp_path, cfg))
+    (cred,) = world.credentials
+    assert type(cred).__name__ in ("AzureCliAuthentication", "AzureCliCredential")
+
+
+# ---------------------------------------------------------------------------------------
+# Errors, one sentence each
+
+
+def test_sdk_not_installed_names_the_package(tmp_path, monkeypatch):
+    for mod in ("azure.ai.ml",):
+        monkeypatch.setitem(sys.modules, mod, None)  # import fails
+    path = write_config(tmp_path, sdk_config("azure-ai-ml", clusters=["gpu"]))
+    with pytest.raises(AnsibleError, match=r"source 'azure-ai-ml' needs the Python package azure-ai-ml, .*"
+                                           r"pip install azure-ai-ml==1\.35\.2"):
+        parse(path)
+    monkeypatch.setitem(sys.modules, "azureml.core", None)
+    path = write_config(tmp_path, sdk_config("azureml-core", clusters=["gpu"]))
+    with pytest.raises(AnsibleError, match=r"needs the Python package azureml-core"):
+        parse(path)
+
+
+@pytest.mark.parametrize("source", SDKS)
+def test_workspace_not_found(tmp_path, monkeypatch, world, source):
+    world.workspace = "another-ws"
+    fake(monkeypatch, world, source)
+    with pytest.raises(AnsibleError, match=f"workspace '{WS}' was not found in resource group '{RG}' of "
+                                           f"subscription {SUB}: check workspace_name"):
+        parse(write_config(tmp_path, sdk_config(source, clusters=["gpu"])))
+
+
+@pytest.mark.parametrize("source", SDKS)
+def test_cluster_not_found(tmp_path, monkeypatch, world, source):
+    world.add("gpu", make_nodes(2))
+    fake(monkeypatch, world, source)
+    with pytest.raises(AnsibleError, match=f"cluster 'gpo' was not found in workspace '{WS}': create it with "
+                                           "playbooks/cluster.yml or fix the cluster name"):
+        parse(write_config(tmp_path, sdk_config(source, clusters=["gpo"])))
+
+
+@pytest.mark.parametrize("source", SDKS)
+def test_auth_failed_names_the_source_tried(tmp_path, monkeypatch, world, source):
+    world.add("gpu", make_nodes(2))
+    world.auth_error = "AADSTS7000215: Invalid client secret provided."
+    fake(monkeypatch, world, source)
+    monkeypatch.setenv("AZURE_CLIENT_ID", "cid")
+    monkeypatch.setenv("AZURE_SECRET", "wrong")
+    monkeypatch.setenv("AZURE_TENANT", "tid")
+    with pytest.raises(AnsibleError, match="Azure authentication failed with auth_source env, chosen by "
+                                           "auth_source auto: AADSTS7000215") as err:
+        parse(write_config(tmp_path, sdk_config(source, clusters=["gpu"], auth_source="auto")))
+    assert "wrong" not in str(err.value)
+
+
+def test_service_principal_without_its_parts(tmp_path):
+    path = write_config(tmp_path, sdk_config("azure-ai-ml", clusters=["gpu"], auth_source="service_principal",
+                                             client_id="cid"))
+    with pytest.raises(AnsibleError, match="auth_source service_principal needs secret .or AZURE_SECRET., tenant .or AZURE_TENANT."):
+        parse(path)
+
+
+@pytest.mark.parametrize("source", SDKS)
+def test_cluster_without_nodes(tmp_path, monkeypatch, world, warnings, source):
+    world.add("gpu", [], min_nodes=0, max_nodes=4)
+    fake(monkeypatch, world, source)
+    with pytest.raises(AnsibleError, match="cluster 'gpu' has no nodes: scale it up"):
+        parse(write_config(tmp_path, sdk_config(source, clusters=["gpu"])))
+    data = parse(write_config(tmp_path, sdk_config(source, clusters=["gpu"], allow_empty=True)))
+    assert not data.hosts and any("has no nodes" in w for w in warnings)
+
+
+def test_every_node_filtered_out(tmp_path):
+    path = write_config(tmp_path, {"source": "nodes_file", "cluster": "gpu", "nodes_file": str(FIXTURE),
+                                   "node_filter": "nodeState == 'running'"})
+    with pytest.raises(AnsibleError, match="none of its 4 node"):
+        parse(path)
+
+
+@pytest.mark.parametrize(("mutate", "sentence"), [
+    (lambda n: n[2].pop("privateIpAddress"), "node 2 has no 'privateIpAddress'"),
+    (lambda n: n[1].update(port="ssh"), "node 1: 'port' must be an integer 1-65535, not 'ssh'"),
+    (lambda n: n[0].update(nodeState="sleeping"), "node 0: 'nodeState' 'sleeping' is not one of"),
+    (lambda n: n[3].update(nodeId=n[0]["nodeId"]), "node 3 repeats nodeId"),
+    (lambda n: n.__setitem__(1, "10.0.0.5"), "node 1 is a str, not an object"),
+])
+def test_malformed_nodes_file_names_the_field(tmp_path, mutate, sentence):
+    nodes = json.loads(FIXTURE.read_text())
+    mutate(nodes)
+    f = tmp_path / "bad.json"
+    f.write_text(json.dumps(nodes))
+    with pytest.raises(AnsibleError, match=f"nodes file {f}: " + __import__("re").escape(sentence)):
+        parse(write_config(tmp_path, {"source": "nodes_file", "cluster": "gpu", "nodes_file": str(f)}))
+
+
+def test_nodes_file_missing_or_not_json(tmp_path):
+    with pytest.raises(AnsibleError, match="nodes file .*nope.json does not exist"):
+        parse(write_config(tmp_path, {"source": "nodes_file", "cluster": "gpu", "nodes_file": "nope.json"}))
+    f = tmp_path / "x.json"
+    f.write_text("{nodes: ")
+    with pytest.raises(AnsibleError, match="is not valid JSON"):
+        parse(write_config(tmp_path, {"source": "nodes_file", "cluster": "gpu", "nodes_file": str(f)}))
+
+
+def test_relative_nodes_file_is_relative_to_the_config(tmp_path):
+    (tmp_path / "nodes.json").write_text(FIXTURE.read_text())
+    data = parse(write_config(tmp_path, {"source": "nodes_file", "cluster": "gpu", "nodes_file": "nodes.json"}))
+    assert len(data.hosts) == 4
+
+
+# ---------------------------------------------------------------------------------------
+# Scale
+
+
+@pytest.mark.parametrize("source", SDKS)
+def test_512_node_cluster(tmp_path, monkeypatch, world, source):
+    world.add("gpu", make_nodes(512))
+    fake(monkeypatch, world, source)
+    inv = load(write_config(tmp_path, sdk_config(source, clusters=["gpu"])))
+    hosts = inv.groups["aml_nodes"].get_hosts()
+    assert len(hosts) == 512 and len(inv.groups["workers"].get_hosts()) == 511
+    ranks = sorted(hv(inv, h.name)["aml_node_rank"] for h in hosts)
+    assert ranks == list(range(512))
+    assert len({hv(inv, h.name)["aml_private_ip"] for h in hosts}) == 512
+    assert hv(inv, "gpu-511")["ansible_port"] == 50511
+    assert world.calls["v1 GET listNodes nextLink"] + world.calls["v2 GET listNodes nextLink"] == 5
+
+
+# ---------------------------------------------------------------------------------------
+# The real CLI with the project's ansible.cfg
+
+
+def _unwrap(value):
+    if isinstance(value, dict) and set(value) == {"__ansible_unsafe"}:
+        return value["__ansible_unsafe"]
+    return value
+
+
+def test_ansible_inventory_cli_with_the_project_config(tmp_path):
+    path = write_config(tmp_path, {"source": "nodes_file", "cluster": "gpu", "nodes_file": str(FIXTURE),
+                                   "admin_user": "azureuser", "min_nodes": 4, "max_nodes": 4},
+                        name="x.azureml_compute.yml")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_INVENTORY_UNPARSED_FAILED="true")
+    res = subprocess.run([str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(path), "--list"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["head"]["hosts"] == ["gpu-0"]
+    assert out["workers"]["hosts"] == ["gpu-1", "gpu-2", "gpu-3"]
+    assert sorted(out["cluster_gpu"]["hosts"]) == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
+    hv3 = {k: _unwrap(v) for k, v in out["_meta"]["hostvars"]["gpu-3"].items()}
+    assert hv3["ansible_port"] == 50003 and hv3["aml_private_ip"] == "10.0.0.7" and hv3["aml_node_rank"] == 3
+    # A broken file fails the command instead of warning.
+    bad = write_config(tmp_path, {"source": "nodes_file", "cluster": "gpu", "nodes_file": "missing.json"},
+                       name="y.azureml_compute.yml")
+    res = subprocess.run([str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(bad), "--list"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode != 0
+    assert "missing.json does not exist" in res.stderr
+
+
+# ---------------------------------------------------------------------------------------
+# The example files under inventory/examples
+
+
+EXAMPLES = ROOT / "inventory" / "examples"
+
+
+def test_example_saved_payload():
+    inv = load(EXAMPLES / "saved.azureml_compute.yml")
+    assert len(inv.groups["cluster_gpu"].get_hosts()) == 4
+    assert hv(inv, "gpu-0")["aml_vm_size"] == "Standard_ND96asr_v4"
+
+
+def test_example_v1_with_env_auth(monkeypatch, world):
+    world.add("gpu-a100", make_nodes(4, "gpu-a100"))
+    install_v1(monkeypatch, world)
+    for k, v in {"AZURE_CLIENT_ID": "c", "AZURE_SECRET": "s", "AZURE_TENANT": "t", "AZURE_SUBSCRIPTION_ID": SUB}.items():
+        monkeypatch.setenv(k, v)
+    inv = load(EXAMPLES / "v1-env.azureml_compute.yml")
+    assert len(inv.groups["vm_STANDARD_ND96ASR_V4"].get_hosts()) == 4
+    assert type(world.credentials[0]).__name__ == "ServicePrincipalAuthentication"
+
+
+def test_example_v2_with_cli_auth_and_cache(tmp_path, monkeypatch, world):
+    monkeypatch.chdir(tmp_path)  # the example caches under .cache/inventory
+    busy = make_nodes(3, "gpu-a100")
+    busy[0]["runId"] = "cosmoflow_1"
+    world.add("gpu-a100", busy)
+    world.add("cpu-prep", make_nodes(2, "cpu-prep"))
+    install_v2(monkeypatch, world)
+    monkeypatch.setenv("AZURE_SUBSCRIPTION_ID", SUB)
+    inv = load(EXAMPLES / "v2-cli.azureml_compute.yml", cache=False)
+    assert len(inv.groups["cluster_gpu_a100"].get_hosts()) == 2  # the node with a job is filtered out
+    assert len(inv.groups["cluster_cpu_prep"].get_hosts()) == 2
+    assert type(world.credentials[0]).__name__ == "AzureCliCredential"
+    assert (tmp_path / ".cache" / "inventory").is_dir()
+
+
+def test_ansible_doc_renders_the_plugin_and_the_module():
+    doc = str(Path(sys.executable).parent / "ansible-doc")
+    for argv, words in ((["-t", "inventory", "azureml_compute"], ["node_filter", "auth_source", "keyed_groups",
+                                                                 "cache_timeout", "EXAMPLES"]),
+                        (["aml_compute_cluster"], ["scaled_to_zero", "beeond_enabled", "RETURN VALUES"])):
+        res = subprocess.run([doc, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                             env=dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg")))
+        assert res.returncode == 0, res.stderr
+        for word in words:
+            assert word in res.stdout, (argv, word)
+
+
+@pytest.mark.parametrize("source", SDKS)
+def test_vault_encrypted_secret(tmp_path, monkeypatch, world, source):
+    from ansible.parsing.vault import VaultLib, VaultSecret, VaultSecretsContext
+    world.add("gpu", make_nodes(2))
+    fake(monkeypatch, world, source)
+    secret = VaultSecret(b"vault-pw")
+    blob = VaultLib([("default", secret)]).encrypt("from-vault").decode()
+    text = yaml.safe_dump({"plugin": "azureml_compute", **sdk_config(
+        source, clusters=["gpu"], auth_source="service_principal", client_id="cid", tenant="tid")})
+    text += "secret: !vault |\n" + "".join(f"  {line}\n" for line in blob.splitlines())
+    path = tmp_path / "v.azureml_compute.yml"
+    path.write_text(text)
+    assert "from-vault" not in path.read_text()
+    # What the CLIs do with --vault-password-file (VaultSecretsContext.initialize, once per process).
+    monkeypatch.setattr(VaultSecretsContext, "_current", VaultSecretsContext([("default", secret)]))
+    loader = DataLoader()
+    loader.set_vault_secrets([("default", secret)])
+    parse_with = inventory_loader.get("azureml_compute")
+    parse_with.parse(InventoryData(), loader, str(path))
+    (cred,) = world.credentials
+    got = cred._service_principal_password if source == "azureml-core" else cred._client_credential
+    assert got == "from-vault"

@@ -1,0 +1,204 @@
+"""aml_compute_cluster, run in-process with patch_module_args and Azure faked at the SDK boundary."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from pathlib import Path
+
+import ansible.module_utils
+import pytest
+from ansible.module_utils.testing import patch_module_args
+
+from azureml_fakes import FAKE_KEY, RG, SUB, WS, World, install_v1, install_v2, make_nodes
+
+ROOT = Path(__file__).resolve().parents[4]
+# What AnsiballZ does for a real run: the project's module_utils under ansible.module_utils.
+if str(ROOT / "plugins" / "module_utils") not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(str(ROOT / "plugins" / "module_utils"))
+
+import importlib.util  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location("aml_compute_cluster", ROOT / "plugins/modules/aml_compute_cluster.py")
+module = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(module)
+
+KEY = FAKE_KEY
+SDKS = ["azureml-core", "azure-ai-ml"]
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    for name in ("AZURE_CLIENT_ID", "AZURE_SECRET", "AZURE_TENANT", "AZURE_SUBSCRIPTION_ID", "IDENTITY_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture()
+def world(monkeypatch):
+    return World()
+
+
+def args(sdk: str, **extra) -> dict:
+    base = {"name": "gpu", "sdk": sdk, "subscription_id": SUB, "resource_group": RG, "workspace_name": WS,
+            "auth_source": "cli", "vm_size": "Standard_ND96asr_v4", "max_nodes": 4, "admin_user": "azureuser",
+            "ssh_public_key": KEY, "beeond_enabled": True, "wait": False, "poll_interval": 0}
+    return {**base, **extra}
+
+
+def run(capsys, params: dict) -> dict:
+    with patch_module_args(params), pytest.raises(SystemExit):
+        module.main()
+    return json.loads(capsys.readouterr().out)
+
+
+def install(monkeypatch, world, sdk):
+    (install_v1 if sdk == "azureml-core" else install_v2)(monkeypatch, world)
+
+
+@pytest.mark.parametrize("sdk", SDKS)
+def test_creates_a_fixed_size_cluster_then_changes_nothing(capsys, monkeypatch, world, sdk):
+    install(monkeypatch, world, sdk)
+    out = run(capsys, args(sdk, wait_timeout=1800))
+    assert out["changed"] is True and out["action"] == "create", out
+    props = world.clusters["gpu"]["compute"]["properties"]["properties"]
+    assert props["scaleSettings"]["minNodeCount"] == props["scaleSettings"]["maxNodeCount"] == 4
+    assert props["vmSize"].lower() == "standard_nd96asr_v4"
+    assert props["userAccountCredentials"]["adminUserName"] == "azureuser"
+    assert props["userAccountCredentials"]["adminUserSshPublicKey"] == KEY
+    assert props["remoteLoginPortPublicAccess"] == "Enabled"
+    again = run(capsys, args(sdk))
+    assert again["changed"] is False and again["action"] == "none", again
+    if sdk == "azureml-core":  # the SDK's own wait is bounded by wait_timeout
+        assert world.waits == [30]
+
+
+@pytest.mark.parametrize("sdk", SDKS)
+def test_check_mode_changes_nothing_and_diff_shows_the_scale(capsys, monkeypatch, world, sdk):
+    world.add("gpu", make_nodes(2), min_nodes=0, max_nodes=4, vm_size="STANDARD_ND96ASR_V4")
+    install(monkeypatch, world, sdk)
+    out = run(capsys, args(sdk, _ansible_check_mode=True, _ansible_diff=True))
+    assert out["changed"] is True and out["changes"] == {"min_nodes": [0, 4]}
+    assert out["diff"]["before"]["min_nodes"] == 0 and out["diff"]["after"]["min_nodes"] == 4
+    assert world.clusters["gpu"]["compute"]["properties"]["properties"]["scaleSettings"]["minNodeCount"] == 0
+    assert not any("update" in k or "PUT" in k for k in world.calls)
+    created = run(capsys, args(sdk, name="new", _ansible_check_mode=True))
+    assert created["action"] == "create" and "new" not in world.clusters
+
+
+@pytest.mark.parametrize("sdk", SDKS)
+def test_scales_an_existing_cluster(capsys, monkeypatch, world, sdk):
+    world.add("gpu", make_nodes(2), min_nodes=2, max_nodes=2, vm_size="STANDARD_ND96ASR_V4")
+    install(monkeypatch, world, sdk)
+    out = run(capsys, args(sdk))
+    assert out["changed"] and out["changes"] == {"min_nodes": [2, 4], "max_nodes": [2, 4]}
+    assert out["cluster"]["min_nodes"] == out["cluster"]["max_nodes"] == 4
+
+
+def test_autoscaling_refused_while_beeond_is_on(capsys, monkeypatch, world):
+    install_v1(monkeypatch, world)
+    out = run(capsys, args("azureml-core", min_nodes=0))
+    assert out["failed"] and "would autoscale (min 0, max 4); BeeOND needs min_nodes == max_nodes" in out["msg"]
+    assert "gpu" not in world.clusters
+    ok = run(capsys, args("azureml-core", min_nodes=0, beeond_enabled=False))
+    assert ok["changed"] and world.clusters["gpu"]["compute"]["properties"]["properties"]["scaleSettings"][
+        "minNodeCount"] == 0
+
+
+@pytest.mark.parametrize("sdk", SDKS)
+def test_refuses_a_cluster_with_another_vm_size(capsys, monkeypatch, world, sdk):
+    world.add("gpu", make_nodes(4), vm_size="STANDARD_NC24ADS_A100_V4")
+    install(monkeypatch, world, sdk)
+    out = run(capsys, args(sdk))
+    assert out["failed"] and "exists with vm_size STANDARD_NC24ADS_A100_V4" in out["msg"]
+
+
+@pytest.mark.parametrize("sdk", SDKS)
+def test_scaled_to_zero_teardown(capsys, monkeypatch, world, sdk):
+    world.add("gpu", make_nodes(4), vm_size="STANDARD_ND96ASR_V4")
+    install(monkeypatch, world, sdk)
+    out = run(capsys, {"name": "gpu", "sdk": sdk, "state": "scaled_to_zero", "subscription_id": SUB,
+                       "resource_group": RG, "workspace_name": WS, "auth_source": "cli", "poll_interval": 0})
+    assert out["changed"] and out["changes"] == {"min_nodes": [4, 0]} and out["wait_status"] == "0 node(s) left"
+    scale = world.clusters["gpu"]["compute"]["properties"]["properties"]["scaleSettings"]
+    assert (scale["minNodeCount"], scale["maxNodeCount"]) == (0, 4)
+    again = run(capsys, {"name": "gpu", "sdk": sdk, "state": "scaled_to_zero", "subscription_id": SUB,
+                         "resource_group": RG, "workspace_name": WS, "auth_source": "cli", "wait": False})
+    assert again["changed"] is False
+
+
+def _ssh_servers(n: int):
+    """n TCP servers on 127.0.0.1 that greet like sshd."""
+    socks, stop = [], threading.Event()
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        s.settimeout(0.2)
+        socks.append(s)
+
+    def serve(s):
+        while not stop.is_set():
+            try:
+                conn, _ = s.accept()
+            except OSError:
+                continue
+            conn.sendall(b"SSH-2.0-OpenSSH_9.2p1 fake\r\n")
+            conn.close()
+    threads = [threading.Thread(target=serve, args=(s,), daemon=True) for s in socks]
+    for t in threads:
+        t.start()
+    return socks, stop
+
+
+@pytest.mark.parametrize("sdk", SDKS)
+def test_wait_until_idle_and_answering_on_ssh(capsys, monkeypatch, world, sdk):
+    socks, stop = _ssh_servers(2)
+    try:
+        nodes = make_nodes(2, public_ip="127.0.0.1")
+        nodes.sort(key=lambda n: n["port"])
+        for node, s in zip(nodes, socks):
+            node["port"] = s.getsockname()[1]
+        nodes[1]["nodeState"] = "preparing"
+        world.add("gpu", nodes, min_nodes=2, max_nodes=2, vm_size="STANDARD_ND96ASR_V4")
+        world.grow_on_scale = False
+        install(monkeypatch, world, sdk)
+        looks = {"n": 0}
+        real_sleep = module.time.sleep
+
+        def sleep(_s):  # the node becomes idle while the module waits
+            looks["n"] += 1
+            nodes[1]["nodeState"] = "idle"
+            real_sleep(0)
+        monkeypatch.setattr(module.time, "sleep", sleep)
+        out = run(capsys, args(sdk, max_nodes=2, wait=True, wait_timeout=30))
+        assert out["changed"] is False and out["wait_status"] == "2 node(s) idle", out
+        assert looks["n"] == 1 and len(out["nodes"]) == 2
+        # A node that does not answer on SSH keeps it waiting until the timeout.
+        socks[0].close()
+        out = run(capsys, args(sdk, max_nodes=2, wait=True, wait_timeout=0))
+        assert out["failed"] and "idle but not answering on SSH" in out["msg"]
+    finally:
+        stop.set()
+        for s in socks:
+            s.close()
+
+
+@pytest.mark.parametrize("sdk", SDKS)
+def test_errors_are_one_sentence(capsys, monkeypatch, world, sdk):
+    world.auth_error = "AADSTS700016: Application not found in the directory."
+    install(monkeypatch, world, sdk)
+    out = run(capsys, args(sdk))
+    assert out["failed"] and out["msg"].startswith("Azure authentication failed with auth_source cli: AADSTS700016")
+    world.auth_error = None
+    world.workspace = "other"
+    out = run(capsys, args(sdk))
+    assert out["msg"].startswith(f"workspace '{WS}' was not found")
+
+
+def test_secret_is_not_logged(capsys, monkeypatch, world):
+    install_v2(monkeypatch, world)
+    out = run(capsys, args("azure-ai-ml", auth_source="service_principal", client_id="c", tenant="t",
+                           secret="very-secret-value"))
+    assert "very-secret-value" not in json.dumps(out)
+    assert out["changed"]

@@ -1,0 +1,78 @@
+"""playbooks/cluster.yml and cluster_teardown.yml, run by ansible-playbook (no Azure here:
+the module itself is tested in tests/unit/plugins/modules against faked SDKs)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
+
+
+def play(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([ANSIBLE_PLAYBOOK, *argv], cwd=ROOT, capture_output=True, text=True, timeout=180)
+
+
+def test_local_profile_skips_with_one_line():
+    res = play("playbooks/cluster.yml")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "cluster: skipped: the local profile has no AmlCompute cluster to manage" in res.stdout
+    assert "changed=0" in res.stdout
+    res = play("playbooks/cluster_teardown.yml")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "cluster teardown: skipped: the local profile has no AmlCompute cluster to scale down" in res.stdout
+
+
+def test_unnamed_cluster_fails_with_the_fix():
+    res = play("playbooks/cluster.yml", "-e", "amlhpc_profile=azure")
+    assert res.returncode != 0
+    assert "set aml_cluster_name, aml_cluster_resource_group and aml_cluster_workspace_name" in res.stdout
+
+
+def test_wrong_types_fail_before_any_task():
+    res = play("playbooks/cluster.yml", "-e", "amlhpc_profile=azure", "-e", "aml_cluster_node_count=four")
+    assert res.returncode != 0
+    assert "aml_cluster_node_count" in res.stdout and "Validating arguments" in res.stdout
+    res = play("playbooks/cluster.yml", "-e", "amlhpc_profile=azure", "-e", "aml_cluster_sdk=v3")
+    assert res.returncode != 0 and "aml_cluster_sdk" in res.stdout
+
+
+def test_tags():
+    res = play("playbooks/cluster.yml", "--list-tags")
+    assert "TAGS: [cluster]" in res.stdout
+    res = play("playbooks/cluster_teardown.yml", "--list-tags")
+    assert "TAGS: [teardown]" in res.stdout
+
+
+def _plugin_inventory(tmp_path: Path, nodes: list, **extra) -> Path:
+    import json
+
+    import yaml
+    (tmp_path / "nodes.json").write_text(json.dumps(nodes))
+    path = tmp_path / "t.azureml_compute.yml"
+    path.write_text(yaml.safe_dump({"plugin": "azureml_compute", "source": "nodes_file", "cluster": "gpu",
+                                    "nodes_file": "nodes.json", "admin_user": "azureuser", **extra}))
+    return path
+
+
+def test_plugin_inventory_through_the_validate_play(tmp_path):
+    """The plugin's host vars are what roles/validate checks (ranks, IPs, states, autoscaling)."""
+    import json
+    nodes = json.loads((ROOT / "tests/fixtures/azureml/list_nodes_gpu4.json").read_text())
+    env_args = ("-e", "beeond_enabled=true")
+    ok = play("-i", str(_plugin_inventory(tmp_path, nodes, min_nodes=4, max_nodes=4)), "playbooks/validate.yml",
+              *env_args)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "inventory OK: 4 node(s) in cluster(s) gpu" in ok.stdout
+    autoscaling = play("-i", str(_plugin_inventory(tmp_path, nodes, min_nodes=0, max_nodes=4)),
+                       "playbooks/validate.yml", *env_args)
+    assert autoscaling.returncode != 0
+    assert "cluster 'gpu' autoscales (min 0, max 4); BeeOND needs min_nodes == max_nodes" in autoscaling.stdout
+    nodes[1]["nodeState"] = "unusable"
+    kept = play("-i", str(_plugin_inventory(tmp_path, nodes, exclude_states=[])), "playbooks/validate.yml")
+    assert kept.returncode != 0 and "are not usable" in kept.stdout
+    left_out = play("-i", str(_plugin_inventory(tmp_path, nodes)), "playbooks/validate.yml")
+    assert left_out.returncode == 0 and "inventory OK: 3 node(s)" in left_out.stdout
+    assert f"{nodes[1]['nodeId']} (unusable)" in left_out.stderr + left_out.stdout
