@@ -1,0 +1,1 @@
+"""CosmoFlow (MLPerf HPC) in PyTorch: model, TFRecord data pipeline, distributed training."""
