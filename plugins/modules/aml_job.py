@@ -126,7 +126,7 @@ options:
     description: C(https://VAULT.vault.azure.net/NAME) of the SAS secret (azure_ai_ml).
     type: str
   train_args:
-    description: Options of the training script, C({batch_size: 4}) becomes C(--batch-size 4).
+    description: "Options of the training script: C({batch_size: 4}) becomes C(--batch-size 4)."
     type: dict
     default: {}
   environment_variables:
