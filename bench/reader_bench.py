@@ -20,6 +20,7 @@ work. The tf.data column needs tensorflow-cpu, installed on demand into .venv-be
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import shutil
@@ -135,13 +136,29 @@ def _run_part(python: str, *args: str, timeout: int = 600) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1] or "{}")
 
 
+def _python312() -> str | None:
+    """A Python 3.12 to build .venv-bench from (never a venv's own: its base interpreter)."""
+    candidates = [getattr(sys, "_base_executable", ""), *sorted(glob.glob(os.path.expanduser(
+        "~/.pyenv/versions/3.12.*/bin/python3.12"))), "/usr/local/bin/python3.12", "/usr/bin/python3.12",
+        shutil.which("python3.12") or ""]
+    for c in filter(None, candidates):
+        try:
+            out = subprocess.run([c, "-c", "import sys; print(sys.version_info[:2] == (3, 12))"],
+                                 capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if out.stdout.strip() == "True":
+            return c
+    return None
+
+
 def bench_python(timeout: int = 900) -> tuple[str | None, str]:
     """The .venv-bench interpreter with tensorflow-cpu, created on demand; or (None, why)."""
     py = os.path.join(BENCH_VENV, "bin", "python")
     stamp = os.path.join(BENCH_VENV, ".bench-stamp")
     if os.path.exists(stamp) and open(stamp).read().strip() == TF_REQUIREMENT:
         return py, "ready"
-    base = shutil.which("python3.12")
+    base = _python312()
     if not base:
         return None, "no python3.12 to build .venv-bench with"
     try:

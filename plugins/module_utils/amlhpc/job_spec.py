@@ -30,6 +30,7 @@ BACKENDS = ("azureml_core", "azure_ai_ml", "local")
 DEFAULT_DOCKER_ARGS = ("-v", "/mnt/scratch:/data")
 SAS_ENV = "AMLHPC_STAGE_SAS"
 _SAS_LIKE = re.compile(r"(^|[?&])(sig|se|sv|sp|sr)=", re.IGNORECASE)
+_KV_NAME = re.compile(r"^[0-9A-Za-z-]{1,127}$")
 _OPTION = re.compile(r"^[a-z][a-z0-9_-]*$")
 # Options that the spec sets itself from its own fields: not accepted in train_args.
 _RESERVED = {"account", "container", "prefix", "sas", "stage_dir", "shard_mode", "data_dir", "output_dir"}
@@ -108,6 +109,9 @@ def _check(req: JobRequest) -> None:
         raise JobSpecError("azureml_core staging needs sas_secret_name (a workspace Key Vault secret)")
     if staging and req.backend == "azure_ai_ml" and not req.sas_keyvault_url:
         raise JobSpecError("azure_ai_ml staging needs sas_keyvault_url (https://VAULT.vault.azure.net/NAME)")
+    if req.sas_secret_name and not _KV_NAME.match(req.sas_secret_name):
+        raise JobSpecError(f"sas_secret_name {req.sas_secret_name!r} is not a Key Vault secret name "
+                           "(1-127 letters, digits and hyphens)")
     reserved = sorted(set(k.replace("-", "_") for k in req.train_args) & _RESERVED)
     if reserved:
         raise JobSpecError(f"train_args may not set {', '.join(reserved)}: they are options of the job itself")

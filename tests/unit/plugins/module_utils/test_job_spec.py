@@ -85,6 +85,7 @@ def test_data_dir_instead_of_staging():
     ({"train_args": {"token": "sv=2024-01-01&sig=abc"}}, "looks like a SAS token"),
     ({"environment_variables": {"X": "?sv=2024&sig=abc"}}, "looks like a SAS token"),
     ({"node_count": 0}, ">= 1"),
+    ({"sas_secret_name": "cosmo_sas"}, "is not a Key Vault secret name"),
 ])
 def test_bad_requests_name_the_fix(change, message):
     with pytest.raises(JobSpecError, match=re.escape(message)):
