@@ -1,1 +1,1 @@
-"""CosmoFlow (MLPerf HPC) in PyTorch: model, TFRecord data pipeline, distributed training."""
+"""CosmoFlow training workload (MLPerf HPC) for amlhpc."""
