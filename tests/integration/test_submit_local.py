@@ -1,0 +1,61 @@
+"""playbooks/submit.yml with the local backend: torchrun + the workload venv on this machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKLOAD_PYTHON = ROOT / ".venv-workload" / "bin" / "python"
+
+
+def playbook(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
+    # The json stdout callback; the timing callbacks of ansible.cfg would print around it.
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json",
+               ANSIBLE_CALLBACKS_ENABLED="ansible.builtin.junit", JUNIT_OUTPUT_DIR=str(tmp_path / "junit"))
+    return subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "playbooks/submit.yml", *extra],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def task_result(out: str, name_part: str) -> dict:
+    data = json.loads(out)
+    for play in data["plays"]:
+        for task in play["tasks"]:
+            if name_part in task["task"]["name"]:
+                return task["hosts"]["localhost"]
+    raise AssertionError(f"no task named *{name_part}*")
+
+
+@pytest.mark.slow
+def test_local_backend_trains_and_reports_metrics_then_is_idempotent(tmp_path):
+    if not WORKLOAD_PYTHON.exists():
+        pytest.fail(f"{WORKLOAD_PYTHON} is missing: run `make setup`")
+    data, out = tmp_path / "data", tmp_path / "outputs"
+    gen = subprocess.run([str(WORKLOAD_PYTHON), "-m", "amlhpc.cosmoflow_data", "--out", str(data), "--cube", "16",
+                          "--subvolumes", "32", "--gzip"], cwd=ROOT, capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT / "plugins" / "module_utils")))
+    assert gen.returncode == 0, gen.stderr
+    extra = ["-e", "aml_job_name=itest", "-e", f"aml_job_data_dir={data}", "-e", f"aml_job_output_dir={out}",
+             "-e", "amlhpc_no_log=false"]
+    first = playbook(tmp_path, *extra)
+    assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-2000:]
+    result = task_result(first.stdout, "Run the training job")
+    assert result["changed"] is True and result["status"] == "Completed"
+    spec = result["spec"]
+    assert spec["command"][1:5] == ["-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    steps = result["metrics"]["steps"]
+    epochs = result["metrics"]["epochs"]
+    assert len(epochs) == 3 and len(steps) == 3 * 64 // (4 * 2)
+    assert epochs[-1]["train_loss"] < epochs[0]["train_loss"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["world_size"] == 2 and (out / "checkpoints" / "last.pt").is_file()
+    assert not (ROOT / "outputs" / "itest").exists()  # written where it was told, nowhere else
+
+    again = playbook(tmp_path, *extra)
+    assert again.returncode == 0, again.stdout[-4000:]
+    assert task_result(again.stdout, "Run the training job")["changed"] is False

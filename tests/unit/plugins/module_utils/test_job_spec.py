@@ -1,0 +1,142 @@
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pytest
+
+from amlhpc.job_spec import (
+    JobRequest,
+    JobSpecError,
+    build_spec,
+    find_outputs,
+    leaks,
+    read_metrics,
+    snapshot_source,
+    train_arguments,
+)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+
+
+def staged(backend: str, **kw) -> JobRequest:
+    base = dict(backend=backend, name="cf-4x8", compute="gpu", node_count=4, process_count_per_node=8,
+                account="mydata", container="cosmoflow", stage_dir="/data/cosmoflow", shard_mode="balanced",
+                sas_secret_name="cosmoflow-sas", sas_keyvault_url="https://kv1.vault.azure.net/cosmoflow-sas",
+                train_args={"epochs": 64, "batch_size": 4, "amp": "bf16", "no_log1p": False},
+                environment_variables={"NCCL_DEBUG": "INFO"})
+    return JobRequest(**{**base, **kw})
+
+
+def test_train_arguments():
+    assert train_arguments({"batch_size": 4, "amp": "bf16", "verbose": True, "off": False, "none": None,
+                            "decay": ["32:0.25", "64:0.125"]}) == [
+        "--amp", "bf16", "--batch-size", "4", "--decay", "32:0.25", "64:0.125", "--verbose"]
+    with pytest.raises(JobSpecError, match="not an option name"):
+        train_arguments({"--x; rm": 1})
+
+
+def test_v1_spec_mpi_docker_and_secret_reference():
+    spec = build_spec(staged("azureml_core"))
+    assert spec["distribution"] == {"type": "mpi", "node_count": 4, "process_count_per_node": 8}
+    assert spec["docker"]["arguments"] == ["-v", "/mnt/scratch:/data"]
+    args = spec["arguments"]
+    assert args[args.index("--sas") + 1] == "aml-secret:cosmoflow-sas"
+    assert args[args.index("--shard-mode") + 1] == "balanced"
+    assert "--no-log1p" not in args and args[args.index("--amp") + 1] == "bf16"
+    assert spec["environment_variables"] == {"NCCL_DEBUG": "INFO"}
+    assert spec["secrets"] == {"sas": {"store": "workspace_keyvault", "name": "cosmoflow-sas"}}
+
+
+def test_v2_spec_command_distribution_resources():
+    spec = build_spec(staged("azure_ai_ml", dockerfile="workload/Dockerfile"))
+    assert spec["distribution"] == {"type": "mpi", "process_count_per_instance": 8}
+    assert spec["resources"]["instance_count"] == 4
+    assert spec["resources"]["docker_args"] == "-v /mnt/scratch:/data"
+    assert spec["command"].startswith("python train.py --account mydata ")
+    assert "--sas keyvault:https://kv1.vault.azure.net/cosmoflow-sas" in spec["command"]
+    assert spec["environment"]["build"] == {"path": "workload", "dockerfile_path": "Dockerfile"}
+
+
+def test_local_spec_is_torchrun_with_env_reference():
+    req = staged("local", node_count=1, process_count_per_node=2, output_dir="/p/outputs/r1")
+    spec = build_spec(req, python="/p/.venv-workload/bin/python", port=4242)
+    cmd = spec["command"]
+    assert cmd[:8] == ["/p/.venv-workload/bin/python", "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                       "--master_addr", "127.0.0.1", "--master_port"]
+    assert cmd[9] == "workload/train.py"
+    assert cmd[cmd.index("--sas") + 1] == "env:AMLHPC_STAGE_SAS" and spec["sas_env"] == "AMLHPC_STAGE_SAS"
+    assert cmd[cmd.index("--output-dir") + 1] == "/p/outputs/r1"
+
+
+def test_data_dir_instead_of_staging():
+    spec = build_spec(JobRequest(backend="azureml_core", name="r", compute="gpu", data_dir="/data/cosmo"))
+    assert spec["arguments"][:2] == ["--data-dir", "/data/cosmo"] and "--sas" not in spec["arguments"]
+    assert spec["secrets"] == {}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"compute": ""}, "needs compute"),
+    ({"stage_dir": ""}, "needs container and stage_dir"),
+    ({"account": "", "data_dir": ""}, "give data_dir"),
+    ({"sas_secret_name": ""}, "sas_secret_name"),
+    ({"train_args": {"sas": "env:X"}}, "may not set sas"),
+    ({"train_args": {"token": "sv=2024-01-01&sig=abc"}}, "looks like a SAS token"),
+    ({"environment_variables": {"X": "?sv=2024&sig=abc"}}, "looks like a SAS token"),
+    ({"node_count": 0}, ">= 1"),
+    ({"sas_secret_name": "cosmo_sas"}, "is not a Key Vault secret name"),
+])
+def test_bad_requests_name_the_fix(change, message):
+    with pytest.raises(JobSpecError, match=re.escape(message)):
+        build_spec(staged("azureml_core", **change))
+
+
+def test_unknown_backend():
+    with pytest.raises(JobSpecError, match="backend must be one of azureml_core, azure_ai_ml, local"):
+        build_spec(staged("slurm"))
+
+
+def test_local_backend_is_one_node():
+    with pytest.raises(JobSpecError, match="node_count must be 1"):
+        build_spec(staged("local", node_count=2))
+
+
+def test_leaks_finds_a_secret_anywhere():
+    assert leaks({"a": ["x", {"b": "..sig=S3CRET.."}], "S3CRET": 1}, "S3CRET") == [".a[1].b", ".<key>"]
+    assert leaks(build_spec(staged("azureml_core")), "sig=S3CRET") == []
+
+
+def test_snapshot_resolves_the_amlhpc_symlink(tmp_path):
+    dest = snapshot_source(os.path.join(ROOT, "workload"), str(tmp_path / "src"))
+    assert os.path.isfile(os.path.join(dest, "amlhpc", "tfrecord.py"))
+    assert not os.path.islink(os.path.join(dest, "amlhpc"))
+    assert os.path.isfile(os.path.join(dest, "train.py"))
+    assert not any("__pycache__" in d for d, _, _ in os.walk(dest))
+
+
+def test_read_metrics_and_find_outputs(tmp_path):
+    out = tmp_path / "artifacts" / "outputs"
+    out.mkdir(parents=True)
+    lines = [{"kind": "config", "step": 0}, {"kind": "step", "step": 1, "loss": 0.5, "time": 1.0},
+             {"kind": "step", "step": 2, "loss": 0.4, "time": 2.0},
+             {"kind": "epoch", "step": 2, "epoch": 0, "val_mae": 0.3, "time": 3.0}]
+    (out / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    (out / "summary.json").write_text(json.dumps({"val_mae": 0.3}))
+    assert find_outputs(str(tmp_path)) == str(out)
+    m = read_metrics(str(out))
+    assert m["steps"] == [{"step": 1, "loss": 0.5}, {"step": 2, "loss": 0.4}]
+    assert m["epochs"] == [{"step": 2, "epoch": 0, "val_mae": 0.3}] and m["summary"] == {"val_mae": 0.3}
+    assert find_outputs(str(tmp_path / "nothing")) is None
+
+
+def test_dockerfile_installs_exactly_the_image_requirements():
+    with open(os.path.join(ROOT, "workload", "requirements.txt"), encoding="utf-8") as f:
+        wanted = sorted(line.strip() for line in f if line.strip() and not line.startswith("#"))
+    with open(os.path.join(ROOT, "workload", "Dockerfile"), encoding="utf-8") as f:
+        text = f.read()
+    pip = text[text.index("pip install"):text.index("&& python -c")]
+    installed = sorted(tok for tok in pip.replace("\\", " ").split() if "==" in tok)
+    assert installed == wanted
+    assert re.search(r"^FROM nvcr\.io/nvidia/pytorch:", text, re.MULTILINE)
+    assert not re.search(r"^\s*(COPY|ADD)\s", text, re.MULTILINE)  # self-contained: v1 sends the text alone

@@ -1,0 +1,238 @@
+"""aml_job at the SDK boundary: the real azureml-core / azure-ai-ml job objects are built from
+the spec and inspected as the service would receive them; only the calls that need Azure
+(workspace, submit, stream, download) are fakes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import ansible.module_utils
+import pytest
+from ansible.module_utils.testing import patch_module_args
+
+ROOT = Path(__file__).resolve().parents[4]
+if str(ROOT / "plugins" / "module_utils") not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(str(ROOT / "plugins" / "module_utils"))
+
+_spec = importlib.util.spec_from_file_location("aml_job", ROOT / "plugins/modules/aml_job.py")
+aml_job = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(aml_job)
+
+from amlhpc.job_spec import JobRequest, build_spec  # noqa: E402
+
+SAS = "sv=2024-11-04&ss=b&srt=co&sp=rl&se=2026-12-01T00%3A00%3A00Z&sig=TOPSECRETSIGNATURE%3D"
+DOCKERFILE = ROOT / "workload" / "Dockerfile"
+
+
+def request(backend: str, **kw) -> JobRequest:
+    base = dict(backend=backend, name="cf-4x8", compute="gpu", node_count=4, process_count_per_node=8,
+                source_dir=str(ROOT / "workload"), dockerfile=str(DOCKERFILE), account="mydata",
+                container="cosmoflow", stage_dir="/data/cosmoflow", sas_secret_name="cosmoflow-sas",
+                sas_keyvault_url="https://kv1.vault.azure.net/cosmoflow-sas",
+                train_args={"epochs": 64, "batch_size": 4}, environment_variables={"NCCL_IB_DISABLE": "0"})
+    return JobRequest(**{**base, **kw})
+
+
+def v1_payload(src) -> dict:
+    """What azureml-core sends to the service for a ScriptRunConfig."""
+    from azureml._execution._commands import _serialize_run_config_to_dict
+    from azureml.core.script_run_config import get_run_config_from_script_run
+    return _serialize_run_config_to_dict(get_run_config_from_script_run(src))
+
+
+def test_v1_script_run_config_as_the_service_sees_it():
+    spec = build_spec(request("azureml_core"))
+    src, env = aml_job.v1_objects(spec, DOCKERFILE.read_text(), str(ROOT / "workload"))
+    payload = v1_payload(src)
+    assert payload["script"] == "train.py" and payload["target"] == "gpu"
+    assert payload["nodeCount"] == 4 and payload["mpi"]["processCountPerNode"] == 8
+    assert payload["docker"]["arguments"] == ["-v", "/mnt/scratch:/data"]
+    assert payload["docker"]["useDocker"] is True and payload["docker"]["shmSize"] == "64g"
+    args = payload["arguments"]
+    assert args[args.index("--sas") + 1] == "aml-secret:cosmoflow-sas"
+    assert args[args.index("--batch-size") + 1] == "4"
+    assert payload["environmentVariables"] == {"NCCL_IB_DISABLE": "0"}
+    environment = payload["environment"]
+    assert environment["docker"]["baseDockerfile"] == DOCKERFILE.read_text()
+    assert environment["docker"]["baseImage"] is None
+    assert environment["python"]["userManagedDependencies"] is True
+    assert SAS not in json.dumps(payload) and "TOPSECRET" not in json.dumps(payload)
+
+
+def test_v2_command_job_as_the_service_sees_it():
+    spec = build_spec(request("azure_ai_ml"))
+    job = aml_job.v2_job(spec, str(ROOT / "workload"))
+    rest = job._to_job()._to_rest_object().as_dict()["properties"]
+    assert rest["jobType"] == "Command" and rest["computeId"] == "gpu"
+    assert rest["distribution"] == {"distributionType": "Mpi", "processCountPerInstance": 8}
+    assert rest["resources"]["instanceCount"] == 4
+    assert rest["resources"]["dockerArgs"] == "-v /mnt/scratch:/data" and rest["resources"]["shmSize"] == "64g"
+    assert rest["command"].startswith("python train.py --account mydata --container cosmoflow ")
+    assert "--sas keyvault:https://kv1.vault.azure.net/cosmoflow-sas" in rest["command"]
+    assert rest["environmentVariables"] == {"NCCL_IB_DISABLE": "0"}
+    assert job.environment.build.dockerfile_path == "Dockerfile"
+    assert Path(job.environment.build.path) == ROOT / "workload"
+    assert "TOPSECRET" not in json.dumps(rest, default=str)
+
+
+# --- the module, with Azure faked past the SDK objects ------------------------------------
+
+class FakeRun:
+    def __init__(self, src, tags):
+        self.src, self.tags, self.id = src, tags, "cosmoflow_1700000000_abcd"
+        self.display_name = None
+
+    def wait_for_completion(self, show_output=False, raise_on_error=True):
+        print("Streaming azureml-logs/70_driver_log.txt\n[cosmoflow] epoch 0: train loss 0.3")
+
+    def get_status(self):
+        return "Completed"
+
+    def get_portal_url(self):
+        return "https://ml.azure.com/runs/" + self.id
+
+    def download_files(self, prefix=None, output_directory=None, **_):
+        out = Path(output_directory) / prefix
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "metrics.jsonl").write_text(json.dumps({"kind": "step", "step": 1, "loss": 0.4}) + "\n")
+        (out / "summary.json").write_text(json.dumps({"val_mae": 0.2}))
+
+
+class FakeV1:
+    def __init__(self):
+        self.secrets, self.submitted, self.runs = {}, [], []
+        fake = self
+
+        class Keyvault:
+            def set_secret(self, name, value):
+                fake.secrets[name] = value
+
+        class Workspace:
+            def get_default_keyvault(self):
+                return Keyvault()
+
+        class Experiment:
+            def __init__(self, ws, name):
+                self.name = name
+
+            def get_runs(self, tags=None, **_):
+                return [r for r in fake.runs if r.tags == tags]
+
+            def submit(self, src, tags=None):
+                fake.submitted.append(src)
+                run = FakeRun(src, tags)
+                fake.runs.append(run)
+                return run
+
+        self.workspace, self.experiment = Workspace(), Experiment
+
+
+@pytest.fixture()
+def v1(monkeypatch):
+    import azureml.core
+    fake = FakeV1()
+    monkeypatch.setattr(aml_job, "v1_workspace", lambda p: fake.workspace)
+    monkeypatch.setattr(azureml.core, "Experiment", fake.experiment)
+    return fake
+
+
+def module_args(tmp_path, backend="azureml_core", **kw):
+    base = {"backend": backend, "name": "cf-4x8", "subscription_id": "sub", "resource_group": "rg",
+            "workspace_name": "ws", "compute": "gpu", "node_count": 4, "process_count_per_node": 8,
+            "source_dir": str(ROOT / "workload"), "dockerfile": str(DOCKERFILE), "account": "mydata",
+            "container": "cosmoflow", "stage_dir": "/data/cosmoflow", "sas": SAS,
+            "sas_secret_name": "cosmoflow-sas", "sas_keyvault_url": "https://kv1.vault.azure.net/cosmoflow-sas",
+            "train_args": {"epochs": 2}, "download_dir": str(tmp_path / "dl")}
+    return {**base, **kw}
+
+
+def run_module(capsys, args) -> dict:
+    with patch_module_args(args), pytest.raises(SystemExit):
+        aml_job.main()
+    return json.loads(capsys.readouterr().out)
+
+
+def test_v1_submit_stores_the_sas_as_a_secret_waits_and_downloads(v1, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out = run_module(capsys, module_args(tmp_path))
+    assert out["changed"] is True and out["status"] == "Completed", out
+    assert v1.secrets == {"cosmoflow-sas": SAS}
+    (src,) = v1.submitted
+    payload = v1_payload(src)
+    assert payload["mpi"]["processCountPerNode"] == 8 and payload["nodeCount"] == 4
+    assert "TOPSECRET" not in json.dumps(payload)
+    # The snapshot holds real files where the workload has a symlink.
+    assert (Path(src.source_directory) / "amlhpc" / "tfrecord.py").is_file()
+    assert out["metrics"]["steps"] == [{"step": 1, "loss": 0.4}] and out["metrics"]["summary"] == {"val_mae": 0.2}
+    log = Path(out["log_path"]).read_text()
+    assert "epoch 0: train loss" in log and "TOPSECRET" not in log
+    assert "TOPSECRET" not in json.dumps(out)
+    again = run_module(capsys, module_args(tmp_path))
+    assert again["changed"] is False and len(v1.submitted) == 1
+
+
+def test_check_mode_submits_nothing(v1, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out = run_module(capsys, module_args(tmp_path, _ansible_check_mode=True))
+    assert out["changed"] is True and v1.submitted == [] and v1.secrets == {}
+    assert out["spec"]["distribution"]["node_count"] == 4
+
+
+def test_failed_run_fails_the_task_with_the_log_tail(v1, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(FakeRun, "get_status", lambda self: "Failed")
+    out = run_module(capsys, module_args(tmp_path))
+    assert out["failed"] is True and "ended Failed" in out["msg"] and "epoch 0" in out["msg"]
+
+
+def test_sas_in_train_args_is_refused(v1, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out = run_module(capsys, module_args(tmp_path, train_args={"token": "sp=r&sig=abc"}))
+    assert out["failed"] is True and "looks like a SAS token" in out["msg"] and v1.submitted == []
+
+
+class FakeJobs:
+    def __init__(self, tmp_path):
+        self.created, self.tmp = [], tmp_path
+        self.existing = {}
+
+    def get(self, name):
+        if name not in self.existing:
+            from azure.core.exceptions import ResourceNotFoundError
+            raise ResourceNotFoundError(f"job {name} not found")
+        return self.existing[name]
+
+    def create_or_update(self, job, experiment_name=None):
+        self.created.append((job, experiment_name))
+        job_obj = type("Job", (), {"name": job.name, "status": "Completed",
+                                   "studio_url": "https://ml.azure.com/runs/" + job.name})()
+        self.existing[job.name] = job_obj
+        return job_obj
+
+    def stream(self, name):
+        print("RunId:", name, "\n[cosmoflow] epoch 0: train loss 0.3")
+
+    def download(self, name, download_path=".", all=False):
+        out = Path(download_path) / "artifacts" / "outputs"
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "metrics.jsonl").write_text(json.dumps({"kind": "step", "step": 1, "loss": 0.5}) + "\n")
+
+
+def test_v2_submit_builds_the_command_job_streams_and_downloads(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    jobs = FakeJobs(tmp_path)
+    monkeypatch.setattr(aml_job, "v2_client", lambda p: type("C", (), {"jobs": jobs})())
+    out = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml"))
+    assert out["changed"] is True and out["status"] == "Completed", out
+    ((job, experiment),) = jobs.created
+    rest = job._to_job()._to_rest_object().as_dict()["properties"]
+    assert experiment == "cosmoflow" and rest["distribution"]["processCountPerInstance"] == 8
+    assert rest["resources"]["instanceCount"] == 4 and rest["resources"]["dockerArgs"] == "-v /mnt/scratch:/data"
+    assert "TOPSECRET" not in json.dumps(rest, default=str) + json.dumps(out)
+    # The image is built from a folder holding the Dockerfile alone.
+    assert sorted(p.name for p in Path(job.environment.build.path).iterdir()) == ["Dockerfile"]
+    assert out["metrics"]["steps"] == [{"step": 1, "loss": 0.5}]
+    again = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml"))
+    assert again["changed"] is False and len(jobs.created) == 1

@@ -1,0 +1,125 @@
+from __future__ import annotations
+
+import gzip
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from amlhpc.cosmoflow_data import generate
+from amlhpc.tfrecord import TFRecordError, decode_example, encode_example, read_records, write_tfrecord
+from cosmoflow import data as cdata
+
+
+@pytest.mark.parametrize("compress", [False, True], ids=["plain", "gzip"])
+def test_reader_round_trip_on_generated_files(tmp_path, compress):
+    written = generate(str(tmp_path), train_universes=1, val_universes=1, cube=8, subvolumes=3,
+                       gzip=compress, seed=3)
+    files = cdata.list_files(str(tmp_path), "train")
+    assert [os.path.basename(f) for f in files] == [os.path.basename(w.path) for w in written if w.split == "train"]
+    assert all(f.endswith(".tfrecord.gz" if compress else ".tfrecord") for f in files)
+    ds = cdata.CosmoFlowDataset(files, cube=8)
+    for i, entry in enumerate(w for w in written if w.split == "train"):
+        x, y = ds[i]
+        raw = decode_example(read_records(entry.path)[0])["x"]
+        counts = np.frombuffer(raw, dtype="<i2").reshape(8, 8, 8, 4)
+        assert x.dtype == torch.float32 and x.shape == (8, 8, 8, 4)
+        np.testing.assert_array_equal(x.numpy(), np.log1p(counts.astype(np.float32)))
+        np.testing.assert_array_equal(y.numpy(), np.asarray(entry.y, dtype=np.float32))
+    assert len(cdata.list_files(str(tmp_path), "validation")) == 3
+
+
+def test_raw_counts_without_log(tmp_path):
+    generate(str(tmp_path), 1, 0, cube=4, subvolumes=1, seed=0)
+    x_log, _ = cdata.CosmoFlowDataset(cdata.list_files(str(tmp_path), "train"), 4)[0]
+    x_raw, _ = cdata.CosmoFlowDataset(cdata.list_files(str(tmp_path), "train"), 4, apply_log=False)[0]
+    torch.testing.assert_close(x_log, torch.log1p(x_raw))
+    assert x_raw.max() > 1 and float(x_raw.max()).is_integer()
+
+
+def test_preprocess_matches_log1p_over_every_int16():
+    counts = np.arange(-32768, 32768, dtype=np.int32).astype(np.int16)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        expected = np.log1p(counts.astype(np.float32))
+    np.testing.assert_array_equal(cdata.preprocess(counts), expected)
+
+
+def _two_record_file(path, cube=4):
+    rng = np.random.default_rng(0)
+    recs = [encode_example({"x": rng.integers(0, 9, cube ** 3 * 4, dtype=np.int16).tobytes(),
+                            "y": [0.1, 0.2, 0.3, 0.4]}) for _ in range(2)]
+    write_tfrecord(str(path), recs)
+    return recs
+
+
+@pytest.mark.parametrize("compress", [False, True], ids=["plain", "gzip"])
+def test_flipped_data_byte_names_file_and_offset(tmp_path, compress):
+    plain = tmp_path / "a.tfrecord"
+    recs = _two_record_file(plain)
+    blob = bytearray(plain.read_bytes())
+    second = 12 + len(recs[0]) + 4  # offset of record 2 in the uncompressed stream
+    blob[second + 12 + 100] ^= 0x01  # one bit inside record 2's data
+    path = tmp_path / ("a.tfrecord.gz" if compress else "b.tfrecord")
+    path.write_bytes(gzip.compress(bytes(blob)) if compress else bytes(blob))
+    ds = cdata.CosmoFlowDataset([str(path)], cube=4, records_per_file=2)
+    ds[0]  # the first record is intact
+    with pytest.raises(TFRecordError) as err:
+        ds[1]
+    assert str(path) in str(err.value)
+    assert f"offset {second}" in str(err.value) and "data CRC" in str(err.value)
+
+
+def test_flipped_length_byte_is_a_length_crc_error(tmp_path):
+    path = tmp_path / "c.tfrecord"
+    _two_record_file(path)
+    blob = bytearray(path.read_bytes())
+    blob[3] ^= 0x10
+    path.write_bytes(bytes(blob))
+    with pytest.raises(TFRecordError, match=r"c\.tfrecord: corrupt record at offset 0: length CRC"):
+        cdata.CosmoFlowDataset([str(path)], cube=4)[0]
+
+
+def test_truncated_file_is_reported(tmp_path):
+    path = tmp_path / "d.tfrecord"
+    _two_record_file(path)
+    path.write_bytes(path.read_bytes()[:-10])
+    with pytest.raises(TFRecordError, match="d.tfrecord: truncated record at offset"):
+        cdata.CosmoFlowDataset([str(path)], cube=4, records_per_file=2)[1]
+
+
+def test_wrong_cube_size_says_so(tmp_path):
+    generate(str(tmp_path), 1, 0, cube=4, subvolumes=1)
+    with pytest.raises(TFRecordError, match=r"x holds 512 bytes, expected 4096 for a 8\^3 x 4 int16 cube"):
+        cdata.CosmoFlowDataset(cdata.list_files(str(tmp_path), "train"), cube=8)[0]
+
+
+def test_missing_split_folder(tmp_path):
+    with pytest.raises(FileNotFoundError, match="validation"):
+        cdata.list_files(str(tmp_path), "validation")
+
+
+def test_shards_are_disjoint_equal_and_reshuffled():
+    shards = [cdata.ShardSampler(23, r, 4, shuffle=True, seed=5) for r in range(4)]
+    seen = [list(s) for s in shards]
+    assert all(len(s) == 23 // 4 for s in seen)
+    flat = [i for s in seen for i in s]
+    assert len(flat) == len(set(flat))
+    for s in shards:
+        s.set_epoch(1)
+    assert [list(s) for s in shards] != seen
+    capped = cdata.ShardSampler(23, 0, 4, num_samples=2)
+    assert len(list(capped)) == len(capped) == 2
+
+
+def test_loader_with_workers_reads_each_sample_once(tmp_path):
+    written = generate(str(tmp_path), 1, 0, cube=4, subvolumes=12, seed=2)
+    ds = cdata.CosmoFlowDataset(cdata.list_files(str(tmp_path), "train"), cube=4)
+    ys = []
+    for rank in range(2):
+        loader = cdata.make_loader(ds, batch_size=3, shard=rank, num_shards=2, shuffle=True, workers=2)
+        for x, y in loader:
+            assert x.shape == (3, 4, 4, 4, 4)
+            ys.extend(tuple(round(v, 5) for v in row) for row in y.tolist())
+    expected = {tuple(round(float(np.float32(v)), 5) for v in w.y) for w in written}
+    assert len(ys) == 12 and set(ys) == expected

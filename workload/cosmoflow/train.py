@@ -1,0 +1,336 @@
+"""Train CosmoFlow with ``torch.distributed``; launch with torchrun or mpirun.
+
+    torchrun --nproc_per_node 8 train.py --data-dir /data/cosmoflow
+    mpirun -np 16 -npernode 8 python train.py --account ACCOUNT --container cosmoflow \\
+        --stage-dir /data/cosmoflow --sas env:AMLHPC_STAGE_SAS
+
+Staging hook: with ``--account``, the first process of each node (local rank 0) stages that
+node's shard of the container into ``--stage-dir`` (:func:`cosmoflow.stage.stage_for_this_node`,
+the same planner as the ``azcopy_shards`` action); every process waits until all nodes are
+done (a barrier that also carries failures), then training reads from the stage dir.
+
+Outputs (``--output-dir``, default ``./outputs``, which AzureML archives with the run):
+``metrics.jsonl`` (one JSON object a line: ``step`` and ``epoch`` records), ``summary.json``,
+``checkpoints/last.pt`` and ``checkpoints/epoch_NNN.pt``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from cosmoflow import data as cdata
+from cosmoflow import dist as cdist
+from cosmoflow.model import CosmoFlow, ModelConfig, parameter_count
+from cosmoflow.sas import resolve_sas, scrub
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description="Train CosmoFlow (MLPerf HPC) with torch.distributed.")
+    d = p.add_argument_group("data")
+    d.add_argument("--data-dir", help="data set root holding train/ and validation/ (no staging)")
+    d.add_argument("--data-scope", choices=("global", "node"), default="global",
+                   help="global: every node sees every file (shared FS such as BeeOND), ranks shard "
+                        "the whole set; node: each node sees its own files, its local ranks shard them")
+    d.add_argument("--cube", type=int, default=128, help="cube edge of the samples")
+    d.add_argument("--channels", type=int, default=4)
+    d.add_argument("--records-per-file", type=int, default=1)
+    d.add_argument("--no-log1p", dest="apply_log", action="store_false",
+                   help="feed raw counts instead of log1p(counts)")
+    d.add_argument("--n-train", type=int, default=0, help="use at most this many training samples (0: all)")
+    d.add_argument("--n-valid", type=int, default=0, help="use at most this many validation samples (0: all)")
+    d.add_argument("--workers", type=int, default=4, help="DataLoader worker processes per rank")
+    s = p.add_argument_group("staging (from Azure Blob Storage with azcopy)")
+    s.add_argument("--account", help="storage account URL or name: stage before training")
+    s.add_argument("--container", help="blob container holding the data set")
+    s.add_argument("--prefix", default="", help="blob prefix inside the container")
+    s.add_argument("--sas", default="env:AMLHPC_STAGE_SAS",
+                   help="where the SAS is: env:VAR, file:PATH, aml-secret:NAME or keyvault:URL/NAME "
+                        "(never the token itself)")
+    s.add_argument("--stage-dir", help="where each node's shard lands (read by training afterwards)")
+    s.add_argument("--shard-mode", choices=("suffix", "balanced"), default="suffix")
+    s.add_argument("--azcopy", default="azcopy", help="azcopy executable")
+    s.add_argument("--cap-mbps", type=int, default=None, help="azcopy bandwidth cap per node")
+    m = p.add_argument_group("model (defaults: the MLPerf HPC reference)")
+    m.add_argument("--conv-size", type=int, default=32)
+    m.add_argument("--kernel-size", type=int, default=2)
+    m.add_argument("--conv-layers", type=int, default=5, help="7 gives the original CosmoFlow shape")
+    m.add_argument("--fc1-size", type=int, default=128)
+    m.add_argument("--fc2-size", type=int, default=64)
+    m.add_argument("--dropout", type=float, default=0.5)
+    t = p.add_argument_group("training")
+    t.add_argument("--epochs", type=int, default=64)
+    t.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0: no limit)")
+    t.add_argument("--batch-size", type=int, default=4, help="samples per rank and step")
+    t.add_argument("--lr", type=float, default=0.001, help="base learning rate for --base-batch-size")
+    t.add_argument("--base-batch-size", type=int, default=64,
+                   help="lr scales linearly with global batch / this")
+    t.add_argument("--momentum", type=float, default=0.9)
+    t.add_argument("--warmup-epochs", type=float, default=4.0)
+    t.add_argument("--decay", default="32:0.25,64:0.125",
+                   help="epoch:factor,... multiply the lr by factor from that epoch on")
+    t.add_argument("--target-mae", type=float, default=0.0, help="stop when validation MAE <= this")
+    t.add_argument("--amp", choices=("none", "bf16"), default="none", help="autocast on GPUs")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--backend", choices=("nccl", "gloo"), help="default: nccl with GPUs, else gloo")
+    o = p.add_argument_group("outputs")
+    o.add_argument("--output-dir", default="outputs")
+    o.add_argument("--log-every", type=int, default=10, help="steps between step records")
+    o.add_argument("--checkpoint-every", type=int, default=1, help="epochs between checkpoints (0: none)")
+    o.add_argument("--resume", default="auto", help="checkpoint to resume from; auto: <output-dir>/checkpoints/"
+                                                    "last.pt when present; none: never")
+    return p
+
+
+def parse_decay(text: str) -> list[tuple[float, float]]:
+    out = []
+    for part in filter(None, (x.strip() for x in text.split(","))):
+        epoch, _, factor = part.partition(":")
+        out.append((float(epoch), float(factor)))
+    return sorted(out)
+
+
+def learning_rate(epoch: float, peak: float, base: float, warmup: float,
+                  decay: Sequence[tuple[float, float]]) -> float:
+    """Linear warm-up from ``base`` to ``peak`` over ``warmup`` epochs, then step decay."""
+    if warmup > 0 and epoch < warmup:
+        return base + (peak - base) * epoch / warmup
+    lr = peak
+    for at, factor in decay:
+        if epoch >= at:
+            lr = peak * factor
+    return lr
+
+
+def account_url(account: str) -> str:
+    return account if "://" in account else f"https://{account}.blob.core.windows.net"
+
+
+class Recorder:
+    """metrics.jsonl (+ MLflow inside AzureML) on rank 0; print on rank 0."""
+
+    def __init__(self, output_dir: str, enabled: bool) -> None:
+        self.enabled = enabled
+        self.file = None
+        self.mlflow = None
+        if enabled:
+            os.makedirs(output_dir, exist_ok=True)
+            self.file = open(os.path.join(output_dir, "metrics.jsonl"), "a", encoding="utf-8")  # noqa: SIM115
+            if os.environ.get("MLFLOW_TRACKING_URI"):
+                try:
+                    import mlflow  # azureml-mlflow in the job image points it at the run
+                    self.mlflow = mlflow
+                except ImportError:
+                    pass
+
+    def log(self, message: str) -> None:
+        if self.enabled:
+            print(f"[cosmoflow] {message}", flush=True)
+
+    def record(self, kind: str, step: int, **values: Any) -> None:
+        if not self.enabled:
+            return
+        values.pop("step", None)
+        self.file.write(json.dumps({"kind": kind, "step": step, "time": time.time(), **values}) + "\n")
+        self.file.flush()
+        if self.mlflow is not None:
+            numeric = {f"{kind}_{k}": float(v) for k, v in values.items() if isinstance(v, (int, float))}
+            self.mlflow.log_metrics(numeric, step=step)
+
+    def close(self) -> None:
+        if self.file:
+            self.file.close()
+
+
+def stage(args: argparse.Namespace, layout: cdist.Layout, device: torch.device, rec: Recorder) -> str:
+    """Run the staging hook when asked to (local rank 0 of each node), then a barrier."""
+    if not args.account:
+        return args.data_dir
+    if not (args.container and args.stage_dir):
+        raise SystemExit("--account needs --container and --stage-dir")
+    ok, sas = True, None
+    if layout.local_rank == 0:
+        try:
+            from cosmoflow.stage import stage_for_this_node  # the staging helper's module
+            sas = resolve_sas(args.sas)
+            t0 = time.monotonic()
+            report = stage_for_this_node(
+                account_url=account_url(args.account), container=args.container, stage_dir=args.stage_dir,
+                sas=sas, node_rank=layout.node_rank, num_nodes=layout.num_nodes, shard_mode=args.shard_mode,
+                prefix=args.prefix, azcopy=args.azcopy, cap_mbps=args.cap_mbps,
+                progress=lambda m: print(f"[stage node {layout.node_rank}] {scrub(str(m), sas)}", flush=True))
+            print(f"[stage node {layout.node_rank}] done in {time.monotonic() - t0:.1f}s: "
+                  f"{scrub(json.dumps(report, default=str), sas)}", flush=True)
+        except Exception as exc:  # reported, then every rank stops together
+            ok = False
+            print(f"[stage node {layout.node_rank}] FAILED: {type(exc).__name__}: {scrub(str(exc), sas)}",
+                  file=sys.stderr, flush=True)
+    if not cdist.all_ok(ok, device):
+        raise SystemExit("staging failed on at least one node (see its [stage node N] lines)")
+    rec.log(f"staging done on {layout.num_nodes} node(s); reading {args.stage_dir}")
+    return args.stage_dir
+
+
+def loaders(args: argparse.Namespace, data_dir: str, layout: cdist.Layout, device: torch.device):
+    if args.data_scope == "global":
+        shard, shards = layout.rank, layout.world_size
+    else:
+        shard, shards = layout.local_rank, layout.local_world_size
+    out = []
+    for split, limit, shuffle in (("train", args.n_train, True), ("validation", args.n_valid, False)):
+        files = cdata.list_files(data_dir, split)
+        ds = cdata.CosmoFlowDataset(files, args.cube, args.channels, args.apply_log, args.records_per_file)
+        size = min(len(ds), limit) if limit else len(ds)
+        per_rank = torch.tensor([size // shards], dtype=torch.int64, device=device)
+        dist.all_reduce(per_rank, op=dist.ReduceOp.MIN)  # same step count on every rank
+        per_rank_n = int(per_rank.item()) // args.batch_size * args.batch_size
+        if per_rank_n == 0:
+            raise SystemExit(f"{split}: {size} samples over {shards} ranks leave fewer than one batch of "
+                             f"{args.batch_size} per rank")
+        out.append(cdata.make_loader(ds, args.batch_size, shard, shards, shuffle=shuffle, seed=args.seed,
+                                     num_samples=per_rank_n, workers=args.workers,
+                                     pin_memory=device.type == "cuda"))
+    return out
+
+
+def evaluate(model: nn.Module, loader, device: torch.device, amp: bool) -> tuple[float, float, int]:
+    model.eval()
+    sums = torch.zeros(3, dtype=torch.float64, device=device)  # squared error, abs error, values
+    with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+        for x, y in loader:
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            diff = model(x).float() - y
+            sums += torch.stack([diff.pow(2).sum(), diff.abs().sum(),
+                                 torch.tensor(float(y.numel()), device=device)]).double()
+    dist.all_reduce(sums)
+    sse, sae, n = sums.tolist()
+    model.train()
+    return sse / n, sae / n, int(n)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not args.account and not args.data_dir:
+        raise SystemExit("give --data-dir, or --account/--container/--stage-dir to stage first")
+    layout, device = cdist.init(args.backend)
+    rec = Recorder(args.output_dir, layout.rank == 0)
+    try:
+        return _train(args, layout, device, rec)
+    finally:
+        rec.close()
+        cdist.finish()
+
+
+def _train(args: argparse.Namespace, layout: cdist.Layout, device: torch.device, rec: Recorder) -> int:
+    torch.manual_seed(args.seed)
+    if device.type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // layout.local_world_size))
+    rec.log(f"{layout.world_size} process(es) on {layout.num_nodes} node(s) via {layout.launcher}, "
+            f"backend {dist.get_backend()}, device {device.type}")
+    data_dir = stage(args, layout, device, rec)
+    train_loader, valid_loader = loaders(args, data_dir, layout, device)
+
+    config = ModelConfig(cube=args.cube, channels=args.channels, conv_size=args.conv_size,
+                         kernel_size=args.kernel_size, n_conv_layers=args.conv_layers,
+                         fc1_size=args.fc1_size, fc2_size=args.fc2_size, dropout=args.dropout)
+    model = CosmoFlow(config).to(device)
+    if device.type == "cuda":
+        model = model.to(memory_format=torch.channels_last_3d)
+    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    global_batch = args.batch_size * layout.world_size
+    peak_lr = args.lr * global_batch / args.base_batch_size
+    decay = parse_decay(args.decay)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=args.momentum)
+    loss_fn = nn.MSELoss()
+    amp = args.amp == "bf16" and device.type == "cuda"
+
+    ckpt_dir = os.path.join(args.output_dir, "checkpoints")
+    start_epoch, step = 0, 0
+    resume = os.path.join(ckpt_dir, "last.pt") if args.resume == "auto" else args.resume
+    if resume and resume != "none" and os.path.exists(resume):
+        state = torch.load(resume, map_location=device)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        start_epoch, step = state["epoch"] + 1, state["step"]
+        rec.log(f"resumed from {resume} at epoch {start_epoch}")
+
+    rec.log(f"model {parameter_count(model):,} parameters; {len(train_loader)} train / "
+            f"{len(valid_loader)} validation steps per epoch; global batch {global_batch}, peak lr {peak_lr:g}")
+    rec.record("config", step, params=parameter_count(model), world_size=layout.world_size,
+               num_nodes=layout.num_nodes, global_batch=global_batch, peak_lr=peak_lr, model=config.to_dict())
+    steps_per_epoch = len(train_loader)
+    summary: dict[str, Any] = {}
+    done = False
+    for epoch in range(start_epoch, args.epochs):
+        train_loader.sampler.set_epoch(epoch)
+        t0 = time.monotonic()
+        loss_sum = torch.zeros(2, dtype=torch.float64, device=device)
+        for i, (x, y) in enumerate(train_loader):
+            lr = learning_rate(epoch + i / steps_per_epoch, peak_lr, args.lr, args.warmup_epochs, decay)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+                loss = loss_fn(ddp(x).float(), y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            step += 1
+            loss_sum += torch.stack([loss.detach().double(), torch.ones((), dtype=torch.float64, device=device)])
+            if args.log_every and step % args.log_every == 0:
+                mean = loss.detach().clone()
+                dist.all_reduce(mean)
+                rec.record("step", step, epoch=epoch, loss=float(mean) / layout.world_size, lr=lr)
+            if args.max_steps and step >= args.max_steps:
+                done = True
+                break
+        dist.all_reduce(loss_sum)
+        train_time = time.monotonic() - t0
+        steps_done = int(loss_sum[1].item()) // layout.world_size
+        val_loss, val_mae, _ = evaluate(ddp, valid_loader, device, amp)
+        summary = {"epoch": epoch, "step": step, "train_loss": float(loss_sum[0] / loss_sum[1]),
+                   "val_loss": val_loss, "val_mae": val_mae, "epoch_time_s": train_time,
+                   "samples_per_s": steps_done * global_batch / train_time if train_time else 0.0}
+        rec.record("epoch", step, **{k: v for k, v in summary.items() if k != "step"})
+        rec.log(f"epoch {epoch}: train loss {summary['train_loss']:.4f}, val loss {val_loss:.4f}, "
+                f"val MAE {val_mae:.4f}, {summary['samples_per_s']:.1f} samples/s")
+        if layout.rank == 0 and args.checkpoint_every and (epoch + 1) % args.checkpoint_every == 0:
+            save_checkpoint(ckpt_dir, epoch, step, model, optimizer, config)
+        if args.target_mae and val_mae <= args.target_mae:
+            rec.log(f"target MAE {args.target_mae} reached at epoch {epoch}")
+            summary["target_reached"] = True
+            done = True
+        if done or not math.isfinite(summary["train_loss"]):
+            break
+    if layout.rank == 0:
+        with open(os.path.join(args.output_dir, "summary.json"), "w", encoding="utf-8") as f:
+            json.dump({**summary, "world_size": layout.world_size, "num_nodes": layout.num_nodes}, f, indent=2)
+    return 0 if summary and math.isfinite(summary["train_loss"]) else 1
+
+
+def save_checkpoint(ckpt_dir: str, epoch: int, step: int, model: nn.Module, optimizer, config: ModelConfig) -> None:
+    os.makedirs(ckpt_dir, exist_ok=True)
+    state = {"epoch": epoch, "step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+             "config": config.to_dict()}
+    path = os.path.join(ckpt_dir, f"epoch_{epoch:03d}.pt")
+    tmp = path + ".tmp"
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+    last = os.path.join(ckpt_dir, "last.pt")
+    torch.save(state, last + ".tmp")
+    os.replace(last + ".tmp", last)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
