@@ -18,7 +18,7 @@ export ANSIBLE_INVENTORY_UNPARSED_FAILED := true
 MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
 .PHONY: help setup setup-test run teardown test test-unit lint test-integration \
-        test-molecule test-vm bench clean image
+        test-molecule test-vm test-workload bench clean image
 
 help:  ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -38,8 +38,9 @@ run: setup  ## Run site.yml on the embedded local default (inventory/local.yml)
 teardown: setup  ## Undo a run (playbooks/teardown.yml)
 	$(ANSIBLE)/ansible-playbook playbooks/teardown.yml $(ARGS)
 
-test: setup-test  ## Every test tier: unit, lint, integration, molecule
+test: setup-test  ## Every test tier: unit, workload, lint, integration, molecule, vm
 	$(MAKE) --no-print-directory test-unit
+	$(MAKE) --no-print-directory test-workload
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory test-integration
 	$(MAKE) --no-print-directory test-molecule
@@ -47,6 +48,9 @@ test: setup-test  ## Every test tier: unit, lint, integration, molecule
 
 test-unit: setup  ## pytest tests/unit
 	$(PYTEST) tests/unit
+
+test-workload: setup  ## pytest tests/workload with the workload venv (torch CPU)
+	.venv-workload/bin/python -m pytest tests/workload
 
 lint: setup  ## ansible-lint (production profile) + yamllint
 	@.ci/bootstrap lint

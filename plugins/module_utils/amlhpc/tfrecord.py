@@ -239,7 +239,7 @@ def write_tfrecord(path: str, records: Sequence[bytes], compress: bool = False) 
     """Write records to ``path`` (gzip-compressed when ``compress``)."""
     payload = b"".join(encode_record(r) for r in records)
     if compress:
-        with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
+        with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, compresslevel=6) as gz:
             gz.write(payload)
     else:
         with open(path, "wb") as f:
