@@ -29,8 +29,11 @@ def _script(path: Path, body: str) -> None:
     path.chmod(0o755)
 
 
-def fake_tools(folder: Path, log: Path, gpu_csv: str, node_all_reduce: str, nvbw: str) -> Path:
+def fake_tools(folder: Path, log: Path, gpu_csv: str, node_all_reduce: str, nvbw: str,
+               elbencho: bool = False) -> Path:
     folder.mkdir(parents=True)
+    if elbencho:
+        _script(folder / "elbencho", f'echo "elbencho $*" >> {log}\ncat {FIX / "elbencho_write_read.txt"}\n')
     _script(folder / "nvidia-smi", f"""echo "nvidia-smi $*" >> {log}
 case "$*" in
   *--query-gpu=*) cat {FIX / gpu_csv} ;;
@@ -64,7 +67,9 @@ def cluster(tmp_path):
         tools = {
             "n0": fake_tools(tmp_path / "tools-n0", log, "nvsmi_gpu_ndv4_ok.csv", "all_reduce_ndv4_node_ok.txt",
                              "nvbandwidth_ndv4_ok.txt"),
-            "n1": fake_tools(tmp_path / "tools-n1", log, n1_gpu_csv, n1_all_reduce, "nvbandwidth_ndv4_ok.txt"),
+            # n1 has elbencho, n0 falls back to the project's own reader.
+            "n1": fake_tools(tmp_path / "tools-n1", log, n1_gpu_csv, n1_all_reduce, "nvbandwidth_ndv4_ok.txt",
+                             elbencho=True),
         }
         hosts = {name: {"aml_node_rank": i, "healthcheck_tool_dirs": [str(tools[name])]}
                  for i, name in enumerate(("n0", "n1"))}
@@ -110,6 +115,10 @@ def test_healthy_cluster_passes_with_every_check_measured(cluster):
     assert len(mpirun) == 2  # all_reduce and alltoall, once per cluster, from the head
     assert "-np 16 --hostfile" in mpirun[0] and "--map-by ppr:8:node" in mpirun[0]
     assert list(scratch.iterdir()) == []  # the mount test cleaned up after itself
+    assert (f"elbencho --write --read --mkdirs --delfiles --deldirs --threads 2 --dirs 1 --files 2 --size 4m "
+            f"--block 1m {scratch}/.amlhpc-elbencho-n1") in calls
+    assert "4241.5 MB/s (elbencho)" in out  # 4045 MiB/s, last-done column
+    assert "MB/s (amlhpc_fs_bench)" in out
 
 
 def test_slow_node_is_named_and_the_run_stops(cluster):
