@@ -1,0 +1,78 @@
+"""Filters of the healthcheck role: thin wrappers around plugins/module_utils/amlhpc/health.py."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+_MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
+if _MODULE_UTILS not in sys.path:
+    sys.path.insert(0, _MODULE_UTILS)
+
+from amlhpc import health  # noqa: E402
+
+DOCUMENTATION = r"""
+name: amlhpc_health
+short_description: Turn health-check tool output into pass/fail checks and a report
+description:
+  - C(amlhpc_health_thresholds(vm_size, overrides)) thresholds of a VM size.
+  - C(amlhpc_health_tools(stdout_lines)) C(key=path) lines into a dict (empty path = absent).
+  - C(amlhpc_health_nvsmi_args(binary, kind)) argv of the nvidia-smi query (kind gpu or remap).
+  - C(amlhpc_health_gpu_checks(gpu_query, remap_query, kernel_log, expected, vm_size)).
+  - C(amlhpc_health_h2d_check(outputs, tool, minimum)), C(amlhpc_health_nccl_check(text, name, minimum)),
+    C(amlhpc_health_fs_checks(result, tool, thresholds)), C(amlhpc_health_skip(name, reason)).
+  - C(amlhpc_health_report(hostvars, all_hosts, active_hosts)) table, failing nodes, message.
+"""
+
+
+def tools(lines: list[str]) -> dict[str, str]:
+    out = {}
+    for line in lines:
+        key, _, path = line.partition("=")
+        if key:
+            out[key.strip()] = path.strip()
+    return out
+
+
+def nvsmi_args(binary: str, kind: str) -> list[str]:
+    if kind == "gpu":
+        return health.nvidia_smi_gpu_args(binary)
+    if kind == "remap":
+        return health.nvidia_smi_remap_args(binary)
+    raise ValueError(f"kind must be gpu or remap, not {kind!r}")
+
+
+def h2d(outputs: Any, tool: str, minimum: Any) -> dict[str, Any]:
+    if isinstance(outputs, str):
+        outputs = [outputs]
+    return health.h2d_check(tool, list(outputs), None if minimum in (None, "") else float(minimum))
+
+
+def nccl(text: str, name: str, minimum: Any) -> dict[str, Any]:
+    return health.nccl_check(name, text, None if minimum in (None, "") else float(minimum))
+
+
+def report(hostvars: Any, all_hosts: list[str], active_hosts: list[str]) -> dict[str, Any]:
+    results = {}
+    for host in all_hosts:
+        checks = hostvars[host].get("healthcheck_checks") if host in active_hosts else None
+        results[host] = list(checks) if checks is not None else None
+    return health.report(results)
+
+
+class FilterModule:
+    """amlhpc health-check filters."""
+
+    def filters(self) -> dict[str, Any]:
+        return {
+            "amlhpc_health_thresholds": health.thresholds_for,
+            "amlhpc_health_tools": tools,
+            "amlhpc_health_nvsmi_args": nvsmi_args,
+            "amlhpc_health_gpu_checks": health.gpu_checks,
+            "amlhpc_health_h2d_check": h2d,
+            "amlhpc_health_nccl_check": nccl,
+            "amlhpc_health_fs_checks": lambda result, tool, limits: health.fs_checks(tool, result, limits),
+            "amlhpc_health_skip": health.skipped,
+            "amlhpc_health_report": report,
+        }

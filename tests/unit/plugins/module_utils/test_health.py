@@ -1,0 +1,231 @@
+"""Health-check parsers and verdicts on outputs in the shapes the real tools print.
+
+The fixtures (fixtures/health/) reproduce the tools' formats: nccl-tests' column layout
+(with the NCCL INFO / Open MPI lines a launcher interleaves, N/A in #wrong, integer times
+above 10 ms), nvbandwidth's matrices, both bandwidthTest unit styles, nvidia-smi's
+``csv,noheader,nounits`` with Azure NDv4 PCI domains, kernel XID lines, elbencho's result
+table and --csvfile.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from amlhpc import health
+
+FIX = Path(__file__).parent / "fixtures" / "health"
+
+
+def fx(name: str) -> str:
+    return (FIX / name).read_text()
+
+
+def by_name(checks):
+    return {c["check"]: c for c in checks}
+
+
+# ---------------------------------------------------------------- thresholds
+def test_thresholds_of_ndv4_match_azure_node_health_checks():
+    t = health.thresholds_for("Standard_ND96asr_v4")
+    assert t["gpus"] == 8
+    assert t["allreduce_node_busbw"] == 228.0
+    assert t["h2d_gbps"] == 20.0
+    assert health.thresholds_for("standard_nd96amsr_a100_v4")["allreduce_node_busbw"] == 228.0
+    assert health.thresholds_for("Standard_ND96isr_H100_v5")["allreduce_node_busbw"] == 460.0
+    assert health.thresholds_for("Standard_ND40rs_v2")["allreduce_node_busbw"] is None
+
+
+def test_unknown_size_has_no_thresholds_and_overrides_apply():
+    t = health.thresholds_for("Standard_D4s_v5")
+    assert all(t[k] is None for k in health.THRESHOLD_KEYS)
+    t = health.thresholds_for("Standard_ND96asr_v4", {"Standard_ND96asr_v4": {"allreduce_node_busbw": 200},
+                                                     "default": {"fs_read_mbps": 5}})
+    assert t["allreduce_node_busbw"] == 200
+    assert t["fs_read_mbps"] == 5
+    assert t["gpus"] == 8
+    with pytest.raises(ValueError, match="unknown keys"):
+        health.thresholds_for("x", {"default": {"allreduce_busbw": 1}})
+
+
+# ---------------------------------------------------------------- nvidia-smi
+def test_query_command_lines():
+    assert health.nvidia_smi_gpu_args() == [
+        "nvidia-smi",
+        "--query-gpu=index,name,pci.bus_id,ecc.mode.current,ecc.errors.uncorrected.volatile.total,"
+        "retired_pages.pending",
+        "--format=csv,noheader,nounits"]
+    assert health.nvidia_smi_remap_args("/usr/bin/nvidia-smi")[1] == (
+        "--query-remapped-rows=gpu_bus_id,remapped_rows.correctable,remapped_rows.uncorrectable,"
+        "remapped_rows.pending,remapped_rows.failure")
+
+
+def test_healthy_ndv4_node_passes():
+    rows = health.parse_gpu_query(fx("nvsmi_gpu_ndv4_ok.csv"))
+    assert [r["pci.bus_id"] for r in rows][4] == "0000000B:00:00.0"
+    checks = by_name(health.gpu_checks(fx("nvsmi_gpu_ndv4_ok.csv"), fx("nvsmi_remap_ndv4_ok.csv"),
+                                       fx("dmesg_clean.txt"), 8, "Standard_ND96asr_v4"))
+    assert {c["status"] for c in checks.values()} == {"pass"}
+    assert checks["gpu_count"]["value"] == "8"
+
+
+def test_seven_gpus_fail_with_the_count():
+    c = by_name(health.gpu_checks(fx("nvsmi_gpu_ndv4_7gpus.csv"), None, None, 8, "Standard_ND96asr_v4"))
+    assert c["gpu_count"]["status"] == "fail"
+    assert c["gpu_count"]["reason"] == "found 7 GPUs, expected 8 for Standard_ND96asr_v4"
+    assert c["gpu_xid"]["status"] == "skip"
+
+
+def test_uncorrectable_ecc_error_names_the_gpu():
+    c = by_name(health.gpu_checks(fx("nvsmi_gpu_ndv4_ecc.csv"), fx("nvsmi_remap_ndv4_ok.csv"), "", 8))
+    assert c["gpu_health"]["status"] == "fail"
+    assert "GPU 5 (0000000C:00:00.0): 2 uncorrectable ECC error(s)" in c["gpu_health"]["reason"]
+
+
+@pytest.mark.parametrize(("remap", "words"), [
+    ("nvsmi_remap_ndv4_pending.csv", "00000004:00:00.0: row remap pending"),
+    ("nvsmi_remap_ndv4_failure.csv", "0000000D:00:00.0: row remapping failed"),
+])
+def test_row_remap_problems(remap, words):
+    c = by_name(health.gpu_checks(fx("nvsmi_gpu_ndv4_na.csv"), fx(remap), "", 8))
+    assert c["gpu_health"]["status"] == "fail"
+    assert words in c["gpu_health"]["reason"]
+
+
+def test_retired_pages_na_is_not_a_problem():
+    c = by_name(health.gpu_checks(fx("nvsmi_gpu_ndv4_na.csv"), fx("nvsmi_remap_ndv4_ok.csv"), "", 8))
+    assert c["gpu_health"]["status"] == "pass"
+
+
+def test_v100_without_row_remapper_is_judged_on_the_rest():
+    c = by_name(health.gpu_checks(fx("nvsmi_gpu_v100.csv"), fx("nvsmi_remap_v100.csv"), "", None))
+    assert c["gpu_count"]["status"] == "pass"
+    assert c["gpu_health"]["status"] == "pass"
+
+
+def test_fatal_xid_fails_once_per_gpu_and_code_and_xid_13_does_not():
+    xids = health.parse_xids(fx("dmesg_xid.txt"))
+    assert [(x["pci"], x["xid"]) for x in xids] == [("0003:00:00", 13), ("000b:00:00", 79), ("000b:00:00", 79)]
+    c = by_name(health.gpu_checks(fx("nvsmi_gpu_ndv4_ok.csv"), None, fx("dmesg_xid.txt"), 8))
+    assert c["gpu_xid"]["status"] == "fail"
+    assert c["gpu_xid"]["reason"] == "Xid 79 on PCI 000b:00:00"
+    assert by_name(health.gpu_checks(fx("nvsmi_gpu_ndv4_ok.csv"), None, fx("dmesg_clean.txt"), 8))[
+        "gpu_xid"]["status"] == "pass"
+
+
+def test_garbled_nvidia_smi_output_is_a_failure_not_a_crash():
+    c = health.gpu_checks("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.",
+                          None, None, 8)
+    assert c[0]["status"] == "fail" and "fields" in c[0]["reason"]
+
+
+# ---------------------------------------------------------------- host <-> device
+def test_nvbandwidth_matrix_parsed_per_gpu():
+    p = health.parse_nvbandwidth(fx("nvbandwidth_ndv4_ok.txt"))
+    assert p["host_to_device_memcpy_ce"][7] == 24.57
+    assert p["device_to_host_memcpy_ce"][3] == 26.03
+    assert len(p["device_to_host_memcpy_ce"]) == 8
+    assert health.h2d_check("nvbandwidth", [fx("nvbandwidth_ndv4_ok.txt")], 20.0)["status"] == "pass"
+
+
+def test_nvbandwidth_slow_gpu_is_named():
+    c = health.h2d_check("nvbandwidth", [fx("nvbandwidth_ndv4_slow_gpu2.txt")], 20.0)
+    assert c["status"] == "fail"
+    assert c["reason"] == "GPU 2 D2H bandwidth 12.3 GB/s is below 20 GB/s"
+
+
+def test_bandwidth_test_both_unit_styles_and_device_all():
+    assert health.parse_bandwidth_test(fx("bandwidthtest_a100_gpu0.txt")) == {"h2d": 26.1, "d2h": 25.6, "d2d": 1152.7}
+    old = health.parse_bandwidth_test(fx("bandwidthtest_v100_old_mbs.txt"))
+    assert old["h2d"] == pytest.approx(11618.3 * 1.048576e-3)
+    both = health.parse_bandwidth_test(fx("bandwidthtest_all_2dev.txt"))
+    assert both["h2d"] == pytest.approx(26.1)
+    c = health.h2d_check("bandwidthTest", [fx("bandwidthtest_a100_gpu0.txt"), fx("bandwidthtest_a100_gpu1_slow.txt")], 20.0)
+    assert c["status"] == "fail" and "GPU 1 H2D bandwidth 13.2 GB/s" in c["reason"]
+
+
+def test_no_bandwidth_figure_fails():
+    assert health.h2d_check("nvbandwidth", ["CUDA error: no CUDA-capable device is detected"], 20.0)["status"] == "fail"
+
+
+# ---------------------------------------------------------------- nccl-tests
+def test_nccl_single_size_node_run():
+    p = health.parse_nccl_tests(fx("all_reduce_ndv4_node_ok.txt"))
+    assert len(p["rows"]) == 1
+    assert p["rows"][0]["size"] == 8589934592 and p["rows"][0]["redop"] == "sum"
+    assert p["avg_busbw"] == pytest.approx(p["rows"][0]["oop_busbw"])
+    assert p["out_of_bounds"] == 0
+    assert health.nccl_check("nccl_all_reduce_node", fx("all_reduce_ndv4_node_ok.txt"), 228.0)["status"] == "pass"
+    slow = health.nccl_check("nccl_all_reduce_node", fx("all_reduce_ndv4_node_slow.txt"), 228.0)
+    assert slow["status"] == "fail"
+    assert slow["reason"] == "busbw at 8589934592 B 171.1 GB/s is below 228 GB/s"
+
+
+def test_nccl_sweep_uses_largest_size_and_ignores_launcher_noise():
+    p = health.parse_nccl_tests(fx("alltoall_ndv4_2node_sweep.txt"))
+    assert len(p["rows"]) == 14
+    assert p["rows"][0]["ip_wrong"] == "N/A" and p["wrong"] == 0
+    assert p["rows"][-1]["size"] == 8589934592
+    assert health.nccl_busbw(p) == p["rows"][-1]["oop_busbw"]
+    assert p["avg_busbw"] < health.nccl_busbw(p)  # the sweep's average is not what is gated
+    assert health.nccl_check("nccl_alltoall_cluster", fx("alltoall_ndv4_2node_sweep.txt"), 13.9)["status"] == "pass"
+    assert health.nccl_check("nccl_alltoall_cluster", fx("alltoall_ndv4_2node_sweep.txt"), 45)["status"] == "fail"
+
+
+def test_nccl_wrong_results_fail_whatever_the_bandwidth():
+    c = health.nccl_check("nccl_all_reduce_node", fx("all_reduce_wrong.txt"), 1.0)
+    assert c["status"] == "fail" and "#wrong 6" in c["reason"]
+
+
+def test_nccl_crash_output_fails():
+    c = health.nccl_check("nccl_all_reduce_node", "Test NCCL failure common.cu:1005 'unhandled cuda error'", 228.0)
+    assert c["status"] == "fail"
+
+
+def test_no_threshold_reports_without_gating():
+    c = health.nccl_check("nccl_alltoall_node", fx("all_reduce_ndv4_node_slow.txt"), None)
+    assert c["status"] == "pass" and "not gated" in c["reason"] and c["value"].startswith("171.1 GB/s")
+
+
+# ---------------------------------------------------------------- shared mount
+def test_elbencho_table_and_csv_agree():
+    table = health.parse_elbencho(fx("elbencho_write_read.txt"))
+    csvr = health.parse_elbencho(fx("elbencho_results.csv"))
+    assert table == csvr
+    assert table["WRITE"] == pytest.approx(4045 * 1.048576)
+    assert table["READ"] == pytest.approx(7161 * 1.048576)
+
+
+def test_fs_checks_from_elbencho_and_from_the_reader():
+    limits = {"fs_write_mbps": 5000.0, "fs_read_mbps": 1000.0}
+    c = by_name(health.fs_checks("elbencho", fx("elbencho_write_read.txt"), limits))
+    assert c["fs_write"]["status"] == "fail" and c["fs_read"]["status"] == "pass"
+    ok = by_name(health.fs_checks("amlhpc_fs_bench", {"write_mbps": 1500.0, "read_mbps": 2500.0, "errors": []}, limits))
+    assert ok["fs_read"]["status"] == "pass" and ok["fs_read"]["value"] == "2500.0 MB/s (amlhpc_fs_bench)"
+    bad = by_name(health.fs_checks("amlhpc_fs_bench",
+                                   {"write_mbps": 1500.0, "read_mbps": 2500.0, "errors": ["file00003 block 2: ..."]},
+                                   limits))
+    assert bad["fs_read"]["status"] == "fail" and "differs" in bad["fs_read"]["reason"]
+
+
+# ---------------------------------------------------------------- verdict
+def test_report_names_failing_nodes_and_unreachable_ones():
+    results = {
+        "nd-0": [health.check("gpu_count", "pass", 8, "== 8"), health.skipped("fs_write", "not mounted")],
+        "nd-1": health.gpu_checks(fx("nvsmi_gpu_ndv4_7gpus.csv"), None, "", 8, "Standard_ND96asr_v4"),
+        "nd-2": None,
+    }
+    r = health.report(results)
+    assert r["failing_nodes"] == ["nd-1", "nd-2"]
+    assert "nd-1 (gpu_count: found 7 GPUs, expected 8 for Standard_ND96asr_v4)" in r["message"]
+    assert "nd-2 (no health check results" in r["message"]
+    assert "healthcheck_ignore_failures: true" in r["message"]
+    assert r["table"][0].split() == ["NODE", "CHECK", "STATUS", "VALUE", "THRESHOLD", "REASON"]
+    assert any(line.startswith("nd-1") and " FAIL " in line and "gpu_count" in line for line in r["table"])
+    assert r["counts"] == {"pass": 3, "fail": 1, "skip": 1}
+
+
+def test_report_all_pass():
+    r = health.report({"a": [health.check("fs_write", "pass", "1.0 MB/s")]})
+    assert r["failing"] == [] and r["message"] == ""

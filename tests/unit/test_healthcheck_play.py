@@ -1,0 +1,148 @@
+"""playbooks/healthcheck.yml end to end on two local "nodes", with stand-in GPU tools.
+
+No GPU here, so nvidia-smi, nvbandwidth, all_reduce_perf, alltoall_perf and mpirun are small
+scripts that replay outputs in the tools' real shapes (tests/unit/plugins/module_utils/
+fixtures/health) and log how they were called. Everything else is real: the role's tasks,
+the filters, the gate, and the shared-mount benchmark writing and reading files.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAYBOOK = str(ROOT / "playbooks" / "healthcheck.yml")
+ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
+FIX = ROOT / "tests" / "unit" / "plugins" / "module_utils" / "fixtures" / "health"
+
+pytestmark = pytest.mark.slow
+
+
+def _script(path: Path, body: str) -> None:
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+
+
+def fake_tools(folder: Path, log: Path, gpu_csv: str, node_all_reduce: str, nvbw: str,
+               elbencho: bool = False) -> Path:
+    folder.mkdir(parents=True)
+    if elbencho:
+        _script(folder / "elbencho", f'echo "elbencho $*" >> {log}\ncat {FIX / "elbencho_write_read.txt"}\n')
+    _script(folder / "nvidia-smi", f"""echo "nvidia-smi $*" >> {log}
+case "$*" in
+  *--query-gpu=*) cat {FIX / gpu_csv} ;;
+  *--query-remapped-rows=*) cat {FIX / 'nvsmi_remap_ndv4_ok.csv'} ;;
+  *) exit 2 ;;
+esac
+""")
+    _script(folder / "nvbandwidth", f'echo "nvbandwidth $*" >> {log}\ncat {FIX / nvbw}\n')
+    # -g 1: the multi-node run under mpirun; otherwise the one-node run (-g <GPUs>).
+    _script(folder / "all_reduce_perf", f"""echo "all_reduce_perf $*" >> {log}
+case "$*" in *"-g 1"*) cat {FIX / 'all_reduce_ndv4_node_ok.txt'} ;; *) cat {FIX / node_all_reduce} ;; esac
+""")
+    _script(folder / "alltoall_perf", f'echo "alltoall_perf $*" >> {log}\ncat {FIX / "alltoall_ndv4_2node_sweep.txt"}\n')
+    _script(folder / "mpirun", f"""echo "mpirun $*" >> {log}
+while [ $# -gt 0 ]; do case "$1" in */all_reduce_perf|*/alltoall_perf) exec "$@" ;; esac; shift; done
+exit 3
+""")
+    return folder
+
+
+@pytest.fixture()
+def cluster(tmp_path):
+    """A two-node inventory; n1's all_reduce and GPU list are set per test."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    nodefile = tmp_path / "nodefile"
+    nodefile.write_text("n0 slots=8\nn1 slots=8\n")
+    log = tmp_path / "calls.log"
+
+    def make(n1_gpu_csv="nvsmi_gpu_ndv4_ok.csv", n1_all_reduce="all_reduce_ndv4_node_ok.txt", **extra):
+        tools = {
+            "n0": fake_tools(tmp_path / "tools-n0", log, "nvsmi_gpu_ndv4_ok.csv", "all_reduce_ndv4_node_ok.txt",
+                             "nvbandwidth_ndv4_ok.txt"),
+            # n1 has elbencho, n0 falls back to the project's own reader.
+            "n1": fake_tools(tmp_path / "tools-n1", log, n1_gpu_csv, n1_all_reduce, "nvbandwidth_ndv4_ok.txt",
+                             elbencho=True),
+        }
+        hosts = {name: {"aml_node_rank": i, "healthcheck_tool_dirs": [str(tools[name])]}
+                 for i, name in enumerate(("n0", "n1"))}
+        inv = {"all": {
+            "children": {"aml_nodes": {"children": {"head": {"hosts": {"n0": None}},
+                                                     "workers": {"hosts": {"n1": None}}}},
+                         "cluster_gpu": {"hosts": {"n0": None, "n1": None}}},
+            "hosts": hosts,
+            "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+                     "aml_cluster": "gpu", "aml_vm_size": "Standard_ND96asr_v4",
+                     "healthcheck_kernel_log_command": f"cat {FIX / 'dmesg_clean.txt'}",
+                     "healthcheck_nodefile": str(nodefile), "healthcheck_fs_path": str(scratch),
+                     "healthcheck_fs_files": 4, "healthcheck_fs_file_size_mb": 4, "healthcheck_fs_parallel": 2,
+                     # The stand-in mount is this machine's disk: gate it with a floor it meets.
+                     "healthcheck_thresholds": {"default": {"fs_write_mbps": 1, "fs_read_mbps": 1}},
+                     **extra}}}
+        path = tmp_path / "inv.yml"
+        path.write_text(yaml.safe_dump(inv))
+        return path
+
+    return make, log, scratch
+
+
+def run(inv: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="default")
+    return subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), PLAYBOOK, *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_healthy_cluster_passes_with_every_check_measured(cluster):
+    make, log, scratch = cluster
+    res = run(make())
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr
+    out = res.stdout
+    for check in ("gpu_count", "gpu_health", "gpu_xid", "h2d_bandwidth", "nccl_all_reduce_node",
+                  "nccl_alltoall_node", "nccl_all_reduce_cluster", "nccl_alltoall_cluster", "fs_write", "fs_read"):
+        assert f"{check}" in out
+    assert "2 node(s): 18 passed, 0 failed, 0 skipped checks" in out
+    calls = log.read_text()
+    assert "all_reduce_perf -b 8G -e 8G -f 2 -c 1 -n 20 -g 8" in calls
+    assert "nvbandwidth -t host_to_device_memcpy_ce device_to_host_memcpy_ce" in calls
+    mpirun = [line for line in calls.splitlines() if line.startswith("mpirun")]
+    assert len(mpirun) == 2  # all_reduce and alltoall, once per cluster, from the head
+    assert "-np 16 --hostfile" in mpirun[0] and "--map-by ppr:8:node" in mpirun[0]
+    assert list(scratch.iterdir()) == []  # the mount test cleaned up after itself
+    assert (f"elbencho --write --read --mkdirs --delfiles --deldirs --threads 2 --dirs 1 --files 2 --size 4m "
+            f"--block 1m {scratch}/.amlhpc-elbencho-n1") in calls
+    assert "4241.5 MB/s (elbencho)" in out  # 4045 MiB/s, last-done column
+    assert "MB/s (amlhpc_fs_bench)" in out
+
+
+def test_slow_node_is_named_and_the_run_stops(cluster):
+    make, _, _ = cluster
+    res = run(make(n1_all_reduce="all_reduce_ndv4_node_slow.txt", n1_gpu_csv="nvsmi_gpu_ndv4_ecc.csv"))
+    assert res.returncode != 0
+    assert ("health check failed on 1 of 2 node(s): n1 (gpu_health: GPU 5 (0000000C:00:00.0): 2 uncorrectable "
+            "ECC error(s) since boot, nccl_all_reduce_node: busbw at 8589934592 B 171.1 GB/s is below 228 GB/s)"
+            in res.stdout)
+    assert "n0 (" not in res.stdout
+
+
+def test_ignore_failures_goes_on_with_a_warning(cluster):
+    make, _, _ = cluster
+    res = run(make(n1_gpu_csv="nvsmi_gpu_ndv4_7gpus.csv", healthcheck_ignore_failures=True))
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert "IGNORED (healthcheck_ignore_failures: true): health check failed on 1 of 2 node(s): n1 " \
+           "(gpu_count: found 7 GPUs, expected 8 for Standard_ND96asr_v4)" in res.stdout
+
+
+def test_check_mode_measures_read_only_and_writes_nothing(cluster):
+    make, log, scratch = cluster
+    res = run(make(), "--check")
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert "check mode: the test writes files" in res.stdout
+    assert "nvidia-smi --query-gpu" in log.read_text()  # read-only probes still ran
+    assert list(scratch.iterdir()) == []
