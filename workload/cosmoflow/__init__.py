@@ -1,0 +1,1 @@
+"""CosmoFlow training workload (MLPerf HPC) for amlhpc."""
