@@ -114,7 +114,7 @@ seconds:
   description: Wall time of this run.
   returned: success
   type: float
-throughput_mbps:
+throughput_mb_s:
   description: Download rate of this run in MB/s (bytes over the wire).
   returned: success
   type: float

@@ -60,7 +60,7 @@ def stage_for_this_node(*, account_url: str, container: str, stage_dir: str, sas
     """Stage node ``node_rank``'s shard (of ``num_nodes``) into ``stage_dir``; resumable.
 
     Returns ``{"files", "bytes", "seconds", "skipped_existing"}`` (plus bytes_over_wire,
-    throughput_mbps, changed). ``progress`` gets azcopy's progress as dicts (percent,
+    throughput_mb_s, changed). ``progress`` gets azcopy's progress as dicts (percent,
     completed, total, bytes_over_wire, seconds). Raises ``StageError`` or ``ValueError``
     with a sentence naming the problem.
     """
@@ -99,4 +99,4 @@ def stage_for_this_node(*, account_url: str, container: str, stage_dir: str, sas
                          node=f"node {node_rank}", **kwargs)
     return {"files": result["files"], "bytes": result["bytes"], "seconds": result["seconds"],
             "skipped_existing": result["skipped_existing"], "bytes_over_wire": result["bytes_over_wire"],
-            "throughput_mbps": result["throughput_mbps"], "changed": result["changed"]}
+            "throughput_mb_s": result["throughput_mb_s"], "changed": result["changed"]}

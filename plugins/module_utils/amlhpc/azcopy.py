@@ -495,7 +495,7 @@ def stage_shard(*, azcopy: str, source_url: str, sas: str, stage_dir: str, rank:
     balanced mode). ``expected`` (from the listing) enables the check against the plan;
     without it the check uses azcopy's own transfer count.
 
-    Returns files, bytes (on disk), bytes_over_wire, seconds, throughput_mbps (over the wire,
+    Returns files, bytes (on disk), bytes_over_wire, seconds, throughput_mb_s (over the wire,
     MB/s), skipped_existing (files a previous run had finished), changed, and a
     progress summary (a sample every 10 %). ``progress_file`` (optional) is rewritten with
     the latest progress, for an operator to watch.
@@ -509,11 +509,11 @@ def stage_shard(*, azcopy: str, source_url: str, sas: str, stage_dir: str, rank:
     have = _manifest_ok(stage_dir, rank, key)
     if have is not None:
         return {"files": len(have), "bytes": sum(have.values()), "bytes_over_wire": 0, "seconds": 0.0,
-                "throughput_mbps": 0.0, "skipped_existing": len(have), "changed": False, "azcopy_runs": 0,
+                "throughput_mb_s": 0.0, "skipped_existing": len(have), "changed": False, "azcopy_runs": 0,
                 "progress": []}
     if blobs is not None and not blobs:
         _write_json_atomic(_manifest_path(stage_dir, rank), {"key": key, "files": {}})
-        return {"files": 0, "bytes": 0, "bytes_over_wire": 0, "seconds": 0.0, "throughput_mbps": 0.0,
+        return {"files": 0, "bytes": 0, "bytes_over_wire": 0, "seconds": 0.0, "throughput_mb_s": 0.0,
                 "skipped_existing": 0, "changed": False, "azcopy_runs": 0, "progress": []}
     staging = os.path.join(stage_dir, STAGING_DIRNAME, str(rank))
     os.makedirs(staging, exist_ok=True)
@@ -573,6 +573,6 @@ def stage_shard(*, azcopy: str, source_url: str, sas: str, stage_dir: str, rank:
     seconds = time.monotonic() - started
     return {"files": checked["files"], "bytes": checked["bytes"], "bytes_over_wire": result.bytes_over_wire,
             "seconds": round(seconds, 3),
-            "throughput_mbps": round(result.bytes_over_wire / seconds / 1e6, 3) if seconds > 0 else 0.0,
+            "throughput_mb_s": round(result.bytes_over_wire / seconds / 1e6, 3) if seconds > 0 else 0.0,
             "skipped_existing": result.skipped, "changed": True, "azcopy_runs": 1, "progress": samples}
 
