@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from amlhpc.azcopy import ExpectedFile, StageError, blob_url, check_sas, stage_shard
-from amlhpc.blob_listing import list_blobs, sdk_available
+from amlhpc.blob_listing import ListingError, list_blobs, sdk_available
 from amlhpc.shards import ShardError, include_pattern, plan_shards
 
 __all__ = ["StageError", "read_sas", "stage_for_this_node"]
@@ -78,7 +78,10 @@ def stage_for_this_node(*, account_url: str, container: str, stage_dir: str, sas
         if not sdk_available():
             raise StageError("balanced shard mode lists the container, which needs the Python package "
                              "azure-storage-blob; it is not installed here: install it or use shard_mode='suffix'")
-        listing = list_blobs(account_url, container, prefix, credential=sas)
+        try:
+            listing = list_blobs(account_url, container, prefix, credential=sas)
+        except ListingError as exc:
+            raise StageError(str(exc)) from exc
     try:
         shard = plan_shards(hosts, shard_mode, listing)[node_rank]
     except ShardError as exc:

@@ -252,7 +252,8 @@ class JobResult:
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0 and self.status == "Completed" and self.failed == 0 and not self.errors
+        return (self.returncode == 0 and self.status in ("Completed", "CompletedWithSkipped") and self.failed == 0
+                and not self.errors)
 
 
 def run_azcopy(cmd: Sequence[str], env: Mapping[str, str], *, secrets: Iterable[str] = (),

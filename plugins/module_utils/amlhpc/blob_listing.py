@@ -59,7 +59,12 @@ def blob_from_properties(props: Any, prefix: str = "") -> Blob:
 def list_blobs(account_url: str, container: str, prefix: str = "", credential: Any = None) -> list[Blob]:
     """Every blob under ``prefix`` (credential: a SAS token string, a key, or an azure-identity credential)."""
     try:
-        from azure.core.exceptions import AzureError, ClientAuthenticationError, ResourceNotFoundError  # noqa: PLC0415
+        from azure.core.exceptions import (  # noqa: PLC0415
+            AzureError,
+            ClientAuthenticationError,
+            HttpResponseError,
+            ResourceNotFoundError,
+        )
         from azure.storage.blob import ContainerClient  # noqa: PLC0415
     except ImportError as exc:
         raise ListingError("listing the container needs the Python package azure-storage-blob "
@@ -71,13 +76,26 @@ def list_blobs(account_url: str, container: str, prefix: str = "", credential: A
     try:
         return [blob_from_properties(p, prefix)
                 for p in client.list_blobs(name_starts_with=normalize_prefix(prefix) or None, include=["metadata"])]
+    except HttpResponseError as exc:
+        if isinstance(exc, ResourceNotFoundError) or exc.status_code == 404:
+            raise ListingError(f"container {container!r} does not exist at {account_url}") from exc
+        if isinstance(exc, ClientAuthenticationError) or exc.status_code == 403:
+            raise ListingError(f"listing container {container!r} at {account_url} was refused (HTTP 403): the SAS "
+                               "token has expired, lacks list permission, or is for another container") from exc
+        raise ListingError(f"listing container {container!r} at {account_url} failed (HTTP {exc.status_code}): "
+                           f"{_first_line(exc, secrets)}") from exc
     except ClientAuthenticationError as exc:
         raise ListingError(f"listing container {container!r} at {account_url} was refused (HTTP 403): the SAS "
                            "token has expired, lacks list permission, or is for another container") from exc
     except ResourceNotFoundError as exc:
         raise ListingError(f"container {container!r} does not exist at {account_url}") from exc
     except AzureError as exc:
-        first = redact(str(exc), secrets).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ListingError(f"listing container {container!r} at {account_url} failed: {first}") from exc
+        raise ListingError(f"listing container {container!r} at {account_url} failed: "
+                           f"{_first_line(exc, secrets)}") from exc
     finally:
         client.close()
+
+
+def _first_line(exc: Exception, secrets: list[str]) -> str:
+    text = redact(str(exc), secrets)
+    return text.splitlines()[0] if text else type(exc).__name__
