@@ -128,6 +128,6 @@ def upload_prepared(prepared: Sequence[Prepared], account_url: str, container: s
             uploaded_bytes = sum(pool.map(put, todo))
     finally:
         client.close()
-    return {"files": len(prepared), "uploaded": len(todo), "skipped": len(prepared) - len(todo),
+    return {"files": len(prepared), "uploaded": len(todo), "already_there": len(prepared) - len(todo),
             "uploaded_bytes": uploaded_bytes, "raw_bytes": sum(p.raw_size for p in prepared),
             "gzip_bytes": sum(p.size for p in prepared)}
