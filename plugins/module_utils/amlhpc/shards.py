@@ -139,12 +139,29 @@ def _balanced(blobs: Sequence[Blob], num_hosts: int) -> list[list[Blob]]:
     heap = [(0, 0, rank) for rank in range(num_hosts)]
     out: list[list[Blob]] = [[] for _ in range(num_hosts)]
     for blob in sorted(blobs, key=lambda b: (-b.size, b.name)):
-        total, count, rank = heapq.heappop(heap)
+        total, count, rank = heap[0]
         out[rank].append(blob)
-        heapq.heappush(heap, (total + blob.size, count + 1, rank))
+        heapq.heapreplace(heap, (total + blob.size, count + 1, rank))
     for shard in out:
         shard.sort(key=lambda b: b.name)
     return out
+
+
+def balanced_loads(sizes_desc: Sequence[int], num_hosts: int) -> list[int]:
+    """Bytes per host that balanced mode gives, from sizes sorted largest first (fast path for benches).
+
+    The same greedy and tie-breaks as ``plan_shards(..., "balanced")`` (names only order
+    blobs of equal size, which does not change the loads), without building the shards.
+    """
+    heap = [(0, 0, rank) for rank in range(num_hosts)]
+    replace = heapq.heapreplace
+    for size in sizes_desc:
+        total, count, rank = heap[0]
+        replace(heap, (total + size, count + 1, rank))
+    loads = [0] * num_hosts
+    for total, _count, rank in heap:
+        loads[rank] = total
+    return loads
 
 
 def _check_listing(blobs: Sequence[Blob]) -> None:

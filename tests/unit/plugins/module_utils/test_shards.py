@@ -148,3 +148,12 @@ def test_bad_inputs():
         plan_shards(["a", "a"], "suffix")
     with pytest.raises(ShardError, match="names blob 'x' twice"):
         plan_shards(["a"], "balanced", [Blob("x", 1), Blob("x", 2)])
+
+
+@settings(max_examples=60, deadline=None)
+@given(blobs=blobs_st, n=st.integers(1, 40))
+def test_fast_loads_match_the_planner(blobs, n):
+    from amlhpc.shards import balanced_loads
+    shards = plan_shards([f"h{i}" for i in range(n)], "balanced", blobs)
+    sizes = sorted((b.size for b in blobs), reverse=True)
+    assert balanced_loads(sizes, n) == [s.bytes for s in shards]
