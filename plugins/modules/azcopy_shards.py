@@ -11,7 +11,7 @@ description:
   - Runs on the controller. Given the hosts that take part (one per node, in rank order)
     and the data set, returns each host's shard, with its bytes and file counts and the
     imbalance (max / mean bytes).
-  - C(suffix) mode follows the CosmoFlow naming C(univ_ics_2019-03_aXXXXXX_YYY.tfrecord[.gz]):
+  - C(suffix) mode follows the CosmoFlow naming C(univ_ics_2019-03_aXXXXXX_YYY.tfrecord[.gz]);
     the 64 suffixes C(000)-C(063) are split in contiguous blocks as evenly as possible and
     each host gets them as an azcopy C(--include-pattern) (semicolon-separated globs matching
     C(.tfrecord) and C(.tfrecord.gz)). More than 64 hosts is refused (one sentence naming
