@@ -53,6 +53,7 @@ def _balanced(n: int) -> float:
 
 
 def main() -> int:
+    # --step K: every count up to 64, then every K-th (default 1: every count 1..512).
     step = int(sys.argv[sys.argv.index("--step") + 1]) if "--step" in sys.argv else 1
     blobs = cosmoflow_v07_listing()
     total = sum(b.size for b in blobs)
@@ -62,7 +63,7 @@ def main() -> int:
     print(f"one full balanced plan (names and all) for 512 nodes: {time.perf_counter() - t:.2f} s, "
           f"imbalance {imbalance([s.bytes for s in shards]):.5f}")
     _SIZES[:] = sorted((b.size for b in blobs), reverse=True)
-    counts = sorted(set(range(1, 513, step)) | {64, 65, 512})
+    counts = sorted(set(range(1, 513, step)) | set(range(1, 65)) | {65, 512})
     t = time.perf_counter()
     with ProcessPoolExecutor() as pool:  # forked workers inherit _SIZES
         balanced = list(pool.map(_balanced, counts, chunksize=8))
