@@ -50,7 +50,7 @@ def _upload_plain(root: str, endpoint: str, container: str) -> None:
 
 
 def main() -> int:
-    universes = int(os.environ.get("BENCH_UNIVERSES", "2"))
+    universes = int(os.environ.get("BENCH_UNIVERSES", "1"))
     work = tempfile.mkdtemp(prefix="amlhpc-bench-")
     port = _port()
     azurite = subprocess.Popen([os.path.join(ROOT, ".tools", "bin", "azurite-blob"), "--blobHost", "127.0.0.1",
