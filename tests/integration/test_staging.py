@@ -222,3 +222,16 @@ def test_sas_with_write_permission_is_warned_about(azurite, azcopy, dataset, tmp
     assert {"warning": "The SAS token grants more than read and list (sp=rwl: also write): a staging token "
                        "should be sp=rl only."} in seen
     assert any(p.get("final") and p["percent"] == 100 for p in seen)
+
+
+def test_without_the_sdk_suffix_mode_stages_and_balanced_is_refused(azurite, azcopy, dataset, tmp_path, monkeypatch):
+    import cosmoflow.stage as stage_module
+    monkeypatch.setattr(stage_module, "sdk_available", lambda: False)
+    sas = azurite.container_sas(dataset.container, "rl")
+    with pytest.raises(StageError, match="balanced shard mode lists the container, which needs the Python package "
+                                         "azure-storage-blob; it is not installed here"):
+        _stage(azurite, azcopy, dataset, tmp_path / "b", 0, 2, "balanced", sas)
+    out = _stage(azurite, azcopy, dataset, tmp_path / "s", 1, 2, "suffix", sas)  # suffixes 032-063, no listing
+    files = assert_identical_subset(tmp_path / "s", dataset)
+    assert out["files"] == len(files) == 96
+    assert all(32 <= int(name[-12:-9]) <= 63 for name in files)
