@@ -1,0 +1,92 @@
+"""Action plugin: plan each node's shard of a data set for azcopy staging (runs on the controller).
+
+Documentation: plugins/modules/azcopy_shards.py (the action-only plugin's doc stub).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+_MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
+if _MODULE_UTILS not in sys.path:
+    sys.path.insert(0, _MODULE_UTILS)
+
+from amlhpc.azcopy import check_sas, redact  # noqa: E402
+from amlhpc.blob_listing import ListingError, list_blobs  # noqa: E402
+from amlhpc.shards import MODES, ShardError, plan_shards, plan_summary  # noqa: E402
+
+_ARGS = {
+    "hosts": {"type": "list", "elements": "str"},
+    "mode": {"type": "str", "default": "suffix", "choices": list(MODES)},
+    "account_url": {"type": "str"},
+    "container": {"type": "str"},
+    "prefix": {"type": "str", "default": ""},
+    "sas": {"type": "str", "no_log": True},
+    "list": {"type": "bool", "default": True},
+    "allow_idle": {"type": "bool", "default": False},
+}
+
+
+def ranked_hosts(task_vars: dict[str, Any]) -> list[str]:
+    """The play's hosts in (cluster, rank) order."""
+    hosts = list(task_vars.get("ansible_play_hosts_all") or task_vars.get("ansible_play_hosts") or [])
+    hostvars = task_vars.get("hostvars", {})
+
+    def key(h: str) -> tuple[str, int, str]:
+        hv = hostvars.get(h, {})
+        return (str(hv.get("aml_cluster", "")), int(hv.get("aml_node_rank", 0)), h)
+
+    return sorted(hosts, key=key)
+
+
+class ActionModule(ActionBase):
+    """Plan the shards; the result is meant to be registered (run_once) and read per host."""
+
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
+        del tmp
+        _, args = self.validate_argument_spec(argument_spec=_ARGS)
+        hosts = args["hosts"] or ranked_hosts(task_vars)
+        mode = args["mode"]
+        sas = args["sas"] or ""
+        warnings: list[str] = []
+        listing = None
+        if args["list"] or mode == "balanced":
+            missing = [k for k in ("account_url", "container") if not args[k]]
+            if missing:
+                raise AnsibleActionFail(f"azcopy_shards needs {' and '.join(missing)} to list the container")
+            if sas:
+                check = check_sas(sas, "rl")
+                if check.errors:
+                    raise AnsibleActionFail(" ".join(check.errors))
+                warnings += check.warnings
+            try:
+                listing = list_blobs(args["account_url"], args["container"], args["prefix"], credential=sas or None)
+            except ListingError as exc:
+                raise AnsibleActionFail(redact(str(exc), [sas])) from None
+        try:
+            shards = plan_shards(hosts, mode, listing, allow_idle=args["allow_idle"])
+        except ShardError as exc:
+            raise AnsibleActionFail(str(exc)) from None
+        plan = plan_summary(shards, mode, listed=listing is not None)
+        if listing is not None and not listing:
+            warnings.append(f"container {args['container']!r} has no blobs under prefix {args['prefix']!r}: "
+                            "every shard is empty")
+        if plan["idle_hosts"] and listing:
+            warnings.append(f"{len(plan['idle_hosts'])} host(s) get no data: {', '.join(plan['idle_hosts'][:5])}")
+        for w in warnings:
+            self._display.warning(w)
+        result.update(plan)
+        result["changed"] = False
+        result["hosts"] = hosts
+        result["sas_warnings"] = warnings
+        return result

@@ -1,0 +1,101 @@
+"""List a container's blobs for the shard planner (names, sizes, encoding, size after gunzip).
+
+The Azure SDK (``azure-storage-blob``) is imported only when a listing is asked for, so the
+rest of ``amlhpc`` stays standard library: the controller's .venv and the workload image
+have the SDK; a node without it can still stage in suffix mode, which needs no listing.
+
+``playbooks/prepare_dataset.yml`` stores each file's size before compression in the blob
+metadata ``amlhpc_raw_bytes``, so the stage can check the bytes on disk after ``--decompress``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .azcopy import redact
+from .shards import Blob
+
+RAW_BYTES_METADATA = "amlhpc_raw_bytes"
+
+
+class ListingError(RuntimeError):
+    """The listing failed; the message is a sentence a person can act on (no secrets)."""
+
+
+def sdk_available() -> bool:
+    try:
+        import azure.storage.blob  # noqa: F401  # pylint: disable=unused-import,import-outside-toplevel
+    except ImportError:
+        return False
+    return True
+
+
+def normalize_prefix(prefix: str) -> str:
+    """``data/cosmoflow`` -> ``data/cosmoflow/``; ``""`` stays empty."""
+    prefix = prefix.strip("/")
+    return f"{prefix}/" if prefix else ""
+
+
+def blob_from_properties(props: Any, prefix: str = "") -> Blob:
+    """A planner ``Blob`` from an SDK ``BlobProperties`` (name relative to ``prefix``)."""
+    name = str(props.name)
+    prefix = normalize_prefix(prefix)
+    if prefix and name.startswith(prefix):
+        name = name[len(prefix):]
+    settings = getattr(props, "content_settings", None)
+    encoding = (getattr(settings, "content_encoding", None) or "") if settings is not None else ""
+    metadata = getattr(props, "metadata", None) or {}
+    raw: int | None
+    if encoding.strip().lower() == "gzip":
+        try:
+            raw = int(metadata[RAW_BYTES_METADATA])
+        except (KeyError, TypeError, ValueError):
+            raw = None
+    else:
+        raw = int(props.size)
+    return Blob(name=name, size=int(props.size), raw_size=raw, content_encoding=encoding)
+
+
+def list_blobs(account_url: str, container: str, prefix: str = "", credential: Any = None) -> list[Blob]:
+    """Every blob under ``prefix`` (credential: a SAS token string, a key, or an azure-identity credential)."""
+    try:
+        from azure.core.exceptions import (  # noqa: PLC0415
+            AzureError,
+            ClientAuthenticationError,
+            HttpResponseError,
+            ResourceNotFoundError,
+        )
+        from azure.storage.blob import ContainerClient  # noqa: PLC0415
+    except ImportError as exc:
+        raise ListingError("listing the container needs the Python package azure-storage-blob "
+                           "(pip install azure-storage-blob), which is not installed here") from exc
+    if isinstance(credential, str):
+        credential = credential.strip().lstrip("?")
+    client = ContainerClient(account_url.rstrip("/"), container, credential=credential)
+    secrets = [credential] if isinstance(credential, str) else []
+    try:
+        return [blob_from_properties(p, prefix)
+                for p in client.list_blobs(name_starts_with=normalize_prefix(prefix) or None, include=["metadata"])]
+    except HttpResponseError as exc:
+        if isinstance(exc, ResourceNotFoundError) or exc.status_code == 404:
+            raise ListingError(f"container {container!r} does not exist at {account_url}") from exc
+        if isinstance(exc, ClientAuthenticationError) or exc.status_code == 403:
+            raise ListingError(f"listing container {container!r} at {account_url} was refused (HTTP 403): the SAS "
+                               "token has expired, lacks list permission, or is for another container") from exc
+        raise ListingError(f"listing container {container!r} at {account_url} failed (HTTP {exc.status_code}): "
+                           f"{_first_line(exc, secrets)}") from exc
+    except ClientAuthenticationError as exc:
+        raise ListingError(f"listing container {container!r} at {account_url} was refused (HTTP 403): the SAS "
+                           "token has expired, lacks list permission, or is for another container") from exc
+    except ResourceNotFoundError as exc:
+        raise ListingError(f"container {container!r} does not exist at {account_url}") from exc
+    except AzureError as exc:
+        raise ListingError(f"listing container {container!r} at {account_url} failed: "
+                           f"{_first_line(exc, secrets)}") from exc
+    finally:
+        client.close()
+
+
+def _first_line(exc: Exception, secrets: list[str]) -> str:
+    text = redact(str(exc), secrets)
+    return text.splitlines()[0] if text else type(exc).__name__

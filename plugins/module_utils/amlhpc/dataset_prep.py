@@ -1,0 +1,133 @@
+"""Prepare a data set for staging: gzip files in parallel, upload them gzip-encoded.
+
+Each file is compressed once (deterministically: ``mtime=0``, so the same input always
+gives the same bytes and MD5) and uploaded as ``<name>.gz`` with ``Content-Encoding: gzip``,
+``Content-MD5`` and the size before compression in the metadata ``amlhpc_raw_bytes``. The
+stage then downloads with ``azcopy --decompress`` and checks the bytes on disk. (The seed
+case: CosmoFlow v0.7, 5.1 TB of TFRecords, is 1.1 TB gzip-encoded.)
+
+Idempotent: a blob that already exists with the same size and MD5 is skipped.
+
+Compression runs in a process pool (CPU bound), uploads in a thread pool (I/O bound).
+The Azure SDK (azure-storage-blob) is imported only by ``upload_prepared``.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+RAW_BYTES_METADATA = "amlhpc_raw_bytes"
+DEFAULT_PATTERNS = (".tfrecord",)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """One compressed file ready to upload."""
+
+    source: str  # path of the original
+    blob: str  # blob name (prefix/relative path + .gz)
+    gz_path: str  # the compressed copy
+    size: int  # compressed bytes
+    raw_size: int  # original bytes
+    md5: str  # base64 MD5 of the compressed bytes (as Content-MD5)
+
+
+def find_files(root: str, suffixes: Sequence[str] = DEFAULT_PATTERNS) -> list[str]:
+    """Files under ``root`` whose name ends with one of ``suffixes``, relative, sorted."""
+    out = []
+    for dirpath, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in files:
+            if name.endswith(tuple(suffixes)):
+                out.append(os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/"))
+    return sorted(out)
+
+
+def _gzip_one(args: tuple[str, str, int]) -> tuple[int, int, str]:
+    src, dst, level = args
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    with open(src, "rb") as f:
+        data = f.read()
+    packed = gzip.compress(data, compresslevel=level, mtime=0)
+    tmp = f"{dst}.tmp-{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(packed)
+    os.replace(tmp, dst)
+    return len(data), len(packed), base64.b64encode(hashlib.md5(packed).digest()).decode()  # noqa: S324 - Content-MD5
+
+
+def compress_all(root: str, work_dir: str, prefix: str = "", level: int = 6, workers: int | None = None,
+                 suffixes: Sequence[str] = DEFAULT_PATTERNS) -> list[Prepared]:
+    """gzip every data file under ``root`` into ``work_dir`` (same layout, ``.gz`` added), in parallel."""
+    rels = find_files(root, suffixes)
+    jobs = [(os.path.join(root, r), os.path.join(work_dir, r + ".gz"), level) for r in rels]
+    workers = workers or max(1, min(len(jobs), os.cpu_count() or 1))
+    if not jobs:
+        return []
+    if workers == 1:
+        results = [_gzip_one(j) for j in jobs]
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            results = list(pool.map(_gzip_one, jobs, chunksize=max(1, len(jobs) // (workers * 4))))
+    pre = prefix.strip("/")
+    out = []
+    for rel, (src, dst, _), (raw, size, md5) in zip(rels, jobs, results):
+        blob = f"{pre}/{rel}.gz" if pre else f"{rel}.gz"
+        out.append(Prepared(source=src, blob=blob, gz_path=dst, size=size, raw_size=raw, md5=md5))
+    return out
+
+
+def needs_upload(prepared: Prepared, existing: dict[str, tuple[int, str | None]]) -> bool:
+    """False when a blob of that name, size and MD5 is there already."""
+    have = existing.get(prepared.blob)
+    return have is None or have[0] != prepared.size or have[1] != prepared.md5
+
+
+def upload_prepared(prepared: Sequence[Prepared], account_url: str, container: str, credential: Any,
+                    workers: int = 8, create_container: bool = False,
+                    progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Upload the compressed files gzip-encoded (skipping those already there); return counts."""
+    from azure.core.exceptions import ResourceExistsError  # noqa: PLC0415
+    from azure.storage.blob import ContainerClient, ContentSettings  # noqa: PLC0415
+
+    if isinstance(credential, str):
+        credential = credential.strip().lstrip("?")
+    client = ContainerClient(account_url.rstrip("/"), container, credential=credential,
+                             max_single_put_size=64 * 1024 * 1024)
+    try:
+        if create_container:
+            try:
+                client.create_container()
+            except ResourceExistsError:
+                pass
+        existing: dict[str, tuple[int, str | None]] = {}
+        for props in client.list_blobs():
+            md5 = props.content_settings.content_md5 if props.content_settings else None
+            existing[props.name] = (int(props.size), base64.b64encode(bytes(md5)).decode() if md5 else None)
+        todo = [p for p in prepared if needs_upload(p, existing)]
+
+        def put(p: Prepared) -> int:
+            with open(p.gz_path, "rb") as f:
+                client.upload_blob(
+                    p.blob, f, length=p.size, overwrite=True,
+                    content_settings=ContentSettings(content_type="application/octet-stream", content_encoding="gzip",
+                                                     content_md5=bytearray(base64.b64decode(p.md5))),
+                    metadata={RAW_BYTES_METADATA: str(p.raw_size)})
+            if progress is not None:
+                progress(p.blob)
+            return p.size
+
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            uploaded_bytes = sum(pool.map(put, todo))
+    finally:
+        client.close()
+    return {"files": len(prepared), "uploaded": len(todo), "already_there": len(prepared) - len(todo),
+            "uploaded_bytes": uploaded_bytes, "raw_bytes": sum(p.raw_size for p in prepared),
+            "gzip_bytes": sum(p.size for p in prepared)}

@@ -1,0 +1,266 @@
+"""Split a data set between the nodes that stage it: one shard per node, in rank order.
+
+Two modes:
+
+``suffix``
+    The CosmoFlow data set names its files ``univ_ics_2019-03_a<UUUUUU>_<SSS>.tfrecord[.gz]``
+    where ``SSS`` (000..063) is the sub-volume of a universe. Each node gets a contiguous
+    block of suffixes, as evenly as 64 splits (sizes differ by at most one suffix), handed
+    to azcopy as ``--include-pattern`` globs. No listing is needed. With more than 64
+    nodes there are not enough suffixes to go round: the planner refuses (one sentence that
+    names ``balanced``) unless ``allow_idle`` is set, in which case nodes 64.. get an
+    empty shard and are reported in ``idle_hosts``.
+
+``balanced``
+    Needs the listing (name and size of every blob). Blobs are dealt out largest first to
+    the node with the fewest bytes so far (LPT greedy; ties broken by file count, then rank;
+    blobs of equal size by name), so every node gets nearly the same number of bytes for
+    any node count. Handed to azcopy as ``--list-of-files``.
+
+Both are deterministic: the same listing and node count always give the same plan, and
+every blob lands in exactly one shard. Standard library only.
+"""
+
+from __future__ import annotations
+
+import heapq
+import posixpath
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+SUFFIXES = 64
+MODES = ("suffix", "balanced")
+# The CosmoFlow naming: universe id, sub-volume suffix, optional .gz.
+NAME_RE = re.compile(r"^univ_ics_2019-03_a(?P<universe>\d+)_(?P<suffix>\d{3})\.tfrecord(?:\.gz)?$")
+
+
+class ShardError(ValueError):
+    """A plan that cannot be made; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Blob:
+    """One blob of the listing.
+
+    ``name`` is relative to the data set prefix (``train/univ_..._000.tfrecord.gz``), ``size``
+    is what goes over the wire, ``raw_size`` what lands on disk after decompression when it
+    is known (``None``: unknown, e.g. a gzip-encoded blob without the size in its metadata).
+    """
+
+    name: str
+    size: int
+    raw_size: int | None = None
+    content_encoding: str = ""
+
+    @property
+    def gzip_encoded(self) -> bool:
+        return self.content_encoding.strip().lower() == "gzip"
+
+
+@dataclass
+class Shard:
+    """What one node stages."""
+
+    host: str
+    rank: int
+    suffixes: list[int] = field(default_factory=list)
+    blobs: list[Blob] = field(default_factory=list)
+
+    @property
+    def files(self) -> int:
+        return len(self.blobs)
+
+    @property
+    def bytes(self) -> int:
+        return sum(b.size for b in self.blobs)
+
+    @property
+    def raw_bytes(self) -> int | None:
+        """Bytes on disk after staging, or ``None`` when one blob's size after decompression is unknown."""
+        total = 0
+        for b in self.blobs:
+            if b.raw_size is None:
+                return None
+            total += b.raw_size
+        return total
+
+
+def suffix_of(name: str) -> int | None:
+    """The sub-volume suffix (0..63) of a CosmoFlow file name, or ``None`` when it does not follow the naming."""
+    m = NAME_RE.match(posixpath.basename(name))
+    if not m:
+        return None
+    value = int(m.group("suffix"))
+    return value if value < SUFFIXES else None
+
+
+def split_suffixes(num_hosts: int, allow_idle: bool = False) -> list[list[int]]:
+    """The suffixes of each host: contiguous blocks whose sizes differ by at most one.
+
+    More than 64 hosts: refused unless ``allow_idle`` (hosts 64.. then get none).
+    """
+    if num_hosts < 1:
+        raise ShardError(f"there must be at least one host to stage to, got {num_hosts}")
+    if num_hosts > SUFFIXES and not allow_idle:
+        raise ShardError(
+            f"suffix mode splits the {SUFFIXES} sub-volume suffixes 000-063 between nodes, so {num_hosts} "
+            f"nodes would leave {num_hosts - SUFFIXES} of them without data: use shard mode 'balanced' "
+            "(or allow idle nodes)")
+    active = min(num_hosts, SUFFIXES)
+    out: list[list[int]] = []
+    for i in range(num_hosts):
+        if i >= active:
+            out.append([])
+            continue
+        lo, hi = (i * SUFFIXES) // active, ((i + 1) * SUFFIXES) // active
+        out.append(list(range(lo, hi)))
+    return out
+
+
+def include_pattern(suffixes: Iterable[int]) -> str:
+    """azcopy ``--include-pattern`` for the suffixes: ``*_000.tfrecord;*_000.tfrecord.gz;...``."""
+    parts = []
+    for s in sorted(set(suffixes)):
+        if not 0 <= s < SUFFIXES:
+            raise ShardError(f"suffix {s} is outside 000-{SUFFIXES - 1:03d}")
+        parts += [f"*_{s:03d}.tfrecord", f"*_{s:03d}.tfrecord.gz"]
+    return ";".join(parts)
+
+
+def list_of_files(blobs: Iterable[Blob]) -> str:
+    """Content of an azcopy ``--list-of-files`` file: one blob path a line, relative to the source."""
+    return "".join(f"{b.name}\n" for b in blobs)
+
+
+def _balanced(blobs: Sequence[Blob], num_hosts: int) -> list[list[Blob]]:
+    """LPT greedy: largest blob first, to the host with the fewest bytes (then files, then rank)."""
+    heap = [(0, 0, rank) for rank in range(num_hosts)]
+    out: list[list[Blob]] = [[] for _ in range(num_hosts)]
+    for blob in sorted(blobs, key=lambda b: (-b.size, b.name)):
+        total, count, rank = heap[0]
+        out[rank].append(blob)
+        heapq.heapreplace(heap, (total + blob.size, count + 1, rank))
+    for shard in out:
+        shard.sort(key=lambda b: b.name)
+    return out
+
+
+def balanced_loads(sizes_desc: Sequence[int], num_hosts: int) -> list[int]:
+    """Bytes per host that balanced mode gives, from sizes sorted largest first (fast path for benches).
+
+    The same greedy and tie-breaks as ``plan_shards(..., "balanced")`` (names only order
+    blobs of equal size, which does not change the loads), without building the shards.
+    """
+    heap = [(0, 0, rank) for rank in range(num_hosts)]
+    replace = heapq.heapreplace
+    for size in sizes_desc:
+        total, count, rank = heap[0]
+        replace(heap, (total + size, count + 1, rank))
+    loads = [0] * num_hosts
+    for total, _count, rank in heap:
+        loads[rank] = total
+    return loads
+
+
+def _check_listing(blobs: Sequence[Blob]) -> None:
+    seen: set[str] = set()
+    for b in blobs:
+        if b.name in seen:
+            raise ShardError(f"the listing names blob {b.name!r} twice")
+        if b.size < 0:
+            raise ShardError(f"blob {b.name!r} has a negative size {b.size}")
+        seen.add(b.name)
+
+
+def plan_shards(hosts: Sequence[str], mode: str = "suffix", blobs: Sequence[Blob] | None = None,
+                allow_idle: bool = False) -> list[Shard]:
+    """One shard per host (``hosts`` in rank order).
+
+    ``suffix`` mode works without a listing (``blobs=None``: only the suffixes are known);
+    with one, every blob must follow the CosmoFlow naming, or it would be staged nowhere.
+    ``balanced`` mode needs the listing.
+    """
+    if mode not in MODES:
+        raise ShardError(f"shard mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if not hosts:
+        raise ShardError("there must be at least one host to stage to, got none")
+    if len(set(hosts)) != len(hosts):
+        raise ShardError(f"the host list names a host twice: {list(hosts)}")
+    if blobs is not None:
+        _check_listing(blobs)
+    if mode == "balanced":
+        if blobs is None:
+            raise ShardError("balanced mode needs the container listing (name and size of every blob)")
+        groups = _balanced(blobs, len(hosts))
+        return [Shard(host=h, rank=i, blobs=groups[i]) for i, h in enumerate(hosts)]
+    per_host = split_suffixes(len(hosts), allow_idle=allow_idle)
+    shards = [Shard(host=h, rank=i, suffixes=per_host[i]) for i, h in enumerate(hosts)]
+    if blobs is not None:
+        owner = {s: i for i, suffixes in enumerate(per_host) for s in suffixes}
+        strangers = [b.name for b in blobs if suffix_of(b.name) is None]
+        if strangers:
+            shown = ", ".join(strangers[:3]) + (f" and {len(strangers) - 3} more" if len(strangers) > 3 else "")
+            raise ShardError(
+                f"{len(strangers)} blob(s) do not follow the CosmoFlow naming "
+                f"univ_ics_2019-03_aXXXXXX_YYY.tfrecord[.gz] ({shown}), so suffix mode would stage them "
+                "nowhere: use shard mode 'balanced'")
+        for b in sorted(blobs, key=lambda b: b.name):
+            shards[owner[suffix_of(b.name)]].blobs.append(b)  # type: ignore[index]
+    return shards
+
+
+def imbalance(values: Sequence[int | float]) -> float:
+    """max / mean of the values (1.0 is perfect); 1.0 for all zeros."""
+    if not values:
+        return 1.0
+    mean = sum(values) / len(values)
+    return (max(values) / mean) if mean else 1.0
+
+
+def plan_summary(shards: Sequence[Shard], mode: str, listed: bool = True,
+                 include_files: bool = True) -> dict[str, Any]:
+    """The plan as plain data (what the action plugin returns and the stage module takes).
+
+    ``shards`` is keyed by host. Each entry has rank, files, bytes, raw_bytes (bytes on disk
+    after decompression, ``None`` when unknown), the ``include_pattern`` (suffix mode) and
+    ``list_of_files`` (the blob names, when the listing is known and ``include_files``) with
+    ``expected`` (name, size after staging, gzip-encoded) for the check after staging.
+    """
+    out_shards: dict[str, dict[str, Any]] = {}
+    for s in shards:
+        entry: dict[str, Any] = {
+            "rank": s.rank,
+            "mode": mode,
+            "files": s.files if listed else None,
+            "bytes": s.bytes if listed else None,
+            "raw_bytes": s.raw_bytes if listed else None,
+            "suffixes": [f"{x:03d}" for x in s.suffixes],
+            "include_pattern": include_pattern(s.suffixes) if mode == "suffix" else "",
+        }
+        if listed and include_files:
+            entry["list_of_files"] = [b.name for b in s.blobs]
+            entry["expected"] = [{"name": b.name, "raw_size": b.raw_size, "gzip": b.gzip_encoded} for b in s.blobs]
+        out_shards[s.host] = entry
+    idle = [s.host for s in shards if (mode == "suffix" and not s.suffixes) or (listed and not s.blobs)]
+    summary: dict[str, Any] = {
+        "mode": mode,
+        "num_hosts": len(shards),
+        "listed": listed,
+        "idle_hosts": idle,
+        "shards": out_shards,
+    }
+    if listed:
+        byte_counts = [s.bytes for s in shards]
+        file_counts = [s.files for s in shards]
+        summary.update({
+            "total_files": sum(file_counts),
+            "total_bytes": sum(byte_counts),
+            "imbalance": round(imbalance(byte_counts), 6),
+            "files_imbalance": round(imbalance(file_counts), 6),
+        })
+    else:
+        summary.update({"total_files": None, "total_bytes": None, "imbalance": None, "files_imbalance": None,
+                        "suffix_imbalance": round(imbalance([len(s.suffixes) for s in shards]), 6)})
+    return summary

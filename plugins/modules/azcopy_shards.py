@@ -1,0 +1,137 @@
+#!/usr/bin/python
+"""Documentation stub: azcopy_shards is an action plugin (plugins/action/azcopy_shards.py)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: azcopy_shards
+short_description: Plan each node's shard of a data set for azcopy staging
+description:
+  - Runs on the controller. Given the hosts that take part (one per node, in rank order)
+    and the data set, returns each host's shard, with its bytes and file counts and the
+    imbalance (max / mean bytes).
+  - C(suffix) mode follows the CosmoFlow naming C(univ_ics_2019-03_aXXXXXX_YYY.tfrecord[.gz]);
+    the 64 suffixes C(000)-C(063) are split in contiguous blocks as evenly as possible and
+    each host gets them as an azcopy C(--include-pattern) (semicolon-separated globs matching
+    C(.tfrecord) and C(.tfrecord.gz)). More than 64 hosts is refused (one sentence naming
+    C(balanced)) unless O(allow_idle), which leaves hosts 64 and up without data.
+  - C(balanced) mode lists the container (azure-storage-blob on the controller) and deals
+    the blobs out largest first to the host with the fewest bytes (LPT greedy, deterministic
+    tie-breaks), so every host gets nearly equal bytes for any host count; each host gets
+    an azcopy C(--list-of-files).
+  - Deterministic, and every blob is in exactly one shard.
+  - Run it once (C(run_once)) and register the result; each host then reads
+    C(<registered>.shards[inventory_hostname]) (the C(stage) role does).
+version_added: "0.1.0"
+author: amlhpc
+options:
+  hosts:
+    description: Hosts in rank order. Default the play's hosts sorted by C(aml_cluster), C(aml_node_rank).
+    type: list
+    elements: str
+  mode:
+    description: How to split the data set.
+    type: str
+    choices: [suffix, balanced]
+    default: suffix
+  account_url:
+    description: Blob endpoint of the storage account (needed to list).
+    type: str
+  container:
+    description: Container of the data set (needed to list).
+    type: str
+  prefix:
+    description: Folder of the data set inside the container.
+    type: str
+    default: ""
+  sas:
+    description:
+      - SAS token for listing (read and list). Run the task with C(no_log). Without it the
+        controller's own credential (if any) is not used; Azurite and public containers list anonymously.
+    type: str
+  list:
+    description:
+      - List the container even in suffix mode, so the plan knows each host's files and
+        bytes and the stage can be checked against it. Balanced mode always lists.
+    type: bool
+    default: true
+  allow_idle:
+    description: In suffix mode with more than 64 hosts, leave hosts 64 and up without data instead of failing.
+    type: bool
+    default: false
+notes:
+  - Action plugin; runs on the controller. Check mode runs it as usual (it changes nothing).
+seealso:
+  - module: azcopy_stage
+"""
+
+EXAMPLES = r"""
+- name: Stage | Plan the shards
+  azcopy_shards:
+    mode: balanced
+    account_url: https://acct.blob.core.windows.net
+    container: cosmoflow
+    prefix: v0.7
+    sas: "{{ stage_sas }}"
+  run_once: true
+  no_log: "{{ amlhpc_no_log | default(true) }}"
+  register: stage_plan
+
+- name: Stage | Show the balance
+  ansible.builtin.debug:
+    msg: "{{ stage_plan.total_files }} files, imbalance {{ stage_plan.imbalance }}"
+  run_once: true
+"""
+
+RETURN = r"""
+mode:
+  description: The mode used.
+  returned: always
+  type: str
+hosts:
+  description: The hosts in rank order.
+  returned: always
+  type: list
+  elements: str
+num_hosts:
+  description: How many hosts.
+  returned: always
+  type: int
+listed:
+  description: Whether the container was listed (files and bytes known).
+  returned: always
+  type: bool
+total_files:
+  description: Blobs in the data set (null when not listed).
+  returned: always
+  type: int
+total_bytes:
+  description: Their bytes over the wire (null when not listed).
+  returned: always
+  type: int
+imbalance:
+  description: max / mean bytes per host (1.0 is perfect; null when not listed).
+  returned: always
+  type: float
+files_imbalance:
+  description: max / mean files per host (null when not listed).
+  returned: always
+  type: float
+idle_hosts:
+  description: Hosts that get no data.
+  returned: always
+  type: list
+  elements: str
+shards:
+  description:
+    - Per host - rank, mode, files, bytes, raw_bytes (on disk after decompression; null when
+      unknown), suffixes, include_pattern (suffix mode), list_of_files and expected (when listed).
+  returned: always
+  type: dict
+sas_warnings:
+  description: Warnings about the SAS token and the plan.
+  returned: always
+  type: list
+  elements: str
+"""

@@ -1,0 +1,191 @@
+#!/usr/bin/python
+"""Ansible module: gzip a data set in parallel and upload it gzip-encoded to Blob Storage."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: dataset_upload
+short_description: Gzip a data set in parallel and upload it with Content-Encoding gzip
+description:
+  - Compresses every data file under O(src) (by default C(*.tfrecord)) in a process pool into
+    O(work_dir), then uploads each as C(<prefix>/<relative path>.gz) with C(Content-Encoding gzip),
+    C(Content-MD5) and its size before compression in the metadata C(amlhpc_raw_bytes), so
+    that staging (C(azcopy --decompress)) can decompress on the fly and check the bytes on disk.
+  - Compression is deterministic (gzip C(mtime=0)), so a rerun produces the same bytes; blobs
+    already there with the same size and MD5 are skipped (idempotent).
+  - Runs where the data is (usually the controller); needs the Python package azure-storage-blob.
+version_added: "0.1.0"
+author: amlhpc
+options:
+  src:
+    description: Folder of the original files.
+    type: path
+    required: true
+  work_dir:
+    description: Folder for the compressed copies (same layout); kept, so a rerun does not compress again.
+    type: path
+    required: true
+  suffixes:
+    description: File name endings to take.
+    type: list
+    elements: str
+    default: [.tfrecord]
+  account_url:
+    description: Blob endpoint of the storage account (or an Azurite URL).
+    type: str
+    required: true
+  container:
+    description: Container to upload to.
+    type: str
+    required: true
+  prefix:
+    description: Folder inside the container.
+    type: str
+    default: ""
+  sas:
+    description: SAS token with read, create, write and list on the container. Never logged.
+    type: str
+  account_key:
+    description: Account key (instead of O(sas); e.g. Azurite's well-known key). Never logged.
+    type: str
+  create_container:
+    description: Create the container when it does not exist (needs the account key or an account SAS).
+    type: bool
+    default: false
+  level:
+    description: gzip level (1-9).
+    type: int
+    default: 6
+  workers:
+    description: Compression processes (0 for one per CPU).
+    type: int
+    default: 0
+  upload_workers:
+    description: Parallel uploads.
+    type: int
+    default: 8
+notes:
+  - Check mode compresses nothing and uploads nothing; it reports whether any blob is missing.
+"""
+
+EXAMPLES = r"""
+- name: Prepare dataset | Upload the data set gzip-encoded
+  dataset_upload:
+    src: /data/cosmoflow/cosmoUniverse_2019_05_4parE_tf_v2
+    work_dir: /data/cosmoflow/gz
+    account_url: https://acct.blob.core.windows.net
+    container: cosmoflow
+    prefix: v0.7
+    sas: "{{ prepare_dataset_sas }}"
+  no_log: "{{ amlhpc_no_log | default(true) }}"
+"""
+
+RETURN = r"""
+files:
+  description: Data files found under src.
+  returned: success
+  type: int
+uploaded:
+  description: Blobs uploaded in this run.
+  returned: success
+  type: int
+already_there:
+  description: Blobs already there with the same size and MD5.
+  returned: success
+  type: int
+raw_bytes:
+  description: Bytes before compression.
+  returned: success
+  type: int
+gzip_bytes:
+  description: Bytes after compression (what the stage downloads).
+  returned: success
+  type: int
+ratio:
+  description: gzip_bytes / raw_bytes.
+  returned: success
+  type: float
+seconds:
+  description: Wall time.
+  returned: success
+  type: float
+"""
+
+import time  # noqa: E402
+
+from ansible.module_utils.amlhpc.azcopy import redact  # noqa: E402
+from ansible.module_utils.amlhpc.dataset_prep import compress_all, find_files, upload_prepared  # noqa: E402
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+
+
+def _credential(p: dict):
+    if p["account_key"]:
+        account = p["account_url"].rstrip("/").split("/")[-1] if "127.0.0.1" in p["account_url"] or \
+            "localhost" in p["account_url"] else p["account_url"].split("//")[-1].split(".")[0]
+        return {"account_name": account, "account_key": p["account_key"]}
+    return p["sas"]
+
+
+def _existing_names(p: dict, credential) -> set[str]:
+    from azure.storage.blob import ContainerClient  # noqa: PLC0415
+    client = ContainerClient(p["account_url"].rstrip("/"), p["container"], credential=credential)
+    try:
+        if not client.exists():
+            return set()
+        return {b.name for b in client.list_blobs(name_starts_with=p["prefix"].strip("/") or None)}
+    finally:
+        client.close()
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "src": {"type": "path", "required": True},
+            "work_dir": {"type": "path", "required": True},
+            "suffixes": {"type": "list", "elements": "str", "default": [".tfrecord"]},
+            "account_url": {"type": "str", "required": True},
+            "container": {"type": "str", "required": True},
+            "prefix": {"type": "str", "default": ""},
+            "sas": {"type": "str", "no_log": True},
+            "account_key": {"type": "str", "no_log": True},
+            "create_container": {"type": "bool", "default": False},
+            "level": {"type": "int", "default": 6},
+            "workers": {"type": "int", "default": 0},
+            "upload_workers": {"type": "int", "default": 8},
+        },
+        required_one_of=[("sas", "account_key")],
+        mutually_exclusive=[("sas", "account_key")],
+        supports_check_mode=True,
+    )
+    p = module.params
+    secrets = [s for s in (p["sas"], p["account_key"]) if s]
+    try:
+        import azure.storage.blob  # noqa: F401,PLC0415  # pylint: disable=unused-import
+    except ImportError:
+        module.fail_json(msg="dataset_upload needs the Python package azure-storage-blob on the host it runs on "
+                             "(the project's .venv has it: run it on the controller)")
+    rels = find_files(p["src"], p["suffixes"])
+    if not rels:
+        module.fail_json(msg=f"no files ending in {', '.join(p['suffixes'])} under {p['src']}")
+    credential = _credential(p)
+    started = time.monotonic()
+    try:
+        if module.check_mode:
+            pre = p["prefix"].strip("/")
+            wanted = {f"{pre}/{r}.gz" if pre else f"{r}.gz" for r in rels}
+            missing = wanted - _existing_names(p, credential)
+            module.exit_json(changed=bool(missing), files=len(rels), missing=len(missing))
+        prepared = compress_all(p["src"], p["work_dir"], prefix=p["prefix"], level=p["level"],
+                                workers=p["workers"] or None, suffixes=p["suffixes"])
+        counts = upload_prepared(prepared, p["account_url"], p["container"], credential,
+                                 workers=p["upload_workers"], create_container=p["create_container"])
+    except Exception as exc:  # noqa: BLE001 - the SDK raises many kinds; the message is what matters
+        module.fail_json(msg=f"dataset upload failed: {redact(str(exc), secrets).splitlines()[0]}")
+    ratio = counts["gzip_bytes"] / counts["raw_bytes"] if counts["raw_bytes"] else 1.0
+    module.exit_json(changed=counts["uploaded"] > 0, ratio=round(ratio, 4),
+                     seconds=round(time.monotonic() - started, 3), **counts)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""playbooks/prepare_dataset.yml against Azurite: generate, gzip in parallel, upload gzip-encoded, rerun."""
+
+from __future__ import annotations
+
+import gzip
+
+from staging_helpers import ROOT
+from test_stage_playbook import recap, run_playbook
+
+from amlhpc.blob_listing import list_blobs
+
+
+def test_prepare_dataset_uploads_gzip_encoded_and_is_idempotent(azurite, tmp_path):
+    src = tmp_path / "src"
+    extra = {"prepare_dataset_src": str(src), "prepare_dataset_generate": True, "prepare_dataset_cube": 8,
+             "prepare_dataset_train_universes": 1, "prepare_dataset_val_universes": 1,
+             "prepare_dataset_account_url": azurite.endpoint, "prepare_dataset_container": "prepared",
+             "prepare_dataset_prefix": "v07", "prepare_dataset_create_container": True,
+             "prepare_dataset_account_key": "{{ lookup('ansible.builtin.env', 'TEST_ACCOUNT_KEY') }}"}
+    key = azurite.connection_string.split("AccountKey=")[1].split(";")[0]
+    env = {"TEST_ACCOUNT_KEY": key}
+    first = run_playbook("playbooks/prepare_dataset.yml", extra, env)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
+    assert "128 files" in first.stdout and "uploaded 128, already there 0" in first.stdout
+    assert key not in first.stdout + first.stderr
+
+    listing = list_blobs(azurite.endpoint, "prepared", "v07", credential=azurite.service().credential)
+    assert len(listing) == 128
+    assert all(b.name.endswith(".tfrecord.gz") and b.gzip_encoded for b in listing)
+    # The metadata carries the size before compression, and the blob is the gzip of the original.
+    blob = next(b for b in listing if b.name == "train/univ_ics_2019-03_a000000_007.tfrecord.gz")
+    original = (src / "train" / "univ_ics_2019-03_a000000_007.tfrecord").read_bytes()
+    assert blob.raw_size == len(original)
+    stored = azurite.service().get_blob_client("prepared", "v07/" + blob.name).download_blob(decompress=False).readall()
+    assert gzip.decompress(stored) == original
+
+    check = run_playbook("playbooks/prepare_dataset.yml", extra, env, "--check")
+    assert check.returncode == 0 and recap_localhost(check.stdout)["changed"] == 0, check.stdout[-2000:]
+    second = run_playbook("playbooks/prepare_dataset.yml", extra, env)
+    assert second.returncode == 0, second.stdout[-3000:]
+    assert "uploaded 0, already there 128" in second.stdout
+    assert recap_localhost(second.stdout)["changed"] == 0
+    assert (ROOT / "playbooks" / "prepare_dataset.yml").exists()
+
+
+def recap_localhost(out: str) -> dict[str, int]:
+    return recap(out.replace("localhost ", "local-0 "))

@@ -1,0 +1,71 @@
+"""playbooks/stage.yml on the local profile against Azurite: plan, install check, stage, rerun."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+
+import pytest
+from staging_helpers import ROOT, assert_identical_subset, upload_dataset
+
+from amlhpc.cosmoflow_data import generate
+
+
+@pytest.fixture(scope="module")
+def pb_dataset(azurite, tmp_path_factory):
+    base = tmp_path_factory.mktemp("pb")
+    generate(str(base / "raw"), train_universes=1, val_universes=1, cube=8)
+    return upload_dataset(azurite, base / "raw", base / "gz", "pbdata", "cosmoflow/v07")
+
+
+def run_playbook(playbook: str, extra: dict, env_extra: dict, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
+               ANSIBLE_STDOUT_CALLBACK="default", **env_extra)
+    cmd = [str(ROOT / ".venv" / "bin" / "ansible-playbook"), str(ROOT / playbook), "-e", json.dumps(extra), *args]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+
+
+def recap(out: str) -> dict[str, int]:
+    m = re.search(r"local-0\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", out)
+    assert m, out[-3000:]
+    return {"ok": int(m[1]), "changed": int(m[2]), "failed": int(m[4])}
+
+
+def test_stage_playbook_stages_reruns_clean_and_never_shows_the_sas(azurite, pb_dataset, tmp_path):
+    sas = azurite.container_sas(pb_dataset.container, "rl")
+    signature = re.search(r"sig=([^&]+)", sas)[1]
+    stage_dir = tmp_path / "stage"
+    extra = {"stage_account_url": azurite.endpoint, "stage_container": pb_dataset.container,
+             "stage_prefix": pb_dataset.prefix, "stage_mode": "balanced", "stage_dir": str(stage_dir),
+             "stage_sas": "{{ lookup('ansible.builtin.env', 'TEST_STAGE_SAS') }}"}
+    env = {"TEST_STAGE_SAS": sas}
+
+    check = run_playbook("playbooks/stage.yml", extra, env, "--check")
+    assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-2000:]
+    assert not stage_dir.joinpath(".amlhpc-staged").exists()
+
+    first = run_playbook("playbooks/stage.yml", extra, env, "-v")
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
+    assert recap(first.stdout)["changed"] >= 1
+    assert "balanced mode: 128 files" in first.stdout and "imbalance 1.0" in first.stdout
+    assert "128 files" in first.stdout and "0 already there" in first.stdout
+    assert sorted(assert_identical_subset(stage_dir, pb_dataset)) == pb_dataset.names
+
+    second = run_playbook("playbooks/stage.yml", extra, env)
+    assert second.returncode == 0, second.stdout[-3000:]
+    assert recap(second.stdout)["changed"] == 0
+    for out in (check, first, second):
+        assert signature not in out.stdout + out.stderr
+
+
+def test_stage_playbook_refuses_an_expired_sas_in_one_sentence(azurite, pb_dataset, tmp_path):
+    expired = azurite.container_sas(pb_dataset.container, "rl", hours=-0.05, start_offset_hours=-1)
+    extra = {"stage_account_url": azurite.endpoint, "stage_container": pb_dataset.container,
+             "stage_prefix": pb_dataset.prefix, "stage_dir": str(tmp_path / "s"),
+             "stage_sas": "{{ lookup('ansible.builtin.env', 'TEST_STAGE_SAS') }}", "amlhpc_no_log": False}
+    out = run_playbook("playbooks/stage.yml", extra, {"TEST_STAGE_SAS": expired})
+    assert out.returncode != 0
+    assert re.search(r"The SAS token expired at \d{4}-\d\d-\d\d \d\d:\d\d UTC: generate a new one \(read and list\) "
+                     r"and run again\.", out.stdout), out.stdout[-3000:]

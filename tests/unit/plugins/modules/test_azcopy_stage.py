@@ -1,0 +1,59 @@
+"""The azcopy_stage module's own checks (no azcopy run): SAS sentence, check mode, warnings."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import ansible.module_utils
+import pytest
+from ansible.module_utils.testing import patch_module_args
+
+ROOT = Path(__file__).resolve().parents[4]
+# What AnsiballZ does for a module: the project's module_utils under ansible.module_utils.
+if str(ROOT / "plugins" / "module_utils") not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(str(ROOT / "plugins" / "module_utils"))
+sys.path.insert(0, str(ROOT / "plugins" / "modules"))
+azcopy_stage = importlib.import_module("azcopy_stage")
+
+SAS_OK = "se=2099-01-01T00%3A00%3A00Z&sp=rl&sv=2026-10-06&sr=c&sig=c2VjcmV0c2lnbmF0dXJlCg%3D%3D"
+SAS_OLD = "se=2020-01-01T00%3A00%3A00Z&sp=rl&sv=2026-10-06&sr=c&sig=c2VjcmV0c2lnbmF0dXJlCg%3D%3D"
+
+
+def run(args: dict, capsys) -> dict:
+    with patch_module_args(args), pytest.raises(SystemExit):
+        azcopy_stage.main()
+    return json.loads(capsys.readouterr().out)
+
+
+def base(tmp_path, **kw) -> dict:
+    args = {"account_url": "http://127.0.0.1:1/devstoreaccount1", "container": "c", "sas": SAS_OK,
+            "dest": str(tmp_path), "rank": 0, "shard": {"mode": "suffix", "include_pattern": "*_000.tfrecord"},
+            "azcopy": "/nonexistent/azcopy"}
+    args.update(kw)
+    return args
+
+
+def test_expired_sas_fails_in_one_sentence_without_the_token(tmp_path, capsys):
+    out = run(base(tmp_path, sas=SAS_OLD), capsys)
+    assert out["failed"]
+    assert out["msg"] == "The SAS token expired at 2020-01-01 00:00 UTC: generate a new one (read and list) and run again."
+    assert "c2VjcmV0" not in json.dumps(out)
+
+
+def test_check_mode_reports_a_pending_stage_and_runs_nothing(tmp_path, capsys):
+    out = run(base(tmp_path, _ansible_check_mode=True), capsys)
+    assert out["changed"] is True and not out.get("failed")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_missing_azcopy_is_named(tmp_path, capsys):
+    out = run(base(tmp_path), capsys)
+    assert out["failed"] and out["msg"] == "azcopy was not found at /nonexistent/azcopy: install it (role stage) or set its path"
+
+
+def test_extra_permissions_are_warned(tmp_path, capsys):
+    out = run(base(tmp_path, sas=SAS_OK.replace("sp=rl", "sp=rwdl"), _ansible_check_mode=True), capsys)
+    assert any("grants more than read and list (sp=rwdl: also write, delete)" in w for w in out["sas_warnings"])

@@ -1,0 +1,105 @@
+"""Stage this node's shard of the CosmoFlow data set from Blob Storage, from inside the job.
+
+The same planner and azcopy code as the Ansible ``stage`` role (``amlhpc.shards`` and
+``amlhpc.azcopy``; ``workload/amlhpc`` links to ``plugins/module_utils/amlhpc``), so a node
+gets the same shard whichever of the two stages it, and a stage either one started can be
+finished by the other.
+
+    from cosmoflow.stage import read_sas, stage_for_this_node
+    info = stage_for_this_node(account_url="https://acct.blob.core.windows.net", container="cosmoflow",
+                               stage_dir="/mnt/beeond/cosmoflow", sas=read_sas("env:COSMOFLOW_SAS"),
+                               node_rank=rank, num_nodes=world_nodes)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from amlhpc.azcopy import ExpectedFile, StageError, blob_url, check_sas, stage_shard
+from amlhpc.blob_listing import ListingError, list_blobs, sdk_available
+from amlhpc.shards import ShardError, include_pattern, plan_shards
+
+__all__ = ["StageError", "read_sas", "stage_for_this_node"]
+
+
+def read_sas(spec: str) -> str:
+    """The SAS token named by ``spec``: ``env:VAR`` (an environment variable) or ``file:PATH``.
+
+    A literal token is refused: it would sit in the job's command line, visible to every
+    user of the node in ``ps`` and kept in the job's logs.
+    """
+    spec = (spec or "").strip()
+    if spec.startswith("env:"):
+        var = spec[4:]
+        value = os.environ.get(var, "").strip()
+        if not value:
+            raise ValueError(f"the SAS token's environment variable {var} is not set or empty")
+        return value
+    if spec.startswith("file:"):
+        path = spec[5:]
+        try:
+            with open(path, encoding="utf-8") as f:
+                value = f.read().strip()
+        except OSError as exc:
+            raise ValueError(f"cannot read the SAS token file {path}: {exc.strerror}") from exc
+        if not value:
+            raise ValueError(f"the SAS token file {path} is empty")
+        return value
+    if "sig=" in spec:
+        raise ValueError("a literal SAS token was given: pass it as env:VAR or file:PATH instead, so it never "
+                         "appears on a command line or in the job's logs")
+    raise ValueError(f"the SAS source must be env:VAR or file:PATH, got {spec[:20]!r}")
+
+
+def stage_for_this_node(*, account_url: str, container: str, stage_dir: str, sas: str,
+                        node_rank: int, num_nodes: int, shard_mode: str = "suffix",
+                        prefix: str = "", azcopy: str = "azcopy", cap_mbps: float | None = None,
+                        progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Stage node ``node_rank``'s shard (of ``num_nodes``) into ``stage_dir``; resumable.
+
+    Returns ``{"files", "bytes", "seconds", "skipped_existing"}`` (plus bytes_over_wire,
+    throughput_mb_s, changed). ``progress`` gets azcopy's progress as dicts (percent,
+    completed, total, bytes_over_wire, seconds). Raises ``StageError`` or ``ValueError``
+    with a sentence naming the problem.
+    """
+    if not 0 <= node_rank < num_nodes:
+        raise ValueError(f"node_rank {node_rank} is outside 0..{num_nodes - 1}")
+    sas_check = check_sas(sas, "rl")
+    if sas_check.errors:
+        raise StageError(" ".join(sas_check.errors))
+    for warning in sas_check.warnings:
+        if progress is not None:
+            progress({"warning": warning})
+    hosts = [f"rank{r}" for r in range(num_nodes)]
+    listing = None
+    if shard_mode == "balanced" or sdk_available():
+        if not sdk_available():
+            raise StageError("balanced shard mode lists the container, which needs the Python package "
+                             "azure-storage-blob; it is not installed here: install it or use shard_mode='suffix'")
+        try:
+            listing = list_blobs(account_url, container, prefix, credential=sas)
+        except ListingError as exc:
+            raise StageError(str(exc)) from exc
+    try:
+        shard = plan_shards(hosts, shard_mode, listing)[node_rank]
+    except ShardError as exc:
+        raise StageError(str(exc)) from exc
+    expected = None
+    if listing is not None:
+        expected = [ExpectedFile(b.name, b.raw_size, b.gzip_encoded) for b in shard.blobs]
+    source = blob_url(account_url, container, prefix)
+    kwargs: dict[str, Any] = {}
+    if shard_mode == "balanced":
+        kwargs["blobs"] = [b.name for b in shard.blobs]
+    else:
+        kwargs["include_pattern"] = include_pattern(shard.suffixes)
+        if not shard.suffixes:
+            kwargs = {"blobs": []}
+    result = stage_shard(azcopy=azcopy, source_url=source, sas=sas, stage_dir=stage_dir, rank=node_rank,
+                         expected=expected, decompress=True, cap_mbps=cap_mbps, progress=progress,
+                         node=f"node {node_rank}", **kwargs)
+    return {"files": result["files"], "bytes": result["bytes"], "seconds": result["seconds"],
+            "skipped_existing": result["skipped_existing"], "bytes_over_wire": result["bytes_over_wire"],
+            "throughput_mb_s": result["throughput_mb_s"], "changed": result["changed"]}
