@@ -100,7 +100,8 @@ cmd:
   returned: always
   type: list
   elements: str
-  sample: [beeond, start, -n, /etc/amlhpc/nodefile, -d, /mnt/resource_nvme/beeond, -c, /mnt/scratch, -m, "1", -F, -P]
+  sample: [beeond, start, -n, /etc/amlhpc/nodefile, -d, /mnt/resource_nvme/beeond,
+           -c, /mnt/scratch, -m, "1", -F, -P]
 already_mounted:
   description: Whether the file system was found already mounted (a mount, or beeond exit 111).
   returned: always
@@ -199,7 +200,9 @@ def run_module() -> None:
     result["already_mounted"] = bool(verdict.get("already_mounted", mounted))
     if verdict["failed"]:
         module.fail_json(msg=verdict["msg"], **result)
-    module.exit_json(msg=verdict["msg"], **result)
+    # Ansible fails a task whose result has a non-zero rc unless it says otherwise: exit 111
+    # (already mounted) is a success.
+    module.exit_json(msg=verdict["msg"], failed=False, **result)
 
 
 def main() -> None:

@@ -17,7 +17,8 @@ from conftest import MODULE_UTILS, ROOT
 if str(MODULE_UTILS) not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(str(MODULE_UTILS))
 
-_spec = importlib.util.spec_from_file_location("amlhpc_beeond", ROOT / "plugins" / "modules" / "amlhpc_beeond.py")
+_spec = importlib.util.spec_from_file_location("amlhpc_beeond",
+                                               ROOT / "plugins" / "modules" / "amlhpc_beeond.py")
 beeond_module = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(beeond_module)
 
@@ -67,7 +68,9 @@ def test_start_when_mounted_runs_nothing(monkeypatch, capsys, nodefile):
 
 def test_exit_111_is_already_mounted(monkeypatch, capsys, nodefile):
     result, _ = run(monkeypatch, capsys, start_args(nodefile), beeond=FakeBeeond(rc=111))
-    assert not result["changed"] and not result.get("failed") and result["already_mounted"]
+    assert not result["changed"] and result["already_mounted"] and result["rc"] == 111
+    # Said explicitly: without it Ansible fails any result whose rc is not 0.
+    assert result["failed"] is False
 
 
 def test_start_failure_fails_with_the_output(monkeypatch, capsys, nodefile):
@@ -96,7 +99,8 @@ def test_stop_when_nothing_runs_is_a_no_op(monkeypatch, capsys, nodefile, tmp_pa
 def test_stop_with_a_status_file_runs_the_contract_command(monkeypatch, capsys, nodefile, tmp_path):
     status = tmp_path / "beeond.tmp"
     status.write_text("10.0.0.4,beegfs-mgmtd,/d,-,-\n")
-    args = {"state": "stopped", "nodefile": nodefile, "mount_point": "/mnt/scratch", "status_file": str(status)}
+    args = {"state": "stopped", "nodefile": nodefile, "mount_point": "/mnt/scratch",
+            "status_file": str(status)}
     result, calls = run(monkeypatch, capsys, args)
     assert calls == [["beeond", "stop", "-n", nodefile, "-L", "-d", "-P"]] and result["changed"]
 
