@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+import pytest
+
+from amlhpc.ssh_trust import known_hosts_block, nodefile_lines, parse_keyscan
+
+
+def node(name, rank, ip, cluster="gpu"):
+    return {"inventory_hostname": name, "aml_cluster": cluster, "aml_node_rank": rank,
+            "aml_private_ip": ip}
+
+
+# Shaped like real `ssh-keyscan -t ed25519,ecdsa,rsa` output (OpenSSH 9.2); the comment
+# lines go to stderr in real life but may be merged.
+SCAN = """\
+# 10.0.0.5:22 SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u3
+10.0.0.5 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB5
+10.0.0.4 ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBA4
+10.0.0.4 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB4
+10.0.0.4 ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABgQC4
+10.0.0.5 ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABgQC5
+10.0.0.4 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB4
+"""
+
+
+def test_nodefile_follows_rank_not_inventory_order():
+    nodes = [node("c", 2, "10.0.0.9"), node("a", 0, "10.0.0.4"), node("b", 1, "10.0.0.7")]
+    assert nodefile_lines(nodes) == ["10.0.0.4", "10.0.0.7", "10.0.0.9"]
+
+
+def test_nodefile_refuses_a_node_without_private_ip():
+    with pytest.raises(ValueError, match="host b has no valid aml_private_ip"):
+        nodefile_lines([node("a", 0, "10.0.0.4"), node("b", 1, "")])
+
+
+def test_nodefile_refuses_a_hostname_instead_of_an_ip():
+    with pytest.raises(ValueError, match="'node-1'"):
+        nodefile_lines([node("a", 0, "node-1")])
+
+
+def test_nodefile_refuses_two_clusters_and_repeated_ranks():
+    with pytest.raises(ValueError, match="clusters cpu, gpu"):
+        nodefile_lines([node("a", 0, "10.0.0.4"), node("b", 0, "10.0.1.4", cluster="cpu")])
+    with pytest.raises(ValueError, match="repeats"):
+        nodefile_lines([node("a", 0, "10.0.0.4"), node("b", 0, "10.0.0.5")])
+
+
+def test_keyscan_drops_comments_duplicates_and_unasked_types():
+    entries = parse_keyscan(SCAN, ["ed25519", "rsa"])
+    assert ("10.0.0.4", "ssh-ed25519", "AAAAC3NzaC1lZDI1NTE5AAAAIB4") in entries
+    assert all(e[1] != "ecdsa-sha2-nistp256" for e in entries)
+    assert len(entries) == 4
+
+
+def test_ecdsa_of_any_curve_counts_as_ecdsa():
+    out = "10.0.0.4 ecdsa-sha2-nistp384 AAAAE2VjZHNh\n"
+    assert parse_keyscan(out, ["ecdsa"]) == [("10.0.0.4", "ecdsa-sha2-nistp384", "AAAAE2VjZHNh")]
+
+
+def test_known_hosts_block_is_sorted_and_stable():
+    block = known_hosts_block(SCAN, ["10.0.0.4", "10.0.0.5"])
+    assert block["missing"] == []
+    assert block["lines"] == [
+        "10.0.0.4 ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBA4",
+        "10.0.0.4 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB4",
+        "10.0.0.4 ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABgQC4",
+        "10.0.0.5 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB5",
+        "10.0.0.5 ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABgQC5",
+    ]
+    shuffled = "\n".join(reversed(SCAN.splitlines()))
+    assert known_hosts_block(shuffled, ["10.0.0.4", "10.0.0.5"]) == block
+
+
+def test_known_hosts_block_names_the_silent_node_and_ignores_strangers():
+    block = known_hosts_block(SCAN + "10.9.9.9 ssh-rsa AAAAstranger\n", ["10.0.0.4", "10.0.0.6"])
+    assert block["missing"] == ["10.0.0.6"]
+    assert not any(line.startswith("10.9.9.9") or line.startswith("10.0.0.5") for line in block["lines"])
