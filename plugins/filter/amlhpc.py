@@ -11,6 +11,7 @@ if _MODULE_UTILS not in sys.path:
     sys.path.insert(0, _MODULE_UTILS)
 
 from amlhpc.inventory_checks import inventory_problems  # noqa: E402
+from amlhpc.report import run_report  # noqa: E402
 
 
 def cluster_nodes(hostvars: Any, hosts: list[str]) -> list[dict[str, Any]]:
@@ -30,4 +31,5 @@ class FilterModule:
         return {
             "amlhpc_cluster_nodes": cluster_nodes,
             "amlhpc_inventory_problems": inventory_problems,
+            "amlhpc_run_report": run_report,
         }

@@ -1,0 +1,92 @@
+"""Lookup plugin: a short-lived container SAS made from a storage account key."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: blob_sas
+short_description: Make a short-lived container SAS from a storage account key
+description:
+  - Signs a container-level shared access signature with the account key, on the controller.
+    Use it to hand the staging nodes a read+list token that expires soon, while the account
+    key stays on the controller (in a vault).
+  - Works against Azure Storage and against Azurite (the account name is taken from the URL's
+    path there, e.g. C(http://127.0.0.1:10000/devstoreaccount1)).
+  - The result is a secret. Use it only in tasks under the project's C(amlhpc_no_log) switch.
+options:
+  _terms:
+    description: The account URL, e.g. C(https://myacct.blob.core.windows.net).
+    required: true
+  container:
+    description: Container the SAS is for.
+    type: str
+    required: true
+  account_key:
+    description: The storage account key (from a vault or the environment).
+    type: str
+    required: true
+  permission:
+    description: SAS permissions, e.g. C(rl) (read, list) for staging.
+    type: str
+    default: rl
+  hours:
+    description: Hours until the SAS expires.
+    type: float
+    default: 4
+requirements:
+  - azure-storage-blob
+"""
+
+EXAMPLES = r"""
+- name: Stage with a 4-hour read+list token
+  ansible.builtin.include_role:
+    name: stage
+  vars:
+    stage_sas: "{{ lookup('blob_sas', stage_account_url, container='cosmoflow',
+                          account_key=lookup('ansible.builtin.env', 'AZURE_STORAGE_KEY')) }}"
+"""
+
+RETURN = r"""
+_raw:
+  description: The SAS query string (without a leading C(?)).
+  type: list
+  elements: str
+"""
+
+from datetime import datetime, timedelta, timezone  # noqa: E402
+from urllib.parse import urlparse  # noqa: E402
+
+from ansible.errors import AnsibleError  # noqa: E402
+from ansible.plugins.lookup import LookupBase  # noqa: E402
+
+
+def account_name(account_url: str) -> str:
+    """The storage account name of an account URL (Azure or Azurite style)."""
+    parsed = urlparse(account_url)
+    host = parsed.hostname or ""
+    if not parsed.scheme or not host:
+        raise AnsibleError(f"blob_sas: '{account_url}' is not an account URL: "
+                           "use https://<account>.blob.core.windows.net")
+    path = parsed.path.strip("/")
+    if path:  # Azurite / IP-style: http://127.0.0.1:10000/<account>
+        return path.split("/")[0]
+    return host.split(".")[0]
+
+
+class LookupModule(LookupBase):
+    """blob_sas lookup."""
+
+    def run(self, terms, variables=None, **kwargs):
+        self.set_options(var_options=variables, direct=kwargs)
+        try:
+            from azure.storage.blob import ContainerSasPermissions, generate_container_sas
+        except ImportError as exc:
+            raise AnsibleError("blob_sas needs azure-storage-blob on the controller: "
+                               "pip install azure-storage-blob (make setup does)") from exc
+        now = datetime.now(timezone.utc)
+        out = []
+        for url in terms:
+            out.append(generate_container_sas(
+                account_name(url), self.get_option("container"), account_key=self.get_option("account_key"),
+                permission=ContainerSasPermissions.from_string(self.get_option("permission")),
+                start=now - timedelta(minutes=5), expiry=now + timedelta(hours=float(self.get_option("hours")))))
+        return out

@@ -1,0 +1,91 @@
+"""The short report that ends a run of site.yml: what ran, what was skipped and why,
+bytes staged and staging throughput, training loss per step."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+# (phase, role whose "<role>_skipped" debug result carries the reason)
+PHASES = (
+    ("cluster", "aml_cluster"),
+    ("ssh_trust", "ssh_trust"),
+    ("gpu_clocks", "gpu_clocks"),
+    ("nccl", "nccl"),
+    ("beeond", "beeond"),
+)
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} TiB"  # pragma: no cover
+
+
+def skipped_phases(node_vars: Sequence[Mapping[str, Any]], controller_vars: Mapping[str, Any]) -> list[str]:
+    """One "phase: reason" line per phase that a node (or the controller) skipped."""
+    lines: list[str] = []
+    for phase, role in PHASES:
+        reasons = []
+        for hv in [controller_vars, *node_vars]:
+            res = hv.get(f"{role}_skipped")
+            if isinstance(res, Mapping) and res.get("msg") and not res.get("skipped"):
+                msg = str(res["msg"])
+                reason = msg.split("skipped:", 1)[1].strip() if "skipped:" in msg else msg
+                if reason not in reasons:
+                    reasons.append(reason)
+        lines.extend(f"{phase}: skipped: {r}" for r in reasons)
+    return lines
+
+
+def staging_summary(results: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Totals of the per-node azcopy_stage results: files, bytes, wall time, throughput."""
+    done = [r for r in results if isinstance(r, Mapping) and "files" in r]
+    if not done:
+        return ["stage: no staging ran"]
+    files = sum(int(r.get("files", 0)) for r in done)
+    size = sum(int(r.get("bytes", 0)) for r in done)
+    wire = sum(int(r.get("bytes_over_wire", 0)) for r in done)
+    seconds = max(float(r.get("seconds", 0) or 0) for r in done)
+    existing = sum(int(r.get("skipped_existing", 0)) for r in done)
+    rate = f"{size / seconds / 1e6:.1f} MB/s on disk" if seconds > 0 else "no time measured"
+    line = (f"stage: {files} files, {_human_bytes(size)} on disk ({_human_bytes(wire)} over the wire) "
+            f"on {len(done)} node(s) in {seconds:.1f} s: {rate}")
+    if existing:
+        line += f"; {existing} file(s) were already there"
+    return [line]
+
+
+def training_summary(job: Mapping[str, Any] | None, max_steps: int = 40) -> list[str]:
+    """The job's status and its loss per step (the first ``max_steps`` steps)."""
+    if not isinstance(job, Mapping) or not job or job.get("skipped"):
+        return ["submit: no job ran"]
+    lines = [f"submit: run {job.get('run_id', '?')} {job.get('status', '?')}"]
+    metrics = job.get("metrics") or {}
+    steps = [s for s in metrics.get("steps", []) if isinstance(s, Mapping) and "loss" in s]
+    if steps:
+        shown = ", ".join(f"{s.get('step', i)}: {float(s['loss']):.4f}" for i, s in enumerate(steps[:max_steps]))
+        more = f" (+{len(steps) - max_steps} more)" if len(steps) > max_steps else ""
+        lines.append(f"training loss per step: {shown}{more}")
+        lines.append(f"training loss: first {float(steps[0]['loss']):.4f}, last {float(steps[-1]['loss']):.4f}")
+    for epoch in metrics.get("epochs", [])[-1:]:
+        if isinstance(epoch, Mapping):
+            parts = [f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in sorted(epoch.items())]
+            lines.append("last epoch: " + ", ".join(parts))
+    return lines
+
+
+def run_report(node_vars: Sequence[Mapping[str, Any]], controller_vars: Mapping[str, Any],
+               job: Mapping[str, Any] | None = None) -> list[str]:
+    """The whole report, a list of lines."""
+    names = [str(hv.get("inventory_hostname", "?")) for hv in node_vars]
+    lines = [f"nodes: {len(names)} ({', '.join(names[:8])}{', ...' if len(names) > 8 else ''})"]
+    lines += skipped_phases(node_vars, controller_vars)
+    health = next((hv.get("healthcheck_report") for hv in node_vars if hv.get("healthcheck_report")), None)
+    if isinstance(health, Mapping) and health.get("summary"):
+        lines.append(f"healthcheck: {health['summary']}")
+    lines += staging_summary([hv.get("stage_result") for hv in node_vars if hv.get("stage_result")])
+    lines += training_summary(job)
+    return lines
