@@ -55,7 +55,7 @@ def main() -> int:
     port = _port()
     azurite = subprocess.Popen([os.path.join(ROOT, ".tools", "bin", "azurite-blob"), "--blobHost", "127.0.0.1",
                                 "--blobPort", str(port), "--location", os.path.join(work, "azurite"), "--silent",
-                                "--skipApiVersionCheck", "--loose"],
+                                "--skipApiVersionCheck", "--loose", "--disableTelemetry"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 30

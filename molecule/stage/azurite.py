@@ -23,7 +23,7 @@ def main() -> int:
         os.makedirs(workdir, exist_ok=True)
         proc = subprocess.Popen([os.path.join(ROOT, ".tools", "bin", "azurite-blob"), "--blobHost", "127.0.0.1",
                                  "--blobPort", str(port), "--location", os.path.join(workdir, "data"), "--silent",
-                                 "--skipApiVersionCheck", "--loose"], stdout=subprocess.DEVNULL,
+                                 "--skipApiVersionCheck", "--loose", "--disableTelemetry"], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, start_new_session=True)
         with open(pidfile, "w", encoding="utf-8") as f:
             f.write(str(proc.pid))

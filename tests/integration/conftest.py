@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -60,12 +62,15 @@ class Azurite:
             start=now + timedelta(hours=start_offset_hours), expiry=now + timedelta(hours=hours))
 
     def stop(self) -> None:
+        """Stop the whole process group (the npm wrapper and node itself)."""
         if self.process.poll() is None:
-            self.process.terminate()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGTERM)
             try:
                 self.process.wait(10)
             except subprocess.TimeoutExpired:
-                self.process.kill()
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
 
     def start(self) -> None:
@@ -80,7 +85,7 @@ def _spawn_azurite(port: int, workdir: Path) -> subprocess.Popen:
     log = open(workdir / "azurite.log", "ab")  # noqa: SIM115 - closed with the process
     proc = subprocess.Popen(
         [str(exe), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(workdir / "data"),
-         "--silent", "--skipApiVersionCheck", "--loose"],
+         "--silent", "--skipApiVersionCheck", "--loose", "--disableTelemetry"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

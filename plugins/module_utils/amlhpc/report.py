@@ -10,6 +10,7 @@ from typing import Any
 PHASES = (
     ("cluster", "aml_cluster"),
     ("ssh_trust", "ssh_trust"),
+    ("nvme_raid", "nvme_raid"),
     ("gpu_clocks", "gpu_clocks"),
     ("nccl", "nccl"),
     ("beeond", "beeond"),
@@ -70,6 +71,10 @@ def training_summary(job: Mapping[str, Any] | None, max_steps: int = 40) -> list
         more = f" (+{len(steps) - max_steps} more)" if len(steps) > max_steps else ""
         lines.append(f"training loss per step: {shown}{more}")
         lines.append(f"training loss: first {float(steps[0]['loss']):.4f}, last {float(steps[-1]['loss']):.4f}")
+    epochs = [e for e in metrics.get("epochs", []) if isinstance(e, Mapping) and "train_loss" in e]
+    if epochs:
+        lines.append("training loss per epoch: " + ", ".join(
+            f"{e.get('epoch', i)}: {float(e['train_loss']):.4f}" for i, e in enumerate(epochs)))
     for epoch in metrics.get("epochs", [])[-1:]:
         if isinstance(epoch, Mapping):
             parts = [f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in sorted(epoch.items())]
