@@ -78,26 +78,26 @@ class Azurite:
         self.process = _spawn_azurite(self.port, self.workdir)
 
 
-def _spawn_azurite(port: int, workdir: Path) -> subprocess.Popen:
+def _spawn_azurite(port: int, workdir: Path, host: str = "127.0.0.1") -> subprocess.Popen:
     exe = TOOLS / "azurite-blob"
     if not exe.exists():
         pytest.fail(f"{exe} is missing: run `make setup` (it installs the node tools)")
     log = open(workdir / "azurite.log", "ab")  # noqa: SIM115 - closed with the process
     proc = subprocess.Popen(
-        [str(exe), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(workdir / "data"),
+        [str(exe), "--blobHost", host, "--blobPort", str(port), "--location", str(workdir / "data"),
          "--silent", "--skipApiVersionCheck", "--loose", "--disableTelemetry"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            with socket.create_connection((host, port), timeout=0.5):
                 return proc
         except OSError:
             if proc.poll() is not None:
                 break
             time.sleep(0.2)
     proc.kill()
-    pytest.fail(f"Azurite did not start on 127.0.0.1:{port}: see {workdir / 'azurite.log'}")
+    pytest.fail(f"Azurite did not start on {host}:{port}: see {workdir / 'azurite.log'}")
     raise AssertionError  # unreachable
 
 
