@@ -52,24 +52,18 @@ _raw:
   elements: str
 """
 
+import os  # noqa: E402
+import sys  # noqa: E402
 from datetime import datetime, timedelta, timezone  # noqa: E402
-from urllib.parse import urlparse  # noqa: E402
 
 from ansible.errors import AnsibleError  # noqa: E402
 from ansible.plugins.lookup import LookupBase  # noqa: E402
 
+_MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
+if _MODULE_UTILS not in sys.path:
+    sys.path.insert(0, _MODULE_UTILS)
 
-def account_name(account_url: str) -> str:
-    """The storage account name of an account URL (Azure or Azurite style)."""
-    parsed = urlparse(account_url)
-    host = parsed.hostname or ""
-    if not parsed.scheme or not host:
-        raise AnsibleError(f"blob_sas: '{account_url}' is not an account URL: "
-                           "use https://<account>.blob.core.windows.net")
-    path = parsed.path.strip("/")
-    if path:  # Azurite / IP-style: http://127.0.0.1:10000/<account>
-        return path.split("/")[0]
-    return host.split(".")[0]
+from amlhpc.blob_listing import account_name  # noqa: E402
 
 
 class LookupModule(LookupBase):
@@ -85,8 +79,12 @@ class LookupModule(LookupBase):
         now = datetime.now(timezone.utc)
         out = []
         for url in terms:
+            try:
+                name = account_name(url)
+            except ValueError as exc:
+                raise AnsibleError(f"blob_sas: {exc}") from exc
             out.append(generate_container_sas(
-                account_name(url), self.get_option("container"), account_key=self.get_option("account_key"),
+                name, self.get_option("container"), account_key=self.get_option("account_key"),
                 permission=ContainerSasPermissions.from_string(self.get_option("permission")),
                 start=now - timedelta(minutes=5), expiry=now + timedelta(hours=float(self.get_option("hours")))))
         return out

@@ -115,15 +115,14 @@ seconds:
 import time  # noqa: E402
 
 from ansible.module_utils.amlhpc.azcopy import redact  # noqa: E402
+from ansible.module_utils.amlhpc.blob_listing import account_name  # noqa: E402
 from ansible.module_utils.amlhpc.dataset_prep import compress_all, find_files, upload_prepared  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 
 def _credential(p: dict):
     if p["account_key"]:
-        account = p["account_url"].rstrip("/").split("/")[-1] if "127.0.0.1" in p["account_url"] or \
-            "localhost" in p["account_url"] else p["account_url"].split("//")[-1].split(".")[0]
-        return {"account_name": account, "account_key": p["account_key"]}
+        return {"account_name": account_name(p["account_url"]), "account_key": p["account_key"]}
     return p["sas"]
 
 

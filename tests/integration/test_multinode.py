@@ -88,6 +88,8 @@ def test_site_on_container_cluster(cluster, gateway_azurite, tmp_path):
         "healthcheck_fs_path": "/tmp",
         "healthcheck_fs_files": 2,
         "healthcheck_fs_file_size_mb": 8,
+        # With the no_log switch off, the modules themselves must still never show the SAS.
+        "amlhpc_no_log": False,
     }
     # The SAS reaches the play as a lookup, never on a command line or in a file.
     (inv_dir / "group_vars" / "all.yml").write_text(yaml.safe_dump(extra) + (

@@ -30,6 +30,22 @@ def sdk_available() -> bool:
     return True
 
 
+def account_name(account_url: str) -> str:
+    """The storage account of an account URL.
+
+    Path style (Azurite, or an endpoint addressed by IP: ``http://10.0.0.5:10000/<account>``)
+    carries the account as the first path segment; the Azure style
+    (``https://<account>.blob.core.windows.net``) as the first label of the host.
+    """
+    from urllib.parse import urlparse  # noqa: PLC0415
+
+    parsed = urlparse(account_url.strip())
+    if not parsed.scheme or not parsed.hostname:
+        raise ValueError(f"'{account_url}' is not an account URL: use https://<account>.blob.core.windows.net")
+    path = parsed.path.strip("/")
+    return path.split("/")[0] if path else parsed.hostname.split(".")[0]
+
+
 def normalize_prefix(prefix: str) -> str:
     """``data/cosmoflow`` -> ``data/cosmoflow/``; ``""`` stays empty."""
     prefix = prefix.strip("/")

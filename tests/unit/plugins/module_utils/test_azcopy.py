@@ -169,3 +169,14 @@ def test_progress_line_is_json_with_no_sas():
     msg = parse_line(PROGRESS)
     assert msg is not None
     assert json.loads(msg.text)["JobID"] == "c332"
+
+
+def test_account_name_from_every_url_style():
+    from amlhpc.blob_listing import account_name
+    assert account_name("https://myacct.blob.core.windows.net") == "myacct"
+    assert account_name("https://myacct.blob.core.windows.net/") == "myacct"
+    assert account_name("http://127.0.0.1:10000/devstoreaccount1") == "devstoreaccount1"
+    # An endpoint addressed by IP (Azurite on a bridge, a private endpoint): path style too.
+    assert account_name("http://172.18.0.1:41234/devstoreaccount1") == "devstoreaccount1"
+    with pytest.raises(ValueError, match="is not an account URL"):
+        account_name("myacct")
