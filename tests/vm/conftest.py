@@ -44,6 +44,7 @@ class VM:
     port: int = field(default_factory=free_port)
     process: subprocess.Popen | None = None
     boots: int = 0
+    initrd: Path | None = None  # None: the image's; after reboot(): the guest's own
 
     @property
     def key(self) -> Path:
@@ -59,13 +60,14 @@ class VM:
 
     def start(self) -> None:
         overlay = self.workdir / "root.qcow2"
-        subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b",
-                        str(self.image / "root.raw"), str(overlay)], check=True)
+        if not overlay.exists():
+            subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b",
+                            str(self.image / "root.raw"), str(overlay)], check=True)
         host_key = " ".join((self.image / "ssh_host_ed25519_key.pub").read_text().split()[:2])
         self.known_hosts.write_text(f"[127.0.0.1]:{self.port} {host_key}\n")
         argv = ["qemu-system-x86_64", "-accel", "tcg", "-m", "2048", "-smp", "2", "-nodefaults",
                 "-display", "none", "-serial", f"file:{self.serial_log}",
-                "-kernel", str(self.image / "vmlinuz"), "-initrd", str(self.image / "initrd.img"),
+                "-kernel", str(self.image / "vmlinuz"), "-initrd", str(self.initrd or self.image / "initrd.img"),
                 "-append", "root=/dev/vda rw console=ttyS0 quiet",
                 "-drive", f"file={overlay},if=virtio,format=qcow2",
                 "-netdev", f"user,id=n0,hostfwd=tcp:127.0.0.1:{self.port}-:22",
@@ -107,16 +109,22 @@ class VM:
                     f"serial console:\n{tail}")
 
     def reboot(self) -> None:
-        boot_id = self.ssh("cat /proc/sys/kernel/random/boot_id").stdout.strip()
-        self.ssh("systemctl reboot", check=False, timeout=30)
-        self.wait_up(old_boot_id=boot_id)
+        """Power off and boot again with the guest's own /boot/initrd.img, as a boot loader
+        would (qemu's -kernel/-initrd boot would otherwise reuse the image's initrd)."""
+        initrd = self.workdir / f"initrd-boot{self.boots + 1}.img"
+        with open(initrd, "wb") as f:
+            subprocess.run(self.ssh_argv("cat /boot/initrd.img-$(uname -r)"), stdout=f, check=True, timeout=300)
+        assert initrd.stat().st_size > 1024 * 1024, "the guest's initrd is missing or truncated"
+        self.initrd = initrd
+        self.stop()
+        self.start()
 
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:
             return
         try:
             self.ssh("sync; systemctl poweroff", check=False, timeout=20)
-            self.process.wait(60)
+            self.process.wait(120)
         except subprocess.TimeoutExpired:
             pass
         if self.process.poll() is None:
