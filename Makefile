@@ -44,6 +44,7 @@ test: setup-test  ## Every test tier: unit, workload, lint, integration, molecul
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory test-integration
 	$(MAKE) --no-print-directory test-molecule
+	$(MAKE) --no-print-directory test-vm
 	@echo "make test: every tier passed"
 
 test-unit: setup  ## pytest tests/unit

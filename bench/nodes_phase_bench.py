@@ -37,7 +37,18 @@ def run_nodes_phase(inv: Path, env: dict) -> tuple[float, int, int]:
         sys.exit(f"nodes.yml failed:\n{res.stdout[-4000:]}")
     changed = sum(int(c) for c in re.findall(r"changed=(\d+)", res.stdout.split("PLAY RECAP")[-1]))
     hosts = len(re.findall(r"^\S+\s+: ok=", res.stdout.split("PLAY RECAP")[-1], re.M))
-    return wall, changed, hosts
+    return wall, changed, hosts, changed_tasks(res.stdout)
+
+
+def changed_tasks(output: str) -> list[str]:
+    """'task (host)' for every task result reported as changed."""
+    out, task = [], ""
+    for line in output.splitlines():
+        if line.startswith("TASK ["):
+            task = line[6:line.rfind("]")]
+        elif line.startswith("changed: ["):
+            out.append(f"{task} ({line[10:line.index(']')]})")
+    return out
 
 
 def main() -> int:
@@ -67,11 +78,13 @@ def main() -> int:
                     # the control paths of 32 nodes must stay short and private to this run
                     "ansible_ssh_pipelining": True}))
                 env = dict(os.environ, ANSIBLE_INVENTORY_UNPARSED_FAILED="true", ANSIBLE_FORCE_COLOR="0")
-                first, changed1, hosts = run_nodes_phase(inv, env)
-                second, changed2, _ = run_nodes_phase(inv, env)
+                first, changed1, hosts, _ = run_nodes_phase(inv, env)
+                second, changed2, _, again = run_nodes_phase(inv, env)
                 assert hosts == size, f"{hosts} hosts in the recap, expected {size}"
                 print(f"{size:>5} {started:>10.1f} {first:>14.1f} {changed1:>8} {second:>15.1f} {changed2:>8}",
                       flush=True)
+                for task in again:
+                    print(f"      changed again: {task}", flush=True)
             finally:
                 cluster.stop()
     return 0

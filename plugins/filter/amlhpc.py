@@ -14,13 +14,22 @@ from amlhpc.inventory_checks import inventory_problems  # noqa: E402
 from amlhpc.report import run_report  # noqa: E402
 
 
-def cluster_nodes(hostvars: Any, hosts: list[str]) -> list[dict[str, Any]]:
-    """Hostvars of ``hosts`` with ``inventory_hostname`` set, in cluster and rank order."""
+# What describes a node; cluster_nodes copies only these (and any extra keys asked for), so
+# that N hosts each listing N nodes template N x (a few) variables, not N x all hostvars.
+NODE_KEYS = ("aml_cluster", "aml_node_rank", "aml_private_ip", "aml_node_id", "aml_node_state",
+             "aml_run_id", "aml_cluster_min_nodes", "aml_cluster_max_nodes", "aml_vm_size",
+             "ansible_host", "ansible_port")
+
+
+def cluster_nodes(hostvars: Any, hosts: list[str], extra_keys: list[str] | tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """The node variables of ``hosts`` (plus ``extra_keys`` where set) with
+    ``inventory_hostname``, in cluster and rank order."""
     out = []
     for name in hosts:
-        hv = dict(hostvars[name])
-        hv["inventory_hostname"] = name
-        out.append(hv)
+        hv = hostvars[name]
+        node = {key: hv[key] for key in (*NODE_KEYS, *extra_keys) if key in hv}
+        node["inventory_hostname"] = name
+        out.append(node)
     return sorted(out, key=lambda h: (str(h.get("aml_cluster", "")), h.get("aml_node_rank", 0)))
 
 
