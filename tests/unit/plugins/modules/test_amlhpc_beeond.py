@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 
@@ -11,7 +12,8 @@ import ansible.module_utils
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
-from conftest import MODULE_UTILS, ROOT
+ROOT = Path(__file__).resolve().parents[4]
+MODULE_UTILS = ROOT / "plugins" / "module_utils"
 
 # The module imports ansible.module_utils.amlhpc.*, as AnsiballZ provides it on a node.
 if str(MODULE_UTILS) not in ansible.module_utils.__path__:
