@@ -22,7 +22,7 @@ _spec.loader.exec_module(aml_job)
 
 from amlhpc.job_spec import JobRequest, build_spec  # noqa: E402
 
-SAS = "sv=2024-11-04&ss=b&srt=co&sp=rl&se=2026-12-01T00%3A00%3A00Z&sig=TOPSECRETSIGNATURE%3D"
+SAS = "sv=2024-11-04&ss=b&srt=co&sp=rl&se=2026-12-01T00%3A00%3A00Z&sig=FAKE-test-signature%3D"
 DOCKERFILE = ROOT / "workload" / "Dockerfile"
 
 

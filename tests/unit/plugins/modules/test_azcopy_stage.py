@@ -18,8 +18,8 @@ if str(ROOT / "plugins" / "module_utils") not in ansible.module_utils.__path__:
 sys.path.insert(0, str(ROOT / "plugins" / "modules"))
 azcopy_stage = importlib.import_module("azcopy_stage")
 
-SAS_OK = "se=2099-01-01T00%3A00%3A00Z&sp=rl&sv=2026-10-06&sr=c&sig=c2VjcmV0c2lnbmF0dXJlCg%3D%3D"
-SAS_OLD = "se=2020-01-01T00%3A00%3A00Z&sp=rl&sv=2026-10-06&sr=c&sig=c2VjcmV0c2lnbmF0dXJlCg%3D%3D"
+SAS_OK = "se=2099-01-01T00%3A00%3A00Z&sp=rl&sv=2026-10-06&sr=c&sig=FAKE-test-signature%3D%3D"
+SAS_OLD = "se=2020-01-01T00%3A00%3A00Z&sp=rl&sv=2026-10-06&sr=c&sig=FAKE-test-signature%3D%3D"
 
 
 def run(args: dict, capsys) -> dict:
