@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,3 +52,10 @@ def test_local_profile_through_ansible_runner(tmp_path):
     for path in artifacts.rglob("*"):
         if path.is_file():
             assert "sig=" not in path.read_text(errors="replace"), path
+
+    # After that run, check mode goes through the whole site.yml and changes nothing on the node.
+    check = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "site.yml", "--check", "--diff"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert check.returncode == 0, check.stdout[-4000:]
+    node = re.search(r"^local-0\s+: (.*)$", check.stdout.split("PLAY RECAP")[-1], re.M).group(1)
+    assert "changed=0" in node and "failed=0" in node, node
