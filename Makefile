@@ -17,8 +17,8 @@ export ANSIBLE_INVENTORY_UNPARSED_FAILED := true
 
 MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
-.PHONY: help setup setup-test run teardown test test-unit lint test-integration \
-        test-molecule test-vm test-workload bench clean image
+.PHONY: help setup setup-test run teardown test test-unit lint test-sanity test-collection \
+        test-integration test-molecule test-vm test-workload bench clean image
 
 help:  ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -38,10 +38,12 @@ run: setup  ## Run site.yml on the embedded local default (inventory/local.yml)
 teardown: setup  ## Undo a run (playbooks/teardown.yml)
 	$(ANSIBLE)/ansible-playbook playbooks/teardown.yml $(ARGS)
 
-test: setup-test  ## Every test tier: unit, workload, lint, integration, molecule, vm
+test: setup-test  ## Every test tier: unit, workload, lint, sanity, collection, integration, molecule, vm
 	$(MAKE) --no-print-directory test-unit
 	$(MAKE) --no-print-directory test-workload
 	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory test-sanity
+	$(MAKE) --no-print-directory test-collection
 	$(MAKE) --no-print-directory test-integration
 	$(MAKE) --no-print-directory test-molecule
 	$(MAKE) --no-print-directory test-vm
@@ -57,6 +59,14 @@ lint: setup  ## ansible-lint (production profile) + yamllint
 	@.ci/bootstrap lint
 	$(LINTBIN)/yamllint --strict .
 	ANSIBLE_COLLECTIONS_PATH= $(LINTBIN)/ansible-lint --profile production
+
+test-sanity: setup  ## ansible-test sanity, every test, Python 3.12, on the collection amlhpc.azureml
+	@.ci/bootstrap sanity
+	.ci/sanity
+
+test-collection: setup  ## Build the collection, install the tarball, run the local default from it; EE context
+	@.ci/sysdeps node
+	$(PYTEST) tests/collection
 
 test-integration: setup  ## Azurite + the real azcopy on 127.0.0.1, and the playbooks end to end
 	@.ci/sysdeps node docker

@@ -50,7 +50,7 @@ def run(source: str, tmp: Path) -> None:
           f"{(time.perf_counter() - start) * 1000:.0f} ms")
     path = tmp / f"{source}.azureml_compute.yml"
     path.write_text(yaml.safe_dump({
-        "plugin": "azureml_compute", "source": source, "subscription_id": SUB, "resource_group": RG,
+        "plugin": "amlhpc.azureml.azureml_compute", "source": source, "subscription_id": SUB, "resource_group": RG,
         "workspace_name": WS, "auth_source": "cli", "clusters": ["gpu"], "cache": True,
         "cache_plugin": "ansible.builtin.jsonfile", "cache_connection": str(tmp / f"cache-{source}"),
         "cache_timeout": 600}))
@@ -104,13 +104,13 @@ def main() -> None:
         # Warm-up: load the plugin once (a 1-node file), so the numbers below are the runs'.
         nodes.write_text(json.dumps(make_nodes(1)))
         warm = t / "warm.azureml_compute.yml"
-        warm.write_text(yaml.safe_dump({"plugin": "azureml_compute", "source": "nodes_file", "cluster": "gpu",
+        warm.write_text(yaml.safe_dump({"plugin": "amlhpc.azureml.azureml_compute", "source": "nodes_file", "cluster": "gpu",
                                         "nodes_file": str(nodes)}))
         InventoryManager(loader=DataLoader(), sources=[str(warm)])
         print(f"{NODES}-node cluster; cold = Azure asked (faked, no network latency), cached = jsonfile cache")
         nodes.write_text(json.dumps(make_nodes(NODES)))
         cfg = t / "file.azureml_compute.yml"
-        cfg.write_text(yaml.safe_dump({"plugin": "azureml_compute", "source": "nodes_file", "cluster": "gpu",
+        cfg.write_text(yaml.safe_dump({"plugin": "amlhpc.azureml.azureml_compute", "source": "nodes_file", "cluster": "gpu",
                                        "nodes_file": str(nodes)}))
         start = time.perf_counter()
         inv = InventoryManager(loader=DataLoader(), sources=[str(cfg)])

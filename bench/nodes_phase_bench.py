@@ -68,7 +68,7 @@ def main() -> int:
                 (inv_dir / "group_vars").mkdir(parents=True)
                 nodes_file = cluster.write_nodes_file(tmp_path / "nodes.json")
                 inv = inv_dir / "bench.azureml_compute.yml"
-                inv.write_text(yaml.safe_dump({"plugin": "azureml_compute", "source": "nodes_file",
+                inv.write_text(yaml.safe_dump({"plugin": "amlhpc.azureml.azureml_compute", "source": "nodes_file",
                                                "cluster": "bench", "nodes_file": str(nodes_file),
                                                "admin_user": "azureuser", "min_nodes": size, "max_nodes": size}))
                 (inv_dir / "group_vars" / "all.yml").write_text(yaml.safe_dump({

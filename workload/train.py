@@ -6,7 +6,12 @@
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+# The shared code (package amlhpc) sits next to this file in a job's snapshot (aml_job copies
+# it there); in the repository or the installed collection it is plugins/module_utils/amlhpc.
+if not os.path.isdir(os.path.join(HERE, "amlhpc")):
+    sys.path.insert(1, os.path.join(os.path.dirname(HERE), "plugins", "module_utils"))
 
 from cosmoflow.train import main  # noqa: E402
 

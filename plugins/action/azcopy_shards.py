@@ -5,20 +5,14 @@ Documentation: plugins/modules/azcopy_shards.py (the action-only plugin's doc st
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-_MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
-if _MODULE_UTILS not in sys.path:
-    sys.path.insert(0, _MODULE_UTILS)
-
-from amlhpc.azcopy import check_sas, redact  # noqa: E402
-from amlhpc.blob_listing import ListingError, list_blobs  # noqa: E402
-from amlhpc.shards import MODES, ShardError, plan_shards, plan_summary  # noqa: E402
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy import check_sas, redact
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.blob_listing import ListingError, list_blobs
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.shards import MODES, ShardError, plan_shards, plan_summary
 
 _ARGS = {
     "hosts": {"type": "list", "elements": "str"},

@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Any
 
-_MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
-if _MODULE_UTILS not in sys.path:
-    sys.path.insert(0, _MODULE_UTILS)
-
-from amlhpc.inventory_checks import inventory_problems  # noqa: E402
-from amlhpc.report import run_report  # noqa: E402
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.inventory_checks import inventory_problems
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.report import run_report
 
 
 # What describes a node; cluster_nodes copies only these (and any extra keys asked for), so

@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Any
 
-_MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
-if _MODULE_UTILS not in sys.path:
-    sys.path.insert(0, _MODULE_UTILS)
-
-from amlhpc.beeond import (  # noqa: E402
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.beeond import (
     autoscale_refusal,
     build_start_argv,
     build_stop_argv,

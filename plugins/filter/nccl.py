@@ -8,24 +8,18 @@ amlhpc_gpu_pinning(topo_m_text, vm_size)     -> GPU-to-NUMA pinning facts (measu
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Any, Optional
 
 from ansible.errors import AnsibleFilterError
 
-_MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
-if _MODULE_UTILS not in sys.path:
-    sys.path.insert(0, _MODULE_UTILS)
-
-from amlhpc.nccl import (  # noqa: E402
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nccl import (
     choose_pinning,
     nccl_conf_content,
     nccl_env_content,
     render_topology_xml,
     topology_for_vm_size,
 )
-from amlhpc.nvidia_smi import NvidiaSmiParseError, topology_pinning  # noqa: E402
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nvidia_smi import NvidiaSmiParseError, topology_pinning
 
 
 def nccl_topology(vm_size: Optional[str]) -> Optional[dict[str, str]]:

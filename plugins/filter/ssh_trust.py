@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Any
-
-_MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
-if _MODULE_UTILS not in sys.path:
-    sys.path.insert(0, _MODULE_UTILS)
 
 from ansible.errors import AnsibleFilterError  # noqa: E402
 
-from amlhpc.ssh_trust import known_hosts_block, nodefile_lines  # noqa: E402
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.ssh_trust import known_hosts_block, nodefile_lines
 
 
 def _nodefile_lines(nodes: Any) -> list[str]:

@@ -172,7 +172,7 @@ options:
 EXAMPLES = r"""
 ---
 # inventory/prod.azureml_compute.yml: azureml-core, service principal from AZURE_* variables
-plugin: azureml_compute
+plugin: amlhpc.azureml.azureml_compute
 source: azureml-core
 subscription_id: 00000000-0000-0000-0000-000000000000
 resource_group: rg-hpc
@@ -182,7 +182,7 @@ clusters: [gpu-a100]
 
 ---
 # azure-ai-ml (SDK v2), a service principal whose secret comes from a lookup, only idle nodes
-plugin: azureml_compute
+plugin: amlhpc.azureml.azureml_compute
 source: azure-ai-ml
 resource_group: rg-hpc
 workspace_name: ws-hpc
@@ -204,7 +204,7 @@ cache_timeout: 300
 
 ---
 # A saved list_nodes() payload (air-gapped, tests, local clusters)
-plugin: azureml_compute
+plugin: amlhpc.azureml.azureml_compute
 source: nodes_file
 cluster: gpu
 nodes_file: nodes.json
@@ -222,11 +222,7 @@ from typing import Any
 from ansible.errors import AnsibleError, AnsibleParserError
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
 
-_MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
-if _MODULE_UTILS not in sys.path:
-    sys.path.insert(0, _MODULE_UTILS)
-
-from amlhpc.aml_nodes import (  # noqa: E402
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_nodes import (
     AmlNodesError,
     ClusterInfo,
     apply_filter,
@@ -319,7 +315,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 out["clusters"][config["name"]] = {"records": load_nodes_file(path), "properties": {},
                                                    "where": f"nodes file {path}"}
             return out
-        from amlhpc.aml_sdk import connect
+        from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_sdk import connect
         options = {k: self._templated(k) for k in _TEMPLATED}
         auth = resolve_auth(self.get_option("auth_source"), options, os.environ)
         client = connect(source, subscription_from(options, os.environ), options["resource_group"],
@@ -328,7 +324,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             name = config["name"]
             info = client.cluster(name)
             if info is None:
-                from amlhpc.aml_nodes import cluster_not_found
+                from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_nodes import cluster_not_found
                 raise AmlNodesError(cluster_not_found(name, options["workspace_name"]))
             props = {k: getattr(info, k) for k in _PROPERTY_KEYS if getattr(info, k) is not None}
             out["clusters"][name] = {"records": client.list_nodes(name), "properties": props,

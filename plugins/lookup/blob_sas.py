@@ -41,7 +41,7 @@ EXAMPLES = r"""
   ansible.builtin.include_role:
     name: stage
   vars:
-    stage_sas: "{{ lookup('blob_sas', stage_account_url, container='cosmoflow',
+    stage_sas: "{{ lookup('amlhpc.azureml.blob_sas', stage_account_url, container='cosmoflow',
                           account_key=lookup('ansible.builtin.env', 'AZURE_STORAGE_KEY')) }}"
 """
 
@@ -59,11 +59,7 @@ from datetime import datetime, timedelta, timezone  # noqa: E402
 from ansible.errors import AnsibleError  # noqa: E402
 from ansible.plugins.lookup import LookupBase  # noqa: E402
 
-_MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
-if _MODULE_UTILS not in sys.path:
-    sys.path.insert(0, _MODULE_UTILS)
-
-from amlhpc.blob_listing import account_name  # noqa: E402
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.blob_listing import account_name
 
 
 class LookupModule(LookupBase):

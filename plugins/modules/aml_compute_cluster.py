@@ -123,7 +123,7 @@ options:
 
 EXAMPLES = r"""
 - name: Cluster | A fixed-size cluster of 4 NDv4 nodes, ready for SSH
-  aml_compute_cluster:
+  amlhpc.azureml.aml_compute_cluster:
     name: gpu-a100
     sdk: azure-ai-ml
     resource_group: rg-hpc
@@ -135,7 +135,7 @@ EXAMPLES = r"""
     beeond_enabled: true
 
 - name: Teardown | Scale the cluster to 0
-  aml_compute_cluster:
+  amlhpc.azureml.aml_compute_cluster:
     name: gpu-a100
     state: scaled_to_zero
     resource_group: rg-hpc
@@ -176,7 +176,7 @@ import socket
 import time
 from typing import Any
 
-from ansible.module_utils.amlhpc.aml_nodes import (
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_nodes import (
     AmlNodesError,
     ClusterInfo,
     ClusterSpec,
@@ -188,7 +188,7 @@ from ansible.module_utils.amlhpc.aml_nodes import (
     spec_problems,
     subscription_from,
 )
-from ansible.module_utils.amlhpc.aml_sdk import connect
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_sdk import connect
 from ansible.module_utils.basic import AnsibleModule
 
 

@@ -75,6 +75,15 @@ options:
     description: Training code folder; symbolic links in it are resolved into a snapshot.
     type: path
     required: true
+  packages:
+    description:
+      - Python packages (folders) the training code imports, copied next to it in the snapshot
+        the AzureML backends upload, each under its folder's name.
+      - The CosmoFlow workload needs the collection's C(plugins/module_utils/amlhpc). The local
+        backend runs O(source_dir) in place, whose C(train.py) finds that package itself.
+    type: list
+    elements: path
+    default: []
   script:
     description: Entry script inside O(source_dir).
     type: str
@@ -167,7 +176,7 @@ author:
 
 EXAMPLES = r"""
 - name: Job | Train CosmoFlow on 4 NDv4 nodes
-  aml_job:
+  amlhpc.azureml.aml_job:
     backend: azureml_core
     name: cosmoflow-4x8
     subscription_id: "{{ aml_subscription_id }}"
@@ -177,6 +186,7 @@ EXAMPLES = r"""
     node_count: 4
     process_count_per_node: 8
     source_dir: "{{ playbook_dir }}/../workload"
+    packages: ["{{ playbook_dir }}/../plugins/module_utils/amlhpc"]
     dockerfile: "{{ playbook_dir }}/../workload/Dockerfile"
     account: mydatasets
     container: cosmoflow
@@ -188,7 +198,7 @@ EXAMPLES = r"""
   no_log: "{{ amlhpc_no_log | default(true) }}"
 
 - name: Job | Train on this machine
-  aml_job:
+  amlhpc.azureml.aml_job:
     backend: local
     name: smoke
     source_dir: workload
@@ -239,7 +249,7 @@ import time
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.amlhpc.job_spec import (
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.job_spec import (
     SAS_ENV,
     JobRequest,
     JobSpecError,
@@ -501,6 +511,7 @@ def main() -> None:
             node_count=dict(type="int", default=1),
             process_count_per_node=dict(type="int", default=1),
             source_dir=dict(type="path", required=True),
+            packages=dict(type="list", elements="path", default=[]),
             script=dict(type="str", default="train.py"),
             dockerfile=dict(type="path"),
             environment_name=dict(type="str", default="amlhpc-cosmoflow"),
@@ -549,7 +560,7 @@ def main() -> None:
         if p["backend"] == "local":
             result = run_local(module, req, log_path)
         else:
-            snapshot = snapshot_source(p["source_dir"], os.path.join(work, "src"))
+            snapshot = snapshot_source(p["source_dir"], os.path.join(work, "src"), p["packages"])
             if p["backend"] == "azureml_core":
                 result = run_v1(module, spec, req, snapshot, log_path)
             else:

@@ -80,7 +80,7 @@ author: amlhpc
 
 EXAMPLES = r"""
 - name: BeeOND | Start the file system from the head
-  amlhpc_beeond:
+  amlhpc.azureml.amlhpc_beeond:
     state: started
     nodefile: /etc/amlhpc/nodefile
     data_dir: /mnt/resource_nvme/beeond
@@ -88,7 +88,7 @@ EXAMPLES = r"""
     metadata_servers: 2
 
 - name: BeeOND | Stop the file system
-  amlhpc_beeond:
+  amlhpc.azureml.amlhpc_beeond:
     state: stopped
     nodefile: /etc/amlhpc/nodefile
     mount_point: /mnt/scratch
@@ -123,7 +123,7 @@ stderr:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.amlhpc.beeond import (  # noqa: E402
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.beeond import (
     build_start_argv,
     build_stop_argv,
     interpret_start,

@@ -50,7 +50,7 @@ notes:
 
 EXAMPLES = r"""
 - name: Health check | Measure the shared mount
-  amlhpc_fs_bench:
+  amlhpc.azureml.amlhpc_fs_bench:
     path: /mnt/scratch
     files: 32
     file_size_mb: 1024
@@ -89,7 +89,7 @@ skipped_reason:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.amlhpc.fsbench import run
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.fsbench import run
 
 
 def main() -> None:

@@ -68,7 +68,7 @@ seealso:
 
 EXAMPLES = r"""
 - name: Stage | Plan the shards
-  azcopy_shards:
+  amlhpc.azureml.azcopy_shards:
     mode: balanced
     account_url: https://acct.blob.core.windows.net
     container: cosmoflow

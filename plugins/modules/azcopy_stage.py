@@ -84,7 +84,7 @@ seealso:
 
 EXAMPLES = r"""
 - name: Stage | Copy this node's shard
-  azcopy_stage:
+  amlhpc.azureml.azcopy_stage:
     azcopy: /usr/local/bin/azcopy
     account_url: https://acct.blob.core.windows.net
     container: cosmoflow
@@ -134,7 +134,7 @@ sas_warnings:
   elements: str
 """
 
-from ansible.module_utils.amlhpc.azcopy import (  # noqa: E402
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy import (
     ExpectedFile,
     StageError,
     blob_url,

@@ -71,7 +71,7 @@ notes:
 
 EXAMPLES = r"""
 - name: Prepare dataset | Upload the data set gzip-encoded
-  dataset_upload:
+  amlhpc.azureml.dataset_upload:
     src: /data/cosmoflow/cosmoUniverse_2019_05_4parE_tf_v2
     work_dir: /data/cosmoflow/gz
     account_url: https://acct.blob.core.windows.net
@@ -114,9 +114,9 @@ seconds:
 
 import time  # noqa: E402
 
-from ansible.module_utils.amlhpc.azcopy import redact  # noqa: E402
-from ansible.module_utils.amlhpc.blob_listing import account_name  # noqa: E402
-from ansible.module_utils.amlhpc.dataset_prep import compress_all, find_files, upload_prepared  # noqa: E402
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy import redact
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.blob_listing import account_name
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.dataset_prep import compress_all, find_files, upload_prepared
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 

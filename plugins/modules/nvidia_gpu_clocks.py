@@ -59,19 +59,19 @@ author: amlhpc
 
 EXAMPLES = r"""
 - name: GPU clocks | Pin application clocks to the maximum
-  nvidia_gpu_clocks:
+  amlhpc.azureml.nvidia_gpu_clocks:
     state: pinned
   become: true
 
 - name: GPU clocks | Pin A100 GPUs 0 and 1 to 1215 MHz memory, 1275 MHz graphics
-  nvidia_gpu_clocks:
+  amlhpc.azureml.nvidia_gpu_clocks:
     graphics_mhz: 1275
     memory_mhz: 1215
     gpus: [0, 1]
   become: true
 
 - name: GPU clocks | Reset application clocks (teardown)
-  nvidia_gpu_clocks:
+  amlhpc.azureml.nvidia_gpu_clocks:
     state: reset
   become: true
 """
@@ -112,7 +112,7 @@ skip_reason:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.amlhpc.nvidia_smi import (
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nvidia_smi import (
     NvidiaSmiParseError,
     parse_clock_query,
     parse_supported_clocks,

@@ -65,7 +65,7 @@ def test_site_on_container_cluster(cluster, gateway_azurite, tmp_path):
     (inv_dir / "group_vars").mkdir(parents=True)
     nodes_file = cluster.write_nodes_file(tmp_path / "nodes.json")
     (inv_dir / "e2e.azureml_compute.yml").write_text(yaml.safe_dump({
-        "plugin": "azureml_compute", "source": "nodes_file", "cluster": "e2e",
+        "plugin": "amlhpc.azureml.azureml_compute", "source": "nodes_file", "cluster": "e2e",
         "nodes_file": str(nodes_file), "admin_user": "azureuser",
         "min_nodes": NODES, "max_nodes": NODES}))
     scratch = tmp_path / "controller"
@@ -93,7 +93,7 @@ def test_site_on_container_cluster(cluster, gateway_azurite, tmp_path):
     }
     # The SAS reaches the play as a lookup, never on a command line or in a file.
     (inv_dir / "group_vars" / "all.yml").write_text(yaml.safe_dump(extra) + (
-        "stage_sas: \"{{ lookup('blob_sas', stage_account_url, container=stage_container, "
+        "stage_sas: \"{{ lookup('amlhpc.azureml.blob_sas', stage_account_url, container=stage_container, "
         "account_key=prepare_dataset_account_key) }}\"\n"))
     env = dict(os.environ, ANSIBLE_INVENTORY_UNPARSED_FAILED="true", ANSIBLE_FORCE_COLOR="0")
 

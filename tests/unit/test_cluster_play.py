@@ -52,7 +52,7 @@ def _plugin_inventory(tmp_path: Path, nodes: list, **extra) -> Path:
     import yaml
     (tmp_path / "nodes.json").write_text(json.dumps(nodes))
     path = tmp_path / "t.azureml_compute.yml"
-    path.write_text(yaml.safe_dump({"plugin": "azureml_compute", "source": "nodes_file", "cluster": "gpu",
+    path.write_text(yaml.safe_dump({"plugin": "amlhpc.azureml.azureml_compute", "source": "nodes_file", "cluster": "gpu",
                                     "nodes_file": "nodes.json", "admin_user": "azureuser", **extra}))
     return path
 

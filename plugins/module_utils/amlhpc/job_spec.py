@@ -235,13 +235,19 @@ def leaks(obj: Any, secret: str | None) -> list[str]:
     return found
 
 
-def snapshot_source(source_dir: str, dest: str, ignore: Iterable[str] = ("__pycache__", "*.pyc", "outputs",
-                                                                          ".pytest_cache")) -> str:
-    """Copy the training code with symbolic links resolved (``workload/amlhpc`` points outside
-    ``workload/``; the SDKs upload what is inside), into a fresh ``dest``."""
+def snapshot_source(source_dir: str, dest: str, packages: Iterable[str] = (),
+                    ignore: Iterable[str] = ("__pycache__", "*.pyc", "outputs", ".pytest_cache")) -> str:
+    """Copy the training code into a fresh ``dest``, with each of ``packages`` (folders, e.g.
+    the collection's ``plugins/module_utils/amlhpc``) next to it under its own name, so the job
+    imports the shared code the Ansible side uses (one copy in the repository). Symbolic
+    links are resolved: the SDKs upload what is inside ``dest``."""
     if os.path.exists(dest):
         shutil.rmtree(dest)
-    shutil.copytree(source_dir, dest, symlinks=False, ignore=shutil.ignore_patterns(*ignore))
+    patterns = shutil.ignore_patterns(*ignore)
+    shutil.copytree(source_dir, dest, symlinks=False, ignore=patterns)
+    for package in packages:
+        shutil.copytree(package, os.path.join(dest, os.path.basename(os.path.normpath(package))),
+                        symlinks=False, ignore=patterns)
     return dest
 
 

@@ -53,7 +53,7 @@ def fake(monkeypatch, world: World, source: str) -> None:
 
 def write_config(tmp_path: Path, config: dict, name: str = "test.azureml_compute.yml") -> Path:
     path = tmp_path / name
-    path.write_text(yaml.safe_dump({"plugin": "azureml_compute", **config}))
+    path.write_text(yaml.safe_dump({"plugin": "amlhpc.azureml.azureml_compute", **config}))
     return path
 
 
@@ -571,7 +571,7 @@ def test_vault_encrypted_secret(tmp_path, monkeypatch, world, source):
     fake(monkeypatch, world, source)
     secret = VaultSecret(b"vault-pw")
     blob = VaultLib([("default", secret)]).encrypt("from-vault").decode()
-    text = yaml.safe_dump({"plugin": "azureml_compute", **sdk_config(
+    text = yaml.safe_dump({"plugin": "amlhpc.azureml.azureml_compute", **sdk_config(
         source, clusters=["gpu"], auth_source="service_principal", client_id="cid", tenant="tid")})
     text += "secret: !vault |\n" + "".join(f"  {line}\n" for line in blob.splitlines())
     path = tmp_path / "v.azureml_compute.yml"

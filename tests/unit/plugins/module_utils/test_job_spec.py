@@ -107,8 +107,9 @@ def test_leaks_finds_a_secret_anywhere():
     assert leaks(build_spec(staged("azureml_core")), "sig=S3CRET") == []
 
 
-def test_snapshot_resolves_the_amlhpc_symlink(tmp_path):
-    dest = snapshot_source(os.path.join(ROOT, "workload"), str(tmp_path / "src"))
+def test_snapshot_puts_the_shared_package_next_to_the_workload(tmp_path):
+    dest = snapshot_source(os.path.join(ROOT, "workload"), str(tmp_path / "src"),
+                           [os.path.join(ROOT, "plugins", "module_utils", "amlhpc")])
     assert os.path.isfile(os.path.join(dest, "amlhpc", "tfrecord.py"))
     assert not os.path.islink(os.path.join(dest, "amlhpc"))
     assert os.path.isfile(os.path.join(dest, "train.py"))

@@ -1,25 +1,14 @@
-"""Module tests: make ``ansible.module_utils.amlhpc`` resolve to the project's package.
+"""Module tests: the modules import by name from plugins/modules.
 
-Under Ansible, AnsiballZ ships plugins/module_utils/amlhpc inside the module as
-``ansible.module_utils.amlhpc``; in-process tests alias the same package (the very same
-module objects, so a monkeypatch on one is seen through the other) under that name, and
-put plugins/modules on ``sys.path`` so the modules import by name.
+Their ``ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc`` imports resolve to
+the package tests/conftest.py registers under that name (what AnsiballZ ships with a
+module on a node).
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import sys
 from pathlib import Path
-
-import amlhpc
-import ansible.module_utils  # noqa: F401
-
-sys.modules.setdefault("ansible.module_utils.amlhpc", amlhpc)
-for _info in pkgutil.iter_modules(amlhpc.__path__):
-    sys.modules.setdefault(f"ansible.module_utils.amlhpc.{_info.name}",
-                           importlib.import_module(f"amlhpc.{_info.name}"))
 
 _MODULES = str(Path(__file__).resolve().parents[4] / "plugins" / "modules")
 if _MODULES not in sys.path:

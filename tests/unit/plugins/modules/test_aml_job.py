@@ -144,7 +144,8 @@ def module_args(tmp_path, backend="azureml_core", **kw):
             "source_dir": str(ROOT / "workload"), "dockerfile": str(DOCKERFILE), "account": "mydata",
             "container": "cosmoflow", "stage_dir": "/data/cosmoflow", "sas": SAS,
             "sas_secret_name": "cosmoflow-sas", "sas_keyvault_url": "https://kv1.vault.azure.net/cosmoflow-sas",
-            "train_args": {"epochs": 2}, "download_dir": str(tmp_path / "dl")}
+            "train_args": {"epochs": 2}, "download_dir": str(tmp_path / "dl"),
+            "packages": [str(ROOT / "plugins" / "module_utils" / "amlhpc")]}
     return {**base, **kw}
 
 
@@ -163,7 +164,7 @@ def test_v1_submit_stores_the_sas_as_a_secret_waits_and_downloads(v1, capsys, tm
     payload = v1_payload(src)
     assert payload["mpi"]["processCountPerNode"] == 8 and payload["nodeCount"] == 4
     assert "TOPSECRET" not in json.dumps(payload)
-    # The snapshot holds real files where the workload has a symlink.
+    # The snapshot holds the shared package next to the training code.
     assert (Path(src.source_directory) / "amlhpc" / "tfrecord.py").is_file()
     assert out["metrics"]["steps"] == [{"step": 1, "loss": 0.4}] and out["metrics"]["summary"] == {"val_mae": 0.2}
     log = Path(out["log_path"]).read_text()

@@ -15,7 +15,7 @@ from ansible.module_utils.testing import patch_module_args
 ROOT = Path(__file__).resolve().parents[4]
 MODULE_UTILS = ROOT / "plugins" / "module_utils"
 
-# The module imports ansible.module_utils.amlhpc.*, as AnsiballZ provides it on a node.
+# The module imports ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.*, as AnsiballZ provides it on a node.
 if str(MODULE_UTILS) not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(str(MODULE_UTILS))
 

@@ -15,9 +15,9 @@ import amlhpc.fsbench
 ROOT = Path(__file__).resolve().parents[4]
 sys.path.insert(0, str(ROOT / "plugins" / "modules"))
 # What AnsiballZ does for a module on a node: plugins/module_utils/amlhpc is importable as
-# ansible.module_utils.amlhpc.
-sys.modules.setdefault("ansible.module_utils.amlhpc", amlhpc)
-sys.modules.setdefault("ansible.module_utils.amlhpc.fsbench", amlhpc.fsbench)
+# ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.
+sys.modules.setdefault("ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc", amlhpc)
+sys.modules.setdefault("ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.fsbench", amlhpc.fsbench)
 
 import amlhpc_fs_bench  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""The nvme_raid_facts module: the commands it runs and what it returns."""
+"""The nvme_raid_info module: the commands it runs and what it returns."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from ansible.module_utils.testing import patch_module_args
 ROOT = Path(__file__).resolve().parents[4]
 DATA = ROOT / "tests" / "unit" / "plugins" / "module_utils" / "data" / "nvme"
 
-import nvme_raid_facts  # noqa: E402  (conftest puts plugins/modules on sys.path)
+import nvme_raid_info  # noqa: E402  (conftest puts plugins/modules on sys.path)
 
 
 def run(capsys, args: dict) -> dict:
     with patch_module_args(args), pytest.raises(SystemExit):
-        nvme_raid_facts.main()
+        nvme_raid_info.main()
     return json.loads(capsys.readouterr().out)
 
 
@@ -34,9 +34,9 @@ def test_probes_each_candidate_read_only(monkeypatch, capsys):
             return 2, "", ""
         return 1, "", "mdadm: No md superblock detected"
 
-    monkeypatch.setattr(nvme_raid_facts.AnsibleModule, "run_command", fake_run)
-    monkeypatch.setattr(nvme_raid_facts.AnsibleModule, "get_bin_path", lambda self, name, *a, **k: "/sbin/mdadm")
-    monkeypatch.setattr(nvme_raid_facts.os.path, "exists", lambda p: p.startswith("/dev/nvme") or p == "/dev/sda")
+    monkeypatch.setattr(nvme_raid_info.AnsibleModule, "run_command", fake_run)
+    monkeypatch.setattr(nvme_raid_info.AnsibleModule, "get_bin_path", lambda self, name, *a, **k: "/sbin/mdadm")
+    monkeypatch.setattr(nvme_raid_info.os.path, "exists", lambda p: p.startswith("/dev/nvme") or p == "/dev/sda")
     out = run(capsys, {"vm_size": "STANDARD_ND96ASR_V4", "chunk_kib": 512})
     assert out["changed"] is False
     assert out["action"] == "create", out

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
-module: nvme_raid_facts
+module: nvme_raid_info
 short_description: Find the local NVMe disks, check they are empty, and plan their RAID0
 description:
   - Lists block devices with C(lsblk), keeps the local NVMe disks (never the OS disk, never
@@ -55,7 +55,7 @@ notes:
 
 EXAMPLES = r"""
 - name: NVMe RAID | Find the local NVMe disks
-  nvme_raid_facts:
+  amlhpc.azureml.nvme_raid_info:
     device: /dev/md128
     vm_size: "{{ aml_vm_size | default(omit) }}"
     expected_counts: {Standard_ND96asr_v4: 8}
@@ -110,7 +110,7 @@ create_argv:
 
 import os
 
-from ansible.module_utils.amlhpc.nvme import (
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nvme import (
     DEFAULT_EXPECTED_COUNTS,
     array_from_detail,
     discover,

@@ -1,0 +1,117 @@
+"""The collection as a user gets it: `ansible-galaxy collection build`, the tarball installed
+into an empty collections path, and the local default run from the installed collection
+(`ansible-playbook -i <collection>/inventory/local.yml amlhpc.azureml.site`) in a project
+folder that is not this checkout. And the execution environment's build context, generated
+by `ansible-builder create` and checked."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+GALAXY = yaml.safe_load((ROOT / "galaxy.yml").read_text())
+TARBALL = f"{GALAXY['namespace']}-{GALAXY['name']}-{GALAXY['version']}.tar.gz"
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The environment of a user who never cloned the repository: no ANSIBLE_* from make."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(extra)
+    return env
+
+
+def run(argv: list[str], cwd: Path, timeout: int = 300, **env: str) -> subprocess.CompletedProcess:
+    res = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=clean_env(**env))
+    assert res.returncode == 0, f"{argv}\n{res.stdout[-4000:]}\n{res.stderr[-4000:]}"
+    return res
+
+
+@pytest.fixture(scope="module")
+def tarball(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("dist")
+    run([str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(out), str(ROOT)], cwd=out)
+    path = out / TARBALL
+    assert path.is_file()
+    return path
+
+
+def test_the_tarball_holds_the_collection_and_nothing_local(tarball):
+    with tarfile.open(tarball) as tar:
+        names = set(tar.getnames())
+        manifest = json.load(tar.extractfile("MANIFEST.json"))
+        links = [m.name for m in tar.getmembers() if m.issym() or m.islnk()]
+    assert manifest["collection_info"]["license"] == ["MIT"]
+    for path in ("galaxy.yml", "meta/runtime.yml", "LICENSE", "README.md", "playbooks/site.yml",
+                 "plugins/modules/aml_job.py", "plugins/inventory/azureml_compute.py",
+                 "plugins/module_utils/amlhpc/shards.py", "roles/stage/tasks/main.yml",
+                 "inventory/local.yml", "workload/train.py", "workload/cosmoflow/model.py"):
+        assert path in names, path
+    assert links == []
+    for prefix in (".venv", ".tools", ".cache", ".scratch", "outputs/", ".git"):
+        assert not any(n == prefix.rstrip("/") or n.startswith(prefix) for n in names), prefix
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_local_default_runs_from_the_installed_collection(tarball, tmp_path):
+    """A project folder with its own ansible.cfg (collections_path), the tools the local
+    default needs (azurite, azcopy, a Python with torch) and nothing of the checkout."""
+    collections = tmp_path / "collections"
+    run([str(BIN / "ansible-galaxy"), "collection", "install", "--offline", "--no-deps", "-p",
+         str(collections), str(tarball)], cwd=tmp_path)
+    installed = collections / "ansible_collections" / "amlhpc" / "azureml"
+    assert (installed / "MANIFEST.json").is_file()
+    project = tmp_path / "project"
+    (project / ".tools").mkdir(parents=True)
+    (project / ".tools" / "bin").symlink_to(ROOT / ".tools" / "bin")
+    (project / ".venv-workload").symlink_to(ROOT / ".venv-workload")
+    (project / "ansible.cfg").write_text(f"[defaults]\ncollections_path = {collections}\n"
+                                         "home = .cache/ansible-home\nlocal_tmp = .cache/ansible-local\n")
+    env = {"ANSIBLE_CONFIG": str(project / "ansible.cfg"),
+           "PATH": f"{BIN}{os.pathsep}{ROOT / '.tools' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+    res = run([str(BIN / "ansible-playbook"), "-i", str(installed / "inventory" / "local.yml"), "amlhpc.azureml.site",
+               "-e", f"local_blob_port={free_port()}"], cwd=project, timeout=1200, **env)
+    out = res.stdout
+    assert "failed=0" in out and "unreachable=0" in out, out[-3000:]
+    assert "submit: run cosmoflow-local Completed" in out, out[-3000:]
+    # What the run wrote is in the project folder, not in the installed collection.
+    assert (project / "outputs" / "cosmoflow-local" / "summary.json").is_file()
+    assert list((project / ".scratch" / "cosmoflow").rglob("*.tfrecord"))
+    assert not (installed / "outputs").exists() and not (installed / ".scratch").exists()
+
+
+def test_ansible_builder_creates_the_execution_environment_context(tarball, tmp_path):
+    for name in ("execution-environment.yml", "bindep.txt", "requirements.txt"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    (tmp_path / "context-src").mkdir()
+    shutil.copy(tarball, tmp_path / "context-src" / tarball.name)
+    run([str(BIN / "ansible-builder"), "create", "-f", "execution-environment.yml", "--context", "context",
+         "--output-filename", "Containerfile"], cwd=tmp_path)
+    ctx = tmp_path / "context"
+    containerfile = (ctx / "Containerfile").read_text()
+    build = ctx / "_build"
+    assert (build / "collection" / tarball.name).is_file()
+    assert "ansible-galaxy collection install --offline --no-deps" in containerfile
+    assert "/usr/local/bin/azcopy" in containerfile and "ansible-core==2.21.5" in containerfile
+    # The Python requirements and the system packages go into the context unchanged.
+    assert (build / "requirements.txt").read_text() == (ROOT / "requirements.txt").read_text()
+    bindep = (build / "bindep.txt").read_text()
+    for pkg in ("libsecret-1-0 [platform:dpkg]", "libsecret [platform:rpm]", "mdadm"):
+        assert pkg in bindep, pkg
+    ee = yaml.safe_load((ROOT / "execution-environment.yml").read_text())
+    assert ee["version"] == 3

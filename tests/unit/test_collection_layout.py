@@ -1,0 +1,82 @@
+"""The checkout is the collection amlhpc.azureml: every call of our content is fully
+qualified, plugins import module_utils by the collection's name, nothing in plugins/ touches
+sys.path, and Ansible resolves the names from the checkout as ansible.cfg configures it."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("fqcn_sweep", ROOT / "tests" / "sanity" / "fqcn_sweep.py")
+sweep = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(sweep)
+
+
+def test_nothing_left_for_the_sweep():
+    """Short names, ansible.module_utils.amlhpc imports, sys.path in plugins/: none."""
+    findings: list[str] = []
+    for path in sweep.files():
+        text = path.read_text(encoding="utf-8")
+        if sweep.rewrite(path, text) != text:
+            findings.append(str(path.relative_to(ROOT)))
+        findings.extend(sweep.problems(path, text))
+    assert findings == [], "run tests/sanity/fqcn_sweep.py: " + ", ".join(findings)
+
+
+def test_the_sweep_rewrites_short_names(tmp_path, monkeypatch):
+    """The rules themselves, on text as another branch would bring it."""
+    play = ("- name: Job\n  aml_job:\n    backend: local\n"
+            "- name: Roles\n  ansible.builtin.include_role:\n    name: beeond\n"
+            "- name: Facts\n  nvme_raid_facts:\n"
+            "  vars:\n    x: \"{{ hostvars | amlhpc_cluster_nodes(groups['all']) }}\"\n"
+            "    sas: \"{{ lookup('blob_sas', url) }}\"\n")
+    out = sweep.rewrite(ROOT / "roles" / "x" / "tasks" / "main.yml", play)
+    assert "amlhpc.azureml.aml_job:" in out and "name: amlhpc.azureml.beeond" in out
+    assert "amlhpc.azureml.nvme_raid_info:" in out
+    assert "| amlhpc.azureml.amlhpc_cluster_nodes(" in out and "lookup('amlhpc.azureml.blob_sas'" in out
+    assert sweep.rewrite(ROOT / "roles" / "x" / "tasks" / "main.yml", out) == out  # idempotent
+    inv = sweep.rewrite(ROOT / "inventory" / "a.azureml_compute.yml", "plugin: azureml_compute\n")
+    assert inv == "plugin: amlhpc.azureml.azureml_compute\n"
+    plugin = ("import os\nimport sys\n\n_MODULE_UTILS = os.path.join(os.path.dirname(__file__), 'module_utils')\n"
+              "if _MODULE_UTILS not in sys.path:\n    sys.path.insert(0, _MODULE_UTILS)\n\n"
+              "from amlhpc.shards import plan_shards  # noqa: E402\n")
+    out = sweep.rewrite(ROOT / "plugins" / "filter" / "x.py", plugin)
+    assert out.strip() == ("from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.shards import plan_shards")
+    mod = "from ansible.module_utils.amlhpc.nvme import x\n"
+    assert sweep.rewrite(ROOT / "plugins" / "modules" / "m.py", mod) == (
+        "from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nvme import x\n")
+    assert sweep.problems(ROOT / "plugins" / "filter" / "x.py", plugin)
+
+
+def test_collection_metadata():
+    galaxy = yaml.safe_load((ROOT / "galaxy.yml").read_text())
+    assert (galaxy["namespace"], galaxy["name"]) == ("amlhpc", "azureml")
+    assert galaxy["license"] == ["MIT"] and (ROOT / "LICENSE").read_text().startswith("MIT License")
+    runtime = yaml.safe_load((ROOT / "meta" / "runtime.yml").read_text())
+    assert runtime["requires_ansible"].startswith(">=2.21")
+    assert not any(p.is_symlink() for p in ROOT.glob("workload/**/*")), "the workload keeps no link to module_utils"
+
+
+def test_ansible_resolves_our_names_from_the_checkout():
+    """What site.yml needs: the modules, the filters, the lookup, the inventory plugin and
+    the roles by FQCN, with nothing but the project's ansible.cfg."""
+    doc = str(Path(sys.executable).parent / "ansible-doc")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+    res = subprocess.run([doc, "-t", "module", "-l", "amlhpc.azureml"], cwd="/", capture_output=True,
+                         text=True, timeout=120, env=env)
+    assert res.returncode == 0, res.stderr
+    listed = {line.split()[0] for line in res.stdout.splitlines() if line.strip()}
+    assert {f"amlhpc.azureml.{m}" for m in sweep.names("modules")} <= listed
+    for kind, names in (("filter", sweep.names("filter")), ("lookup", sweep.names("lookup")),
+                        ("inventory", sweep.names("inventory")), ("role", sweep.names("roles"))):
+        res = subprocess.run([doc, "-t", kind, "-l", "amlhpc.azureml"], cwd="/", capture_output=True,
+                             text=True, timeout=120, env=env)
+        assert res.returncode == 0, (kind, res.stderr)
+        for name in names:
+            assert f"amlhpc.azureml.{name}" in res.stdout, (kind, name, res.stdout)
