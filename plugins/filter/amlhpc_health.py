@@ -1,23 +1,12 @@
-"""Filters of the healthcheck role: thin wrappers around plugins/module_utils/amlhpc/health.py."""
+"""Filters of the healthcheck role: thin wrappers around plugins/module_utils/amlhpc/health.py.
+
+Each is documented in plugins/filter/<name>.yml (ansible-doc -t filter amlhpc.azureml.<name>)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc import health
-
-DOCUMENTATION = r"""
-name: amlhpc_health
-short_description: Turn health-check tool output into pass/fail checks and a report
-description:
-  - C(amlhpc_health_thresholds(vm_size, overrides)) thresholds of a VM size.
-  - C(amlhpc_health_tools(stdout_lines)) C(key=path) lines into a dict (empty path = absent).
-  - C(amlhpc_health_nvsmi_args(binary, kind)) argv of the nvidia-smi query (kind gpu or remap).
-  - C(amlhpc_health_gpu_checks(gpu_query, remap_query, kernel_log, expected, vm_size)).
-  - C(amlhpc_health_h2d_check(outputs, tool, minimum)), C(amlhpc_health_nccl_check(text, name, minimum)),
-    C(amlhpc_health_fs_checks(result, tool, thresholds)), C(amlhpc_health_skip(name, reason)).
-  - C(amlhpc_health_report(hostvars, all_hosts, active_hosts)) table, failing nodes, message.
-"""
 
 
 def tools(lines: list[str]) -> dict[str, str]:

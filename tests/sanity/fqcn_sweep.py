@@ -89,6 +89,10 @@ def rewrite(path: Path, text: str) -> str:
         if inventories:
             out = re.sub(rf"""(?m)^(\s*plugin:\s*)({_alt(inventories)})[ \t]*$""", rf"\g<1>{NS}.\g<2>", out)
             out = re.sub(rf"""(["']plugin["']\s*:\s*)(["'])({_alt(inventories)})\2""", rf"\g<1>\g<2>{NS}.\g<3>\g<2>", out)
+    if suffix == ".py":
+        # Ansible's loaders in tests and benchmarks: inventory_loader.get("azureml_compute").
+        ours = _alt(modules + lookups + inventories + filters)
+        out = re.sub(rf"""(\b\w+_loader\.(?:get|find_plugin)\(\s*)(["'])({ours})\2""", rf"\g<1>\g<2>{NS}.\g<3>\g<2>", out)
     if in_plugins and suffix == ".py":
         # The EXAMPLES of a plugin are playbook text too.
         out = re.sub(r'(?s)(EXAMPLES\s*=\s*r?(?:"""|\'\'\'))(.*?)((?:"""|\'\'\'))',

@@ -63,6 +63,21 @@ def test_collection_metadata():
     assert not any(p.is_symlink() for p in ROOT.glob("workload/**/*")), "the workload keeps no link to module_utils"
 
 
+def test_every_filter_is_documented():
+    """ansible-doc -t filter amlhpc.azureml.<name> renders from plugins/filter/<name>.yml."""
+    missing = [n for n in sweep.names("filter") if not (ROOT / "plugins" / "filter" / f"{n}.yml").is_file()]
+    assert missing == []
+    doc = str(Path(sys.executable).parent / "ansible-doc")
+    names = [f"amlhpc.azureml.{n}" for n in sweep.names("filter")]
+    res = subprocess.run([doc, "-t", "filter", "--json", *names], cwd="/", capture_output=True, text=True,
+                         timeout=120, env=dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg")))
+    assert res.returncode == 0, res.stderr
+    import json
+    docs = json.loads(res.stdout)
+    for name in names:
+        assert docs[name]["doc"]["short_description"] and docs[name]["examples"], name
+
+
 def test_ansible_resolves_our_names_from_the_checkout():
     """What site.yml needs: the modules, the filters, the lookup, the inventory plugin and
     the roles by FQCN, with nothing but the project's ansible.cfg."""

@@ -75,7 +75,7 @@ def cluster(tmp_path):
                  for i, name in enumerate(("n0", "n1"))}
         inv = {"all": {
             "children": {"aml_nodes": {"children": {"head": {"hosts": {"n0": None}},
-                                                     "workers": {"hosts": {"n1": None}}}},
+                                                    "workers": {"hosts": {"n1": None}}}},
                          "cluster_gpu": {"hosts": {"n0": None, "n1": None}}},
             "hosts": hosts,
             "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,

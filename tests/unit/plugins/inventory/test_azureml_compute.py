@@ -69,7 +69,7 @@ def load(path: Path, cache: bool = True) -> InventoryManager:
 
 def parse(path: Path, cache: bool = True) -> InventoryData:
     """Through inventory_loader directly, so parse errors reach the test."""
-    plugin = inventory_loader.get("azureml_compute")
+    plugin = inventory_loader.get("amlhpc.azureml.azureml_compute")
     assert plugin.verify_file(str(path))
     data = InventoryData()
     plugin.parse(data, DataLoader(), str(path), cache=cache)
@@ -85,7 +85,7 @@ def hv(inv: InventoryManager, host: str) -> dict:
 
 
 def test_verify_file_takes_only_our_names(tmp_path):
-    plugin = inventory_loader.get("azureml_compute")
+    plugin = inventory_loader.get("amlhpc.azureml.azureml_compute")
     for name, ours in (("a.azureml_compute.yml", True), ("a.azureml_compute.yaml", True),
                        ("a.yml", False), ("azureml_compute.yml", False), ("a.aws_ec2.yml", False)):
         p = tmp_path / name
@@ -554,9 +554,9 @@ def test_example_v2_with_cli_auth_and_cache(tmp_path, monkeypatch, world):
 
 def test_ansible_doc_renders_the_plugin_and_the_module():
     doc = str(Path(sys.executable).parent / "ansible-doc")
-    for argv, words in ((["-t", "inventory", "azureml_compute"], ["node_filter", "auth_source", "keyed_groups",
-                                                                 "cache_timeout", "EXAMPLES"]),
-                        (["aml_compute_cluster"], ["scaled_to_zero", "beeond_enabled", "RETURN VALUES"])):
+    for argv, words in ((["-t", "inventory", "amlhpc.azureml.azureml_compute"],
+                         ["node_filter", "auth_source", "keyed_groups", "cache_timeout", "EXAMPLES"]),
+                        (["amlhpc.azureml.aml_compute_cluster"], ["scaled_to_zero", "beeond_enabled", "RETURN VALUES"])):
         res = subprocess.run([doc, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120,
                              env=dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg")))
         assert res.returncode == 0, res.stderr
@@ -581,7 +581,7 @@ def test_vault_encrypted_secret(tmp_path, monkeypatch, world, source):
     monkeypatch.setattr(VaultSecretsContext, "_current", VaultSecretsContext([("default", secret)]))
     loader = DataLoader()
     loader.set_vault_secrets([("default", secret)])
-    parse_with = inventory_loader.get("azureml_compute")
+    parse_with = inventory_loader.get("amlhpc.azureml.azureml_compute")
     parse_with.parse(InventoryData(), loader, str(path))
     (cred,) = world.credentials
     got = cred._service_principal_password if source == "azureml-core" else cred._client_credential

@@ -93,8 +93,8 @@ def test_start_command_line_refuses_nonsense(kwargs, words):
 
 
 def test_stop_command_line_of_the_contract():
-    assert build_stop_argv("/etc/amlhpc/nodefile") == ["beeond", "stop", "-n", "/etc/amlhpc/nodefile",
-                                                        "-L", "-d", "-P"]
+    assert build_stop_argv("/etc/amlhpc/nodefile") == [
+        "beeond", "stop", "-n", "/etc/amlhpc/nodefile", "-L", "-d", "-P"]
     assert build_stop_argv("/n", delete_data=False, delete_logs=False, pdsh=False, cleanup=True) == [
         "beeond", "stop", "-n", "/n", "-c"]
     with pytest.raises(ValueError):

@@ -40,8 +40,8 @@ def test_thresholds_of_ndv4_match_azure_node_health_checks():
 def test_unknown_size_has_no_thresholds_and_overrides_apply():
     t = health.thresholds_for("Standard_D4s_v5")
     assert all(t[k] is None for k in health.THRESHOLD_KEYS)
-    t = health.thresholds_for("Standard_ND96asr_v4", {"Standard_ND96asr_v4": {"allreduce_node_busbw": 200},
-                                                     "default": {"fs_read_mbps": 5}})
+    t = health.thresholds_for("Standard_ND96asr_v4", {
+        "Standard_ND96asr_v4": {"allreduce_node_busbw": 200}, "default": {"fs_read_mbps": 5}})
     assert t["allreduce_node_busbw"] == 200
     assert t["fs_read_mbps"] == 5
     assert t["gpus"] == 8
