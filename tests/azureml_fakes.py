@@ -154,7 +154,7 @@ def install_v1(monkeypatch, world: World) -> None:
             world.calls["v1 GET listNodes nextLink"] += 1
             return Response(world.page_from_link(url))
 
-    monkeypatch.setattr(util, "get_requests_session", lambda: Session())
+    monkeypatch.setattr(util, "get_requests_session", Session)
 
     class FakeWorkspace:
         def __init__(self, subscription_id, resource_group, workspace_name, auth=None, **kwargs):
@@ -216,7 +216,7 @@ def install_v1(monkeypatch, world: World) -> None:
                          c.admin_username, c.admin_user_ssh_key, c.remote_login_port_public_access)
             return FakeAmlCompute(workspace, name)
 
-    import azureml.core.authentication as authentication
+    from azureml.core import authentication
 
     class Auth:
         """The v1 authentication classes reach for the network when built; these record their arguments."""

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """Action plugin: plan each node's shard of a data set for azcopy staging (runs on the controller).
 
 Documentation: plugins/modules/azcopy_shards.py (the action-only plugin's doc stub).

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """Filters that expose the project's pure logic (plugins/module_utils/amlhpc) to playbooks."""
 
 from __future__ import annotations

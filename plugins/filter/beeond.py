@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """Filters of the beeond role (logic in plugins/module_utils/amlhpc/beeond.py)."""
 
 from __future__ import annotations

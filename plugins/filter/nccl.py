@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """Filters for the nccl role: thin wrappers around plugins/module_utils/amlhpc/nccl.py.
 
 amlhpc_nccl_topology(vm_size)        -> {"name", "gpu", "xml"} of the VM size's NCCL topology, or None

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """Inventory plugin: the nodes of AzureML compute clusters (AmlCompute) as hosts."""
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ description:
   - azure-ai-ml 1.35.x returns node objects whose snake_case attributes are empty; the
     plugin reads the camelCase payload they carry instead.
 author:
-  - amlhpc
+  - amlhpc contributors (@amlhpc)
 requirements:
   - jmespath (for O(node_filter))
   - azureml-core (source azureml-core)
@@ -39,7 +41,7 @@ options:
   plugin:
     description: The name of this plugin; the file is not ours without it.
     required: true
-    choices: [azureml_compute]
+    choices: [amlhpc.azureml.azureml_compute]
   source:
     description:
       - Where the nodes come from.
@@ -244,7 +246,7 @@ _PROPERTY_KEYS = ("admin_user", "min_nodes", "max_nodes", "vm_size")
 class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
     """azureml_compute inventory plugin."""
 
-    NAME = "azureml_compute"
+    NAME = "amlhpc.azureml.azureml_compute"
 
     def verify_file(self, path: str) -> bool:
         return super().verify_file(path) and path.endswith((".azureml_compute.yml", ".azureml_compute.yaml"))

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """Lookup plugin: a short-lived container SAS made from a storage account key."""
 
 from __future__ import annotations
@@ -52,8 +54,6 @@ _raw:
   elements: str
 """
 
-import os  # noqa: E402
-import sys  # noqa: E402
 from datetime import datetime, timedelta, timezone  # noqa: E402
 
 from ansible.errors import AnsibleError  # noqa: E402

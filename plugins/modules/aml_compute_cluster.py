@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """Module: make sure an AzureML compute cluster (AmlCompute) exists at a fixed size, or scale it to 0."""
 
 from __future__ import annotations
@@ -22,14 +24,18 @@ description:
     authentication options as the azureml_compute inventory plugin.
 version_added: "1.0.0"
 author:
-  - amlhpc
+  - amlhpc contributors (@amlhpc)
 requirements:
   - azureml-core (O(sdk=azureml-core)) or azure-ai-ml and azure-identity (O(sdk=azure-ai-ml))
 attributes:
+  platform:
+    platforms: posix
   check_mode:
     support: full
   diff_mode:
     support: full
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 options:
   name:
     description: Cluster name (2-16 characters, letters, digits and hyphens).

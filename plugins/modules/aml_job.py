@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """Submit the CosmoFlow training job to AzureML (either SDK) or run it here with torchrun."""
 
 from __future__ import annotations
@@ -23,6 +25,16 @@ description:
     (changed=false) unless O(force=true).
   - Waiting streams the run's log into O(log_path) (module output is JSON only), then downloads
     the run's C(outputs/) folder to O(download_dir) and returns its metrics.
+attributes:
+  check_mode:
+    support: full
+    details: Builds and returns the job spec; submits and runs nothing.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 options:
   backend:
     description: Where the job runs.
@@ -171,7 +183,7 @@ options:
     type: int
     default: 3600
 author:
-  - amlhpc
+  - amlhpc contributors (@amlhpc)
 """
 
 EXAMPLES = r"""
@@ -459,7 +471,10 @@ def run_local(module: AnsibleModule, req: JobRequest, log_path: str) -> dict:
     started = time.monotonic()
     with open(log_path, "a", encoding="utf-8") as log:
         try:
-            proc = subprocess.run(spec["command"], env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            # The training job's output goes to the log file as it runs, under a timeout:
+            # run_command holds it in memory and has no timeout.
+            proc = subprocess.run(spec["command"], env=env,  # pylint: disable=ansible-bad-function
+                                  stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                   timeout=p["timeout"], check=False)
             rc = proc.returncode
         except subprocess.TimeoutExpired:

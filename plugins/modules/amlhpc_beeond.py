@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """Start or stop BeeOND from the head node (amlhpc)."""
 
 from __future__ import annotations
@@ -16,6 +18,15 @@ description:
   - Supports check mode. It reports what it would do and runs nothing.
   - The command lines and the reading of their results live in
     C(module_utils/amlhpc/beeond.py).
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 options:
   state:
     description: Whether BeeOND should be running (C(started)) or torn down (C(stopped)).
@@ -75,7 +86,8 @@ options:
     description: The beeond program.
     type: str
     default: beeond
-author: amlhpc
+author:
+  - amlhpc contributors (@amlhpc)
 """
 
 EXAMPLES = r"""

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """Ansible module: shared-mount write/read throughput with parallel writers and readers."""
 
 from __future__ import annotations
@@ -18,7 +20,18 @@ description:
   - Writes only inside a new folder under O(path) and removes it at the end (unless O(keep)).
   - In check mode nothing is written and the result says so.
 version_added: "1.0.0"
-author: amlhpc
+author:
+  - amlhpc contributors (@amlhpc)
+attributes:
+  check_mode:
+    support: partial
+    details: Measures nothing in check mode.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 options:
   path:
     description: Folder on the file system to measure. It must exist.

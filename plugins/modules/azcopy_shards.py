@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """Documentation stub: azcopy_shards is an action plugin (plugins/action/azcopy_shards.py)."""
 
 from __future__ import annotations
@@ -24,7 +26,18 @@ description:
   - Run it once (C(run_once)) and register the result; each host then reads
     C(<registered>.shards[inventory_hostname]) (the C(stage) role does).
 version_added: "0.1.0"
-author: amlhpc
+author:
+  - amlhpc contributors (@amlhpc)
+attributes:
+  check_mode:
+    support: full
+    details: Plans as usual: it changes nothing.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 options:
   hosts:
     description: Hosts in rank order. Default the play's hosts sorted by C(aml_cluster), C(aml_node_rank).
@@ -63,7 +76,7 @@ options:
 notes:
   - Action plugin; runs on the controller. Check mode runs it as usual (it changes nothing).
 seealso:
-  - module: azcopy_stage
+  - module: amlhpc.azureml.azcopy_stage
 """
 
 EXAMPLES = r"""

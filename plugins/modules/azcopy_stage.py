@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """Ansible module: stage one node's shard of a data set from Blob Storage with azcopy."""
 
 from __future__ import annotations
@@ -23,7 +25,18 @@ description:
   - The SAS token is passed to azcopy in its argv only. azcopy's job plans and logs go to a
     private temporary folder that is removed afterwards. Run the task with C(no_log).
 version_added: "0.1.0"
-author: amlhpc
+author:
+  - amlhpc contributors (@amlhpc)
+attributes:
+  check_mode:
+    support: full
+    details: Reports whether the shard would be staged.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 options:
   azcopy:
     description: Path of the azcopy binary.
@@ -79,7 +92,7 @@ options:
 notes:
   - Supports check mode (reports whether the shard would be staged).
 seealso:
-  - module: azcopy_shards
+  - module: amlhpc.azureml.azcopy_shards
 """
 
 EXAMPLES = r"""

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """Ansible module: gzip a data set in parallel and upload it gzip-encoded to Blob Storage."""
 
 from __future__ import annotations
@@ -16,7 +18,18 @@ description:
     already there with the same size and MD5 are skipped (idempotent).
   - Runs where the data is (usually the controller); needs the Python package azure-storage-blob.
 version_added: "0.1.0"
-author: amlhpc
+author:
+  - amlhpc contributors (@amlhpc)
+attributes:
+  check_mode:
+    support: full
+    details: Compresses and uploads nothing; reports whether any blob is missing.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 options:
   src:
     description: Folder of the original files.

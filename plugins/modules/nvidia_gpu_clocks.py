@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """Pin (or reset) NVIDIA GPU application clocks with nvidia-smi, one GPU at a time."""
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ description:
     with that reason; they do not fail the task.
   - Without C(nvidia-smi) on the node the task is skipped with a reason.
   - Setting application clocks needs root (or C(nvidia-smi -acp UNRESTRICTED)).
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 options:
   state:
     description: V(pinned) sets the target application clocks, V(reset) returns to the defaults.
@@ -48,13 +52,16 @@ options:
     type: str
     default: nvidia-smi
 attributes:
+  platform:
+    platforms: posix
   check_mode:
     support: full
     description: Reads the clocks and reports what would change; runs nothing that changes state.
   diff_mode:
     support: full
     description: Before and after application clocks, one line per GPU.
-author: amlhpc
+author:
+  - amlhpc contributors (@amlhpc)
 """
 
 EXAMPLES = r"""
@@ -86,11 +93,11 @@ gpus:
     index: {description: GPU index, type: int}
     bus_id: {description: PCI bus id (domain:bus:device.function), type: str}
     name: {description: GPU name, type: str}
-    before: {description: Application clocks before (graphics, memory in MHz; null when N/A), type: dict}
+    before: {description: "Application clocks before (graphics, memory in MHz; null when N/A)", type: dict}
     after: {description: Application clocks after (read back; the target in check mode), type: dict}
     target: {description: Target clocks, type: dict}
     changed: {description: Whether clocks were (or would be) changed, type: bool}
-    reason: {description: What was done or why nothing was, e.g. "not supported: ... skipped", type: str}
+    reason: {description: "What was done or why nothing was, for example C(not supported: ... skipped)", type: str}
   sample:
     - index: 0
       bus_id: "0001:00:00.0"

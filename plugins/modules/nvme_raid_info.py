@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """Read-only discovery of local NVMe disks and the plan for their RAID0 array."""
 
 from __future__ import annotations
@@ -11,9 +13,19 @@ description:
   - Lists block devices with C(lsblk), keeps the local NVMe disks (never the OS disk, never
     remote NVMe disks, never disks without a device node), probes each with C(wipefs),
     C(blkid -p) and C(mdadm --examine), and decides what to do with them.
-  - Changes nothing. The decision (O(action)) is one of C(skip), C(refuse), C(create),
-    C(assemble), C(exists), with a one-line O(reason) that names the devices and what was
+  - Changes nothing. The decision (RV(action)) is one of C(skip), C(refuse), C(create),
+    C(assemble), C(exists), with a one-line RV(reason) that names the devices and what was
     found on them.
+attributes:
+  check_mode:
+    support: full
+    details: Read-only.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 options:
   device:
     description: The md device the RAID0 array is (to be) known as.
@@ -48,7 +60,8 @@ options:
         C(probes) (device path -> C(wipefs), C(blkid), C(examine) texts), C(detail)
         (C(mdadm --detail --export) of O(device)), C(present) (device paths that exist).
     type: dict
-author: amlhpc
+author:
+  - amlhpc contributors (@amlhpc)
 notes:
   - Supports check mode (it is read-only).
 """

@@ -36,7 +36,7 @@ exec /usr/sbin/sshd -D -e
 
 
 def docker(*args: str, check: bool = True) -> str:
-    res = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=300)
+    res = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=300, check=False)
     if check and res.returncode != 0:
         raise RuntimeError(f"docker {' '.join(args)} failed: {res.stderr.strip()}")
     return res.stdout.strip()
@@ -103,7 +103,7 @@ class ContainerCluster:
         while pending and time.monotonic() < deadline:
             pending = [n for n in pending if subprocess.run(
                 ["ssh", *self.ssh_options(), "-p", str(n.port), f"{ADMIN_USER}@127.0.0.1", "true"],
-                capture_output=True, timeout=30).returncode != 0]
+                capture_output=True, timeout=30, check=False).returncode != 0]
             if pending:
                 time.sleep(1)
         if pending:
@@ -125,7 +125,7 @@ class ContainerCluster:
 
     def exec(self, index: int, *cmd: str) -> subprocess.CompletedProcess:
         return subprocess.run(["docker", "exec", self.nodes[index].name, *cmd], capture_output=True,
-                              text=True, timeout=120)
+                              text=True, timeout=120, check=False)
 
     def stop(self) -> None:
         ids = docker("ps", "-aq", "--filter", f"label=amlhpc.test={self.prefix}", check=False).split()

@@ -24,7 +24,7 @@ def run_playbook(playbook: str, extra: dict, env_extra: dict, *args: str) -> sub
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
                ANSIBLE_STDOUT_CALLBACK="default", **env_extra)
     cmd = [str(ROOT / ".venv" / "bin" / "ansible-playbook"), str(ROOT / playbook), "-e", json.dumps(extra), *args]
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240, check=False)
 
 
 def recap(out: str) -> dict[str, int]:

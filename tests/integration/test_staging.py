@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from staging_helpers import ROOT, WORKLOAD, assert_identical_subset, staged_files, upload_dataset
+from staging_helpers import ROOT, WORKLOAD, assert_identical_subset, upload_dataset
 
 from amlhpc.azcopy import STAGING_DIRNAME, StageError
 from amlhpc.blob_listing import list_blobs

@@ -96,7 +96,7 @@ def cluster(tmp_path):
 def run(inv: Path, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="default")
     return subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), PLAYBOOK, *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, check=False)
 
 
 def test_healthy_cluster_passes_with_every_check_measured(cluster):
@@ -122,7 +122,7 @@ def test_healthy_cluster_passes_with_every_check_measured(cluster):
 
 
 def test_slow_node_is_named_and_the_run_stops(cluster):
-    make, _, _ = cluster
+    make, _unused, _unused = cluster
     res = run(make(n1_all_reduce="all_reduce_ndv4_node_slow.txt", n1_gpu_csv="nvsmi_gpu_ndv4_ecc.csv"))
     assert res.returncode != 0
     assert ("health check failed on 1 of 2 node(s): n1 (gpu_health: GPU 5 (0000000C:00:00.0): 2 uncorrectable "
@@ -132,7 +132,7 @@ def test_slow_node_is_named_and_the_run_stops(cluster):
 
 
 def test_ignore_failures_goes_on_with_a_warning(cluster):
-    make, _, _ = cluster
+    make, _unused, _unused = cluster
     res = run(make(n1_gpu_csv="nvsmi_gpu_ndv4_7gpus.csv", healthcheck_ignore_failures=True))
     assert res.returncode == 0, res.stdout[-3000:]
     assert "IGNORED (healthcheck_ignore_failures: true): health check failed on 1 of 2 node(s): n1 " \

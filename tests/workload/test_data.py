@@ -32,8 +32,8 @@ def test_reader_round_trip_on_generated_files(tmp_path, compress):
 
 def test_raw_counts_without_log(tmp_path):
     generate(str(tmp_path), 1, 0, cube=4, subvolumes=1, seed=0)
-    x_log, _ = cdata.CosmoFlowDataset(cdata.list_files(str(tmp_path), "train"), 4)[0]
-    x_raw, _ = cdata.CosmoFlowDataset(cdata.list_files(str(tmp_path), "train"), 4, apply_log=False)[0]
+    x_log, _unused = cdata.CosmoFlowDataset(cdata.list_files(str(tmp_path), "train"), 4)[0]
+    x_raw, _unused = cdata.CosmoFlowDataset(cdata.list_files(str(tmp_path), "train"), 4, apply_log=False)[0]
     torch.testing.assert_close(x_log, torch.log1p(x_raw))
     assert x_raw.max() > 1 and float(x_raw.max()).is_integer()
 
@@ -48,7 +48,7 @@ def test_preprocess_matches_log1p_over_every_int16():
 def _two_record_file(path, cube=4):
     rng = np.random.default_rng(0)
     recs = [encode_example({"x": rng.integers(0, 9, cube ** 3 * 4, dtype=np.int16).tobytes(),
-                            "y": [0.1, 0.2, 0.3, 0.4]}) for _ in range(2)]
+                            "y": [0.1, 0.2, 0.3, 0.4]}) for _unused in range(2)]
     write_tfrecord(str(path), recs)
     return recs
 

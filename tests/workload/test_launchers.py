@@ -35,7 +35,7 @@ def test_two_processes_with_gloo_through_torchrun(tiny_data, tmp_path):
            "--master_addr", "127.0.0.1", "--master_port", str(free_port()), TRAIN,
            "--data-dir", str(tiny_data), "--epochs", "2", "--batch-size", "4", "--output-dir", str(out),
            *TINY_MODEL]
-    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=240, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "2 process(es) on 1 node(s) via torchrun, backend gloo" in proc.stdout
     _check(out, 2)

@@ -82,7 +82,7 @@ def fake_stage(monkeypatch, tiny_data):
         return {"files": 96}
 
     def read_sas(spec):
-        kind, _, ref = spec.partition(":")
+        kind, _unused, ref = spec.partition(":")
         assert kind == "env"
         import os
         return os.environ[ref]

@@ -70,7 +70,7 @@ def list_files(data_dir: str, split: str) -> list[str]:
 def read_file(path: str) -> Iterator[bytes]:
     """Every record of a plain or gzip TFRecord file, CRCs checked."""
     with open_maybe_gzip(path) as stream:
-        for _, data in iter_records(stream, path):
+        for _unused, data in iter_records(stream, path):
             yield data
 
 

@@ -80,7 +80,7 @@ def rendezvous(env: Mapping[str, str] | None = None) -> tuple[str, int]:
     if env.get("MASTER_ADDR"):
         return env["MASTER_ADDR"], port
     if env.get("AZ_BATCH_MASTER_NODE"):
-        host, _, p = env["AZ_BATCH_MASTER_NODE"].partition(":")
+        host, _unused, p = env["AZ_BATCH_MASTER_NODE"].partition(":")
         return host, int(env.get("MASTER_PORT") or p or 29500)
     if env.get("AZ_BATCHAI_MPI_MASTER_NODE"):
         return env["AZ_BATCHAI_MPI_MASTER_NODE"], port

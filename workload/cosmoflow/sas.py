@@ -21,7 +21,7 @@ from urllib.parse import urlparse
 
 def resolve_sas(spec: str) -> str:
     """The SAS token that ``spec`` points at."""
-    kind, _, ref = spec.partition(":")
+    kind, _unused, ref = spec.partition(":")
     if kind == "aml-secret":
         if not ref:
             raise ValueError("--sas aml-secret:NAME needs the name of a workspace Key Vault secret")

@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_decay(text: str) -> list[tuple[float, float]]:
     out = []
     for part in filter(None, (x.strip() for x in text.split(","))):
-        epoch, _, factor = part.partition(":")
+        epoch, _unused, factor = part.partition(":")
         out.append((float(epoch), float(factor)))
     return sorted(out)
 
@@ -298,7 +298,7 @@ def _train(args: argparse.Namespace, layout: cdist.Layout, device: torch.device,
         dist.all_reduce(loss_sum)
         train_time = time.monotonic() - t0
         steps_done = int(loss_sum[1].item()) // layout.world_size
-        val_loss, val_mae, _ = evaluate(ddp, valid_loader, device, amp)
+        val_loss, val_mae, _unused = evaluate(ddp, valid_loader, device, amp)
         summary = {"epoch": epoch, "step": step, "train_loss": float(loss_sum[0] / loss_sum[1]),
                    "val_loss": val_loss, "val_mae": val_mae, "epoch_time_s": train_time,
                    "samples_per_s": steps_done * global_batch / train_time if train_time else 0.0}

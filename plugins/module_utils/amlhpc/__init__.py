@@ -1,5 +1,5 @@
 # Copyright: (c) 2026, amlhpc contributors
-# MIT License (see LICENSE)
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """amlhpc: the project's pure logic, in plain functions.
 
 Shared by three kinds of caller, so the code here imports only the standard library and

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """AmlCompute nodes as inventory hosts: the pure part of the azureml_compute plugin.
 
 Three sources give the same facts in three shapes:

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """The Azure SDK calls of the azureml_compute plugin and the aml_compute_cluster module.
 
 This is the only file that talks to Azure. Both SDKs are imported lazily, inside the

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """Pure logic of the beeond role: command lines, results, and the checks around them.
 
 BeeOND (BeeGFS on demand) builds a throw-away parallel file system out of the nodes'
@@ -9,7 +11,7 @@ read what came back, and decide when BeeOND must not be started at all.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 # beeond's exit status when the file system is already mounted (as AmlCompute's BeeOND

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """List a container's blobs for the shard planner (names, sizes, encoding, size after gunzip).
 
 The Azure SDK (``azure-storage-blob``) is imported only when a listing is asked for, so the

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """Prepare a data set for staging: gzip files in parallel, upload them gzip-encoded.
 
 Each file is compressed once (deterministically: ``mtime=0``, so the same input always

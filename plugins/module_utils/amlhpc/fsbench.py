@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """The project's own shared-mount throughput test (used when elbencho is not installed).
 
 Writes ``files`` files of ``file_size`` bytes with ``parallel`` writer threads, then reads

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """Node health checks: parsers for the measurement tools, thresholds per VM size, verdicts.
 
 Everything here is a plain function over text a tool printed, so the tests feed it

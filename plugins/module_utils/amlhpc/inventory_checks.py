@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """Sanity checks of the inventory, run by the first play of site.yml.
 
 Every problem is one sentence that names the fix.

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """The CosmoFlow training job, described as plain data for either AzureML SDK or a local run.
 
 Standard library only. ``plugins/modules/aml_job.py`` turns these dicts into SDK objects

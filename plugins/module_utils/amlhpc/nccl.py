@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """NCCL set-up of Azure ND-series nodes: topology by VM size, nccl.conf and the job env file.
 
 The topology tables below describe what each VM size exposes inside the VM (the PCI bus

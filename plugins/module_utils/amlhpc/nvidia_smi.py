@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """Reading ``nvidia-smi`` output and deciding what to change.
 
 Plain functions over the text ``nvidia-smi`` prints, so that they can be tested on output

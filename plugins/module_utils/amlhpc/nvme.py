@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """Local NVMe disks of a node: discovery, the empty-disk guard and the RAID0 plan.
 
 Everything here works on text that read-only tools print, so it can be tested on recorded

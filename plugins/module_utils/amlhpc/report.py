@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """The short report that ends a run of site.yml: what ran, what was skipped and why,
 bytes staged and staging throughput, training loss per step."""
 

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """Split a data set between the nodes that stage it: one shard per node, in rank order.
 
 Two modes:

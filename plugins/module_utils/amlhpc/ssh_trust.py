@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """Pure logic of the ssh_trust role: the nodefile and the known_hosts entries.
 
 The head node's root key is trusted by every node; every node knows every node's host
@@ -48,7 +50,7 @@ def nodefile_lines(nodes: Iterable[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-def parse_keyscan(output: str, key_types: Iterable[str] = KEY_TYPES) -> list[tuple[str, str, str]]:
+def parse_keyscan(output: str, key_types: Iterable[str] = tuple(KEY_TYPES)) -> list[tuple[str, str, str]]:
     """(host, key type, base64 key) for each key line of ``ssh-keyscan`` output.
 
     Comment lines (``# 10.0.0.4:22 SSH-2.0-OpenSSH_9.2``) and key types not asked for
@@ -72,7 +74,7 @@ def parse_keyscan(output: str, key_types: Iterable[str] = KEY_TYPES) -> list[tup
 
 
 def known_hosts_block(output: str, expected_hosts: Iterable[str],
-                      key_types: Iterable[str] = KEY_TYPES) -> dict[str, Any]:
+                      key_types: Iterable[str] = tuple(KEY_TYPES)) -> dict[str, Any]:
     """The known_hosts lines for ``expected_hosts`` from ``ssh-keyscan`` output.
 
     Returns ``{"lines": [...], "missing": [...]}``: lines sorted by (host, key type) so

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """TFRecord files and ``tf.train.Example`` messages, without TensorFlow.
 
 A TFRecord file is a sequence of records::
@@ -207,8 +209,8 @@ def decode_example(data: bytes | memoryview) -> dict[str, memoryview | list[floa
 
 
 def _decode_feature(buf: memoryview) -> memoryview | list[float] | list[int]:
-    for kind, _, payload in _iter_fields(buf):
-        values = [(n, w, v) for n, w, v in _iter_fields(payload)]  # type: ignore[arg-type]
+    for kind, _unused, payload in _iter_fields(buf):
+        values = list(_iter_fields(payload))  # type: ignore[arg-type]
         if kind == 1:
             return values[0][2] if values else memoryview(b"")  # type: ignore[return-value]
         if kind == 2:

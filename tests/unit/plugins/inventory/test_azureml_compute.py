@@ -18,7 +18,7 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.plugins.loader import init_plugin_loader, inventory_loader
 from ansible.utils.display import Display
 
-from azureml_fakes import RG, SUB, WS, World, compute_payload, install_v1, install_v2, make_nodes
+from azureml_fakes import RG, SUB, WS, World, install_v1, install_v2, make_nodes
 
 ROOT = Path(__file__).resolve().parents[4]
 FIXTURE = ROOT / "tests" / "fixtures" / "azureml" / "list_nodes_gpu4.json"
@@ -497,7 +497,7 @@ def test_ansible_inventory_cli_with_the_project_config(tmp_path):
                         name="x.azureml_compute.yml")
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_INVENTORY_UNPARSED_FAILED="true")
     res = subprocess.run([str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(path), "--list"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert out["head"]["hosts"] == ["gpu-0"]
@@ -509,7 +509,7 @@ def test_ansible_inventory_cli_with_the_project_config(tmp_path):
     bad = write_config(tmp_path, {"source": "nodes_file", "cluster": "gpu", "nodes_file": "missing.json"},
                        name="y.azureml_compute.yml")
     res = subprocess.run([str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(bad), "--list"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert res.returncode != 0
     assert "missing.json does not exist" in res.stderr
 
@@ -558,7 +558,7 @@ def test_ansible_doc_renders_the_plugin_and_the_module():
                          ["node_filter", "auth_source", "keyed_groups", "cache_timeout", "EXAMPLES"]),
                         (["amlhpc.azureml.aml_compute_cluster"], ["scaled_to_zero", "beeond_enabled", "RETURN VALUES"])):
         res = subprocess.run([doc, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                             env=dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg")))
+                             env=dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg")), check=False)
         assert res.returncode == 0, res.stderr
         for word in words:
             assert word in res.stdout, (argv, word)

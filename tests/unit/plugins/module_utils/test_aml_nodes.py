@@ -22,7 +22,6 @@ from amlhpc.aml_nodes import (
     plan_hosts,
     plan_scale_to_zero,
     rank_order,
-    record_from_object,
     records_from_payload,
     resolve_auth,
     spec_problems,

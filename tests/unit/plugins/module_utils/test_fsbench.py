@@ -38,7 +38,7 @@ def test_corrupted_block_is_reported(tmp_path, monkeypatch):
 
     monkeypatch.setattr(fsbench, "_read_file", tamper)
     r = fsbench.run(str(tmp_path), files=3, file_size=5 * 8192, parallel=2, block_size=8192)
-    assert r["errors"] == [f"file00001 block 2: found file 0 block 0 (magic 0x0, run 0x0)"]
+    assert r["errors"] == ["file00001 block 2: found file 0 block 0 (magic 0x0, run 0x0)"]
 
 
 def test_truncated_file_is_reported(tmp_path, monkeypatch):

@@ -113,7 +113,7 @@ def test_snapshot_puts_the_shared_package_next_to_the_workload(tmp_path):
     assert os.path.isfile(os.path.join(dest, "amlhpc", "tfrecord.py"))
     assert not os.path.islink(os.path.join(dest, "amlhpc"))
     assert os.path.isfile(os.path.join(dest, "train.py"))
-    assert not any("__pycache__" in d for d, _, _ in os.walk(dest))
+    assert not any("__pycache__" in d for d, _unused, _unused in os.walk(dest))
 
 
 def test_read_metrics_and_find_outputs(tmp_path):

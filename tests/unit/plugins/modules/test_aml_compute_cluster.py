@@ -130,7 +130,7 @@ def test_scaled_to_zero_teardown(capsys, monkeypatch, world, sdk):
 def _ssh_servers(n: int):
     """n TCP servers on 127.0.0.1 that greet like sshd."""
     socks, stop = [], threading.Event()
-    for _ in range(n):
+    for _unused in range(n):
         s = socket.socket()
         s.bind(("127.0.0.1", 0))
         s.listen()
@@ -140,7 +140,7 @@ def _ssh_servers(n: int):
     def serve(s):
         while not stop.is_set():
             try:
-                conn, _ = s.accept()
+                conn, _unused = s.accept()
             except OSError:
                 continue
             conn.sendall(b"SSH-2.0-OpenSSH_9.2p1 fake\r\n")

@@ -38,7 +38,7 @@ class FakeBeeond:
 def run(monkeypatch, capsys, args, mounted=False, beeond=None):
     beeond = beeond or FakeBeeond()
     monkeypatch.setattr(beeond_module, "_mounted", lambda mount_point: mounted)
-    monkeypatch.setattr(basic.AnsibleModule, "run_command", lambda self, argv, **kw: beeond(self, argv, **kw))
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", beeond)
     with patch_module_args(args), pytest.raises(SystemExit):
         beeond_module.main()
     return json.loads(capsys.readouterr().out), beeond.calls
@@ -69,14 +69,14 @@ def test_start_when_mounted_runs_nothing(monkeypatch, capsys, nodefile):
 
 
 def test_exit_111_is_already_mounted(monkeypatch, capsys, nodefile):
-    result, _ = run(monkeypatch, capsys, start_args(nodefile), beeond=FakeBeeond(rc=111))
+    result, _unused = run(monkeypatch, capsys, start_args(nodefile), beeond=FakeBeeond(rc=111))
     assert not result["changed"] and result["already_mounted"] and result["rc"] == 111
     # Said explicitly: without it Ansible fails any result whose rc is not 0.
     assert result["failed"] is False
 
 
 def test_start_failure_fails_with_the_output(monkeypatch, capsys, nodefile):
-    result, _ = run(monkeypatch, capsys, start_args(nodefile),
+    result, _unused = run(monkeypatch, capsys, start_args(nodefile),
                     beeond=FakeBeeond(rc=1, err="ERROR: Host is unreachable via ssh: 10.0.0.5"))
     assert result["failed"] and "exit 1" in result["msg"] and "10.0.0.5" in result["msg"]
 
