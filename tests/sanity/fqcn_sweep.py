@@ -80,6 +80,14 @@ def rewrite(path: Path, text: str) -> str:
         out = re.sub(rf"(?m)^(\s*-?\s*role:\s*)({_alt(roles)})[ \t]*$", rf"\g<1>{NS}.\g<2>", out)
         out = re.sub(rf"(?m)^(\s*(?:ansible\.builtin\.)?(?:include|import)_role:\s*\n\s*name:\s*)({_alt(roles)})[ \t]*$",
                      rf"\g<1>{NS}.\g<2>", out)
+    if path.name == "molecule.yml":
+        # Our content comes from the collection (ansible.cfg's collections_path), not from
+        # plugin folders handed to Ansible one by one.
+        out = re.sub(r"(?m)^[ \t]*ANSIBLE_(?:LIBRARY|FILTER_PLUGINS|MODULE_UTILS|ACTION_PLUGINS|LOOKUP_PLUGINS|"
+                     r"INVENTORY_PLUGINS|ROLES_PATH):.*\n", "", out)
+        if "ANSIBLE_COLLECTIONS_PATH:" not in out:
+            out = re.sub(r"(?m)^([ \t]*)(ANSIBLE_CONFIG: \$\{MOLECULE_PROJECT_DIRECTORY\}/ansible\.cfg)[ \t]*\n",
+                         "\\g<1>\\g<2>\n\\g<1>ANSIBLE_COLLECTIONS_PATH: ${MOLECULE_PROJECT_DIRECTORY}/.cache/collections\n", out)
     if suffix in (".yml", ".yaml", ".j2", ".py", ".md", ".cfg", ".txt") or path.name in ("Makefile",):
         # Filters inside Jinja: "| amlhpc_nccl_conf" (ours all start with amlhpc_).
         if filters:
