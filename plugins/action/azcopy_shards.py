@@ -50,7 +50,7 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
         del tmp
-        _, args = self.validate_argument_spec(argument_spec=_ARGS)
+        _unused, args = self.validate_argument_spec(argument_spec=_ARGS)
         hosts = args["hosts"] or ranked_hosts(task_vars)
         mode = args["mode"]
         sas = args["sas"] or ""

@@ -14,7 +14,7 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc import healt
 def tools(lines: list[str]) -> dict[str, str]:
     out = {}
     for line in lines:
-        key, _, path = line.partition("=")
+        key, _unused, path = line.partition("=")
         if key:
             out[key.strip()] = path.strip()
     return out

@@ -411,7 +411,7 @@ def run_v1(module: AnsibleModule, spec: dict[str, Any], req: JobRequest, snapsho
         else:
             if p["sas"]:
                 ws.get_default_keyvault().set_secret(name=req.sas_secret_name, value=p["sas"])
-            src, _ = v1_objects(spec, dockerfile_text, snapshot)
+            src, _unused = v1_objects(spec, dockerfile_text, snapshot)
             run = exp.submit(src, tags={"amlhpc_run": req.name})
             run.display_name = req.name
             changed = True

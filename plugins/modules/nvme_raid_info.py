@@ -143,7 +143,7 @@ def _probe_host(module: AnsibleModule, device: str, exclude_models: list[str]) -
         module.fail_json(msg=f"lsblk failed (rc {rc}): {err.strip()}")
     devices = parse_lsblk(out)
     present = [d["path"] for d in devices if os.path.exists(d["path"])]
-    candidates, _ = discover(devices, exclude_models, present)
+    candidates, _unused = discover(devices, exclude_models, present)
     mdadm = module.get_bin_path("mdadm")
     probes = {}
     for disk in candidates:
@@ -158,12 +158,12 @@ def _probe_host(module: AnsibleModule, device: str, exclude_models: list[str]) -
             module.fail_json(msg=f"blkid could not probe {path} (rc {rc}): {err.strip()}")
         probe["blkid"] = out
         if mdadm:
-            rc, out, _ = module.run_command([mdadm, "--examine", "--export", path])
+            rc, out, _unused = module.run_command([mdadm, "--examine", "--export", path])
             probe["examine"] = out if rc == 0 else ""
         probes[path] = probe
     detail = ""
     if mdadm and os.path.exists(device):
-        rc, out, _ = module.run_command([mdadm, "--detail", "--export", device])
+        rc, out, _unused = module.run_command([mdadm, "--detail", "--export", device])
         detail = out if rc == 0 else ""
     return {"lsblk": devices, "present": present, "probes": probes, "detail": detail}
 

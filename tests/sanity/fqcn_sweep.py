@@ -80,6 +80,15 @@ def rewrite(path: Path, text: str) -> str:
         out = re.sub(rf"(?m)^(\s*-?\s*role:\s*)({_alt(roles)})[ \t]*$", rf"\g<1>{NS}.\g<2>", out)
         out = re.sub(rf"(?m)^(\s*(?:ansible\.builtin\.)?(?:include|import)_role:\s*\n\s*name:\s*)({_alt(roles)})[ \t]*$",
                      rf"\g<1>{NS}.\g<2>", out)
+    if path.name == "ansible.cfg" and inventories:
+        # [inventory] enable_plugins: ours by FQCN.
+        out = re.sub(r"(?m)^(enable_plugins\s*=\s*)(.*)$",
+                     lambda m: m.group(1) + ", ".join(f"{NS}.{x}" if x in inventories else x
+                                                      for x in (y.strip() for y in m.group(2).split(","))), out)
+    if in_plugins and path.parent.name == "inventory" and suffix == ".py":
+        # The plugin's NAME and the choices of its "plugin" option are the FQCN.
+        out = re.sub(rf"""(?m)^(\s*NAME\s*=\s*)(["'])({_alt(inventories)})\2""", rf"\g<1>\g<2>{NS}.\g<3>\g<2>", out)
+        out = re.sub(rf"(?m)^(\s*choices:\s*\[\s*)({_alt(inventories)})(\s*\])", rf"\g<1>{NS}.\g<2>\g<3>", out)
     if path.name == "molecule.yml":
         # Our content comes from the collection (ansible.cfg's collections_path), not from
         # plugin folders handed to Ansible one by one.
@@ -114,6 +123,8 @@ def rewrite(path: Path, text: str) -> str:
             at = 1 if lines and lines[0].startswith("#!") else 0
             lines[at:at] = [HEADER]
             out = "".join(lines)
+        if path.parent.name == "modules":
+            out = _attributes(out)
         # The EXAMPLES of a plugin are playbook text too.
         out = re.sub(r'(?s)(EXAMPLES\s*=\s*r?(?:"""|\'\'\'))(.*?)((?:"""|\'\'\'))',
                      lambda m: m.group(1) + re.sub(rf"(?m)^(\s*(?:-\s+)?)({_alt(modules)}):(?=\s|$)",
@@ -131,6 +142,31 @@ def rewrite(path: Path, text: str) -> str:
             if re.search(rf"(?m)^import {mod}\n", out) and not re.search(rf"\b{mod}\.", out.split(f"import {mod}\n", 1)[1]):
                 out = re.sub(rf"(?m)^import {mod}\n", "", out, count=1)
     return out
+
+
+def _attributes(text: str) -> str:
+    """A module's DOCUMENTATION declares check_mode, diff_mode and platform (descriptions from
+    ansible.builtin.action_common_attributes); support read from the code when not declared."""
+    m = re.search(r'(?s)(DOCUMENTATION\s*=\s*r?""")(.*?)(""")', text)
+    if not m:
+        return text
+    doc = m.group(2)
+    code = text[m.end():]
+    if not re.search(r"(?m)^extends_documentation_fragment:", doc) and re.search(r"(?m)^options:", doc):
+        doc = re.sub(r"(?m)^options:", "extends_documentation_fragment:\n  - ansible.builtin.action_common_attributes\noptions:",
+                     doc, count=1)
+    elif re.search(r"(?m)^extends_documentation_fragment:", doc) and "action_common_attributes" not in doc:
+        doc = re.sub(r"(?m)^extends_documentation_fragment:\n", "extends_documentation_fragment:\n"
+                     "  - ansible.builtin.action_common_attributes\n", doc, count=1)
+    if not re.search(r"(?m)^attributes:", doc):
+        check = "full" if "supports_check_mode=True" in code else "none"
+        diff = "full" if re.search(r"""\bdiff\s*=|["']diff["']\s*:""", code) else "none"
+        block = (f"attributes:\n  check_mode:\n    support: {check}\n  diff_mode:\n    support: {diff}\n"
+                 "  platform:\n    platforms: posix\n")
+        doc = re.sub(r"(?m)^extends_documentation_fragment:", block + "extends_documentation_fragment:", doc, count=1)
+    elif not re.search(r"(?m)^  platform:", doc):
+        doc = re.sub(r"(?m)^attributes:\n", "attributes:\n  platform:\n    platforms: posix\n", doc, count=1)
+    return text[:m.start(2)] + doc + text[m.end(2):]
 
 
 def problems(path: Path, text: str) -> list[str]:

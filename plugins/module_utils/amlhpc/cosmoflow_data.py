@@ -57,7 +57,7 @@ def _cum_weights(mean: float) -> list[float]:
 
 def make_sample(rng: random.Random, cube: int) -> tuple[bytes, list[float]]:
     """One sample: (x bytes, channel-last int16 cube; y, 4 parameters in [-1, 1])."""
-    y = [rng.uniform(-1.0, 1.0) for _ in range(CHANNELS)]
+    y = [rng.uniform(-1.0, 1.0) for _unused in range(CHANNELS)]
     n = cube ** 3
     population = range(_MAX_COUNT + 1)
     channels = [rng.choices(population, cum_weights=_cum_weights(1.0 + 1.5 * (y[c] + 1.0)), k=n)
@@ -91,7 +91,7 @@ def generate(root: str, train_universes: int = 2, val_universes: int = 1, cube: 
     universe = 0
     for split, count in (("train", train_universes), ("validation", val_universes)):
         os.makedirs(os.path.join(root, split), exist_ok=True)
-        for _ in range(count):
+        for _unused in range(count):
             for sub in range(subvolumes):
                 x, y = make_sample(rng, cube)
                 path = os.path.join(root, split, sample_name(universe, sub, gzip))

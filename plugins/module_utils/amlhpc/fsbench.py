@@ -120,8 +120,8 @@ def run(path: str, files: int = 16, file_size: int = 256 * 2**20, parallel: int 
     finally:
         if not keep:
             shutil.rmtree(folder, ignore_errors=True)
-    read = sum(n for n, _ in results)
-    errors = [e for _, e in results if e]
+    read = sum(n for n, _unused in results)
+    errors = [e for _unused, e in results if e]
     return {
         "path": path, "folder": folder, "kept": keep, "files": files, "file_size": file_size,
         "parallel": parallel, "block_size": block_size, "bytes_written": written, "bytes_read": read,

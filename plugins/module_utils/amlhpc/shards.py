@@ -139,7 +139,7 @@ def list_of_files(blobs: Iterable[Blob]) -> str:
 def _balanced(blobs: Sequence[Blob], num_hosts: int) -> list[list[Blob]]:
     """LPT greedy: largest blob first, to the host with the fewest bytes (then files, then rank)."""
     heap = [(0, 0, rank) for rank in range(num_hosts)]
-    out: list[list[Blob]] = [[] for _ in range(num_hosts)]
+    out: list[list[Blob]] = [[] for _unused in range(num_hosts)]
     for blob in sorted(blobs, key=lambda b: (-b.size, b.name)):
         total, count, rank = heap[0]
         out[rank].append(blob)

@@ -35,7 +35,7 @@ def _make_table() -> list[int]:
     table = []
     for n in range(256):
         c = n
-        for _ in range(8):
+        for _unused in range(8):
             c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
         table.append(c)
     return table
@@ -107,7 +107,7 @@ def iter_records(stream: BinaryIO, name: str = "<stream>", check_crc: bool = Tru
 def read_records(path: str, check_crc: bool = True) -> list[bytes]:
     """All records of a plain or gzip-compressed TFRecord file."""
     with open_maybe_gzip(path) as stream:
-        return [data for _, data in iter_records(stream, path, check_crc)]
+        return [data for _unused, data in iter_records(stream, path, check_crc)]
 
 
 # --- protobuf wire format, just enough for tf.train.Example -----------------------------
@@ -191,14 +191,14 @@ def decode_example(data: bytes | memoryview) -> dict[str, memoryview | list[floa
     """Parse a ``tf.train.Example``: BytesList -> memoryview of the first value (zero copy),
     FloatList -> list of floats, Int64List -> list of ints."""
     out: dict[str, memoryview | list[float] | list[int]] = {}
-    for number, _, features in _iter_fields(memoryview(data)):
+    for number, _unused, features in _iter_fields(memoryview(data)):
         if number != 1:
             continue
-        for fnum, _, entry in _iter_fields(features):  # type: ignore[arg-type]
+        for fnum, _unused, entry in _iter_fields(features):  # type: ignore[arg-type]
             if fnum != 1:
                 continue
             key, value = "", None
-            for enum_, _, part in _iter_fields(entry):  # type: ignore[arg-type]
+            for enum_, _unused, part in _iter_fields(entry):  # type: ignore[arg-type]
                 if enum_ == 1:
                     key = bytes(part).decode()  # type: ignore[arg-type]
                 elif enum_ == 2:
@@ -215,13 +215,13 @@ def _decode_feature(buf: memoryview) -> memoryview | list[float] | list[int]:
             return values[0][2] if values else memoryview(b"")  # type: ignore[return-value]
         if kind == 2:
             floats: list[float] = []
-            for _, wire, v in values:
+            for _unused, wire, v in values:
                 raw = bytes(v)  # type: ignore[arg-type]
                 floats.extend(struct.unpack(f"<{len(raw) // 4}f", raw))
             return floats
         if kind == 3:
             ints: list[int] = []
-            for _, wire, v in values:
+            for _unused, wire, v in values:
                 if wire == 0:
                     ints.append(_signed64(v))  # type: ignore[arg-type]
                 else:
