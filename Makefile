@@ -58,7 +58,7 @@ test-workload: setup  ## pytest tests/workload with the workload venv (torch CPU
 lint: setup  ## ansible-lint (production profile) + yamllint
 	@.ci/bootstrap lint
 	$(LINTBIN)/yamllint --strict .
-	ANSIBLE_COLLECTIONS_PATH= $(LINTBIN)/ansible-lint --profile production
+	ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/.cache/collections $(LINTBIN)/ansible-lint --profile production
 
 test-sanity: setup  ## ansible-test sanity, every test, Python 3.12, on the collection amlhpc.azureml
 	@.ci/bootstrap sanity

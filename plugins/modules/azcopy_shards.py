@@ -31,7 +31,7 @@ author:
 attributes:
   check_mode:
     support: full
-    details: Plans as usual: it changes nothing.
+    details: Plans as usual (it changes nothing).
   diff_mode:
     support: none
   platform:
