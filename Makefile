@@ -61,6 +61,7 @@ lint: setup  ## ansible-lint (production profile) + yamllint
 	ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/.cache/collections $(LINTBIN)/ansible-lint --profile production
 
 test-sanity: setup  ## ansible-test sanity, every test, Python 3.12, on the collection amlhpc.azureml
+	@.ci/sysdeps sanity
 	@.ci/bootstrap sanity
 	.ci/sanity
 

@@ -7,7 +7,6 @@
 # usage: tests/images/build-bookworm.sh            -> prints the image tag
 set -euo pipefail
 
-here=$(cd "$(dirname "$0")" && pwd)
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 packages=(
   python3 python3-apt sudo openssh-server openssh-client iproute2 procps

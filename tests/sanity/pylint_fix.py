@@ -1,9 +1,8 @@
-#!/usr/bin/env python3
 # Copyright: (c) 2026, amlhpc contributors
 # MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """Fix the mechanical pylint findings of `ansible-test sanity --test pylint` in place.
 
-    .ci/sanity --test pylint 2>&1 | tests/sanity/pylint_fix.py
+    .ci/sanity --test pylint 2>&1 | python3 tests/sanity/pylint_fix.py
 
 Reads the ``ERROR: path:line:col: code: message`` lines and fixes, at those exact places:
 ``subprocess-run-check`` (adds ``check=False``: the callers read the return code themselves),
@@ -34,6 +33,10 @@ def fix_file(path: Path, findings: list[tuple[int, int, str, str]]) -> list[str]
     lines = text.splitlines(keepends=True)
     tree = ast.parse(text)
     calls = {(n.lineno, n.col_offset): n for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    stmt_end = {}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.stmt):
+            stmt_end[n.lineno] = max(stmt_end.get(n.lineno, 0), n.end_lineno or n.lineno)
     for line, col, code, msg in findings:
         if code == "subprocess-run-check" and (line, col) in calls:
             call = calls[(line, col)]
@@ -45,6 +48,12 @@ def fix_file(path: Path, findings: list[tuple[int, int, str, str]]) -> list[str]
             start = _offset(lines, line, col)
             if text[start] == "_" and not (text[start + 1].isalnum() or text[start + 1] == "_"):
                 edits.append((start, start + 1, "_unused"))
+                # Continuation lines aligned after the renamed name move with it (pep8 E128).
+                for nxt in range(line + 1, stmt_end.get(line, line) + 1):
+                    indent = len(lines[nxt - 1]) - len(lines[nxt - 1].lstrip(" "))
+                    if indent > col and lines[nxt - 1].strip():
+                        pos = _offset(lines, nxt, 0)
+                        edits.append((pos, pos, " " * len("unused")))
             else:
                 left.append(f"{path}:{line}:{col}: {code}: {msg}")
         elif code == "trailing-newlines":

@@ -73,7 +73,7 @@ install -m 0600 "$work/id_ed25519.pub" "$rootfs/root/.ssh/authorized_keys"
 # that takes minutes to rebuild under TCG (the role rebuilds it after writing mdadm.conf).
 echo MODULES=list >"$rootfs/etc/initramfs-tools/conf.d/amlhpc-vm.conf"
 printf '%s\n' virtio_pci virtio_blk virtio_net ext4 nvme md_mod raid0 >>"$rootfs/etc/initramfs-tools/modules"
-kver=$(ls "$rootfs/lib/modules" | sort -V | tail -n 1)
+kver=$(find "$rootfs/lib/modules" -mindepth 1 -maxdepth 1 -printf '%f\n' | sort -V | tail -n 1)
 chroot "$rootfs" update-initramfs -u -k "$kver" >"$work/initramfs.log" 2>&1 || {
   tail -n 20 "$work/initramfs.log" >&2; echo "build-image: update-initramfs failed in the chroot" >&2; exit 1; }
 # The host key, so that the tests check it (ansible.cfg keeps host_key_checking on).

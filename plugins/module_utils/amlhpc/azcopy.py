@@ -270,7 +270,8 @@ def run_azcopy(cmd: Sequence[str], env: Mapping[str, str], *, secrets: Iterable[
                             stdin=subprocess.DEVNULL, text=True, bufsize=1)
     result = JobResult(returncode=-1)
     try:
-        assert proc.stdout is not None
+        if proc.stdout is None:  # stdout=PIPE above
+            raise AssertionError("azcopy's output is not a pipe")
         for line in proc.stdout:
             msg = parse_line(line)
             if msg is None:

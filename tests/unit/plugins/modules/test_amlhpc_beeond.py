@@ -77,7 +77,7 @@ def test_exit_111_is_already_mounted(monkeypatch, capsys, nodefile):
 
 def test_start_failure_fails_with_the_output(monkeypatch, capsys, nodefile):
     result, _unused = run(monkeypatch, capsys, start_args(nodefile),
-                    beeond=FakeBeeond(rc=1, err="ERROR: Host is unreachable via ssh: 10.0.0.5"))
+                          beeond=FakeBeeond(rc=1, err="ERROR: Host is unreachable via ssh: 10.0.0.5"))
     assert result["failed"] and "exit 1" in result["msg"] and "10.0.0.5" in result["msg"]
 
 
