@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.autoscale import autoscale_refusal
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.beeond import (
-    autoscale_refusal,
     build_start_argv,
     build_stop_argv,
     nodefile_problems,

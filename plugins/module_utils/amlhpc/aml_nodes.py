@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .autoscale import autoscale_refusal
+
 # AmlCompute nodeState values (REST NodeState), and the ones a job can use.
 NODE_STATES = ("idle", "running", "preparing", "unusable", "leaving", "preempted")
 USABLE_STATES = frozenset({"idle", "running", "preparing"})
@@ -459,9 +461,9 @@ def spec_problems(spec: ClusterSpec) -> list[str]:
     if spec.min_nodes < 0 or spec.max_nodes < 1 or spec.min_nodes > spec.max_nodes:
         problems.append(f"cluster '{spec.name}': need 0 <= min_nodes <= max_nodes and max_nodes >= 1, "
                         f"got min {spec.min_nodes}, max {spec.max_nodes}")
-    if spec.beeond_enabled and spec.min_nodes != spec.max_nodes:
-        problems.append(f"cluster '{spec.name}' would autoscale (min {spec.min_nodes}, max {spec.max_nodes}); "
-                        "BeeOND needs min_nodes == max_nodes: give both the same value or set beeond_enabled: false")
+    refusal = autoscale_refusal(spec.name, spec.min_nodes, spec.max_nodes)
+    if spec.beeond_enabled and refusal:
+        problems.append(refusal)
     if not spec.ssh_public_key.strip().startswith(("ssh-", "ecdsa-", "sk-")):
         problems.append(f"cluster '{spec.name}': ssh_public_key does not look like an OpenSSH public key "
                         "(it should start with ssh-ed25519, ssh-rsa or ecdsa-)")

@@ -11,6 +11,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .autoscale import autoscale_refusal
+
 # Node states in which a node can take part in a job (AmlCompute nodeState values).
 USABLE_STATES = frozenset({"idle", "running", "preparing"})
 
@@ -58,10 +60,8 @@ def inventory_problems(nodes: Iterable[Mapping[str, Any]], beeond_enabled: bool 
                             "(state not idle/running): leave them out with the plugin's node_filter "
                             "or wait until they are idle")
         if beeond_enabled:
-            low = members[0].get("aml_cluster_min_nodes")
-            high = members[0].get("aml_cluster_max_nodes")
-            if low is not None and high is not None and low != high:
-                problems.append(f"cluster '{cluster}' autoscales (min {low}, max {high}); BeeOND "
-                                "needs min_nodes == max_nodes: fix the cluster size or set "
-                                "beeond_enabled: false")
+            refusal = autoscale_refusal(cluster, members[0].get("aml_cluster_min_nodes"),
+                                        members[0].get("aml_cluster_max_nodes"))
+            if refusal:
+                problems.append(refusal)
     return problems

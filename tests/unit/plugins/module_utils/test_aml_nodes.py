@@ -165,7 +165,7 @@ def info(**kw) -> ClusterInfo:
 
 def test_autoscaling_refused_with_beeond_only():
     (problem,) = spec_problems(spec(min_nodes=0))
-    assert problem.startswith("cluster 'gpu' would autoscale (min 0, max 4); BeeOND needs min_nodes == max_nodes")
+    assert problem.startswith("cluster 'gpu' autoscales (min 0, max 4); BeeOND needs min_nodes == max_nodes")
     assert spec_problems(spec(min_nodes=0, beeond_enabled=False)) == []
     assert "OpenSSH public key" in spec_problems(spec(ssh_public_key="AAAA"))[0]
     assert "max_nodes >= 1" in spec_problems(spec(min_nodes=0, max_nodes=0, beeond_enabled=False))[0]

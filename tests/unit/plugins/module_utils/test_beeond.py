@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
+from amlhpc.autoscale import autoscale_refusal
 from amlhpc.beeond import (
     ALREADY_MOUNTED_RC,
-    autoscale_refusal,
     build_start_argv,
     build_stop_argv,
     interpret_start,

@@ -98,7 +98,7 @@ def test_scales_an_existing_cluster(capsys, monkeypatch, world, sdk):
 def test_autoscaling_refused_while_beeond_is_on(capsys, monkeypatch, world):
     install_v1(monkeypatch, world)
     out = run(capsys, args("azureml-core", min_nodes=0))
-    assert out["failed"] and "would autoscale (min 0, max 4); BeeOND needs min_nodes == max_nodes" in out["msg"]
+    assert out["failed"] and "autoscales (min 0, max 4); BeeOND needs min_nodes == max_nodes" in out["msg"]
     assert "gpu" not in world.clusters
     ok = run(capsys, args("azureml-core", min_nodes=0, beeond_enabled=False))
     assert ok["changed"] and world.clusters["gpu"]["compute"]["properties"]["properties"]["scaleSettings"][
