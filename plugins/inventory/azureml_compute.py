@@ -28,6 +28,9 @@ description:
     C(aml_cluster_min_nodes), C(aml_cluster_max_nodes), C(aml_vm_size)."
   - azure-ai-ml 1.35.x returns node objects whose snake_case attributes are empty; the
     plugin reads the camelCase payload they carry instead.
+  - The workspace and credential options (O(subscription_id), O(resource_group),
+    O(workspace_name), O(auth_source), O(client_id), O(secret), O(tenant)) are templated, so a
+    lookup (C(ansible.builtin.env), for instance) or a vault-encrypted value works.
 author:
   - amlhpc contributors (@amlhpc)
 requirements:
@@ -35,6 +38,7 @@ requirements:
   - azureml-core (source azureml-core)
   - azure-ai-ml and azure-identity (source azure-ai-ml)
 extends_documentation_fragment:
+  - amlhpc.azureml.azure_auth
   - constructed
   - inventory_cache
 options:
@@ -53,41 +57,11 @@ options:
     default: azureml-core
     choices: [azureml-core, azure-ai-ml, nodes_file]
   subscription_id:
-    description: Azure subscription ID (templated). Falls back to E(AZURE_SUBSCRIPTION_ID).
-    type: str
     env:
       - name: AZURE_SUBSCRIPTION_ID
-  resource_group:
-    description: Resource group of the workspace (templated).
-    type: str
-  workspace_name:
-    description: AzureML workspace name (templated).
-    type: str
   auth_source:
-    description:
-      - How to authenticate, with the names azure.azcollection uses.
-      - C(auto) takes a service principal from O(client_id)/O(secret)/O(tenant), then one
-        from E(AZURE_CLIENT_ID)/E(AZURE_SECRET)/E(AZURE_TENANT), then a managed identity
-        when E(IDENTITY_ENDPOINT) or E(MSI_ENDPOINT) is set, then the Azure CLI login.
-      - C(env) takes the service principal from the environment only
-        (E(AZURE_SECRET) or E(AZURE_CLIENT_SECRET), E(AZURE_TENANT) or E(AZURE_TENANT_ID)).
-      - C(msi) uses a managed identity (user-assigned when O(client_id) is set).
-    type: str
-    default: auto
-    choices: [auto, cli, env, msi, service_principal]
     env:
       - name: ANSIBLE_AZURE_AUTH_SOURCE
-  client_id:
-    description: Service principal (or user-assigned identity) client ID; templated, so a lookup works.
-    type: str
-  secret:
-    description:
-      - Service principal secret. Templated, so C({{ lookup('ansible.builtin.env', 'X') }}) or
-        a vault-encrypted value works; never needs to be in the file in plain text.
-    type: str
-  tenant:
-    description: Tenant ID of the service principal (templated).
-    type: str
   clusters:
     description:
       - The clusters to read. Each item is a cluster name or a mapping with O(clusters[].name)

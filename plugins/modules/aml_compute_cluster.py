@@ -35,6 +35,7 @@ attributes:
   diff_mode:
     support: full
 extends_documentation_fragment:
+  - amlhpc.azureml.azure_auth
   - ansible.builtin.action_common_attributes
 options:
   name:
@@ -51,31 +52,10 @@ options:
     type: str
     default: azureml-core
     choices: [azureml-core, azure-ai-ml]
-  subscription_id:
-    description: Azure subscription ID; falls back to E(AZURE_SUBSCRIPTION_ID).
-    type: str
   resource_group:
-    description: Resource group of the workspace.
-    type: str
     required: true
   workspace_name:
-    description: AzureML workspace name.
-    type: str
     required: true
-  auth_source:
-    description: As in the azureml_compute inventory plugin (azure.azcollection's names).
-    type: str
-    default: auto
-    choices: [auto, cli, env, msi, service_principal]
-  client_id:
-    description: Service principal (or user-assigned identity) client ID.
-    type: str
-  secret:
-    description: Service principal secret.
-    type: str
-  tenant:
-    description: Tenant ID of the service principal.
-    type: str
   vm_size:
     description: VM size, for example C(Standard_ND96asr_v4). Required with O(state=present).
     type: str

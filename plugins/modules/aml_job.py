@@ -34,6 +34,7 @@ attributes:
   platform:
     platforms: posix
 extends_documentation_fragment:
+  - amlhpc.azureml.azure_auth
   - ansible.builtin.action_common_attributes
 options:
   backend:
@@ -49,29 +50,6 @@ options:
     description: Experiment name.
     type: str
     default: cosmoflow
-  subscription_id:
-    description: Azure subscription ID (or C(AZURE_SUBSCRIPTION_ID)).
-    type: str
-  resource_group:
-    description: Resource group of the workspace.
-    type: str
-  workspace_name:
-    description: AzureML workspace name.
-    type: str
-  auth_source:
-    description: Credentials, as in the azureml_compute inventory plugin.
-    type: str
-    default: auto
-    choices: [auto, cli, env, msi, service_principal]
-  client_id:
-    description: Service principal (or user-assigned identity) client ID.
-    type: str
-  secret:
-    description: Service principal secret.
-    type: str
-  tenant:
-    description: Tenant ID of the service principal.
-    type: str
   compute:
     description: AmlCompute cluster name (AzureML backends).
     type: str
