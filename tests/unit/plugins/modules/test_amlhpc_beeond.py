@@ -38,7 +38,9 @@ class FakeBeeond:
 def run(monkeypatch, capsys, args, mounted=False, beeond=None):
     beeond = beeond or FakeBeeond()
     monkeypatch.setattr(beeond_module, "_mounted", lambda mount_point: mounted)
-    monkeypatch.setattr(basic.AnsibleModule, "run_command", beeond)
+    # A function binds as a method (the module comes in as self); the FakeBeeond instance would not.
+    monkeypatch.setattr(basic.AnsibleModule, "run_command",
+                        lambda self, argv, **kw: beeond(self, argv, **kw))  # pylint: disable=unnecessary-lambda
     with patch_module_args(args), pytest.raises(SystemExit):
         beeond_module.main()
     return json.loads(capsys.readouterr().out), beeond.calls
