@@ -172,6 +172,10 @@ def problems(path: Path, text: str) -> list[str]:
     """What the sweep cannot rewrite by itself."""
     found = []
     if ROOT / "plugins" in path.parents and path.suffix == ".py":
+        doc = re.search(r'(?s)DOCUMENTATION\s*=\s*r?"""(.*?)"""', text)
+        for key in ("attributes", "extends_documentation_fragment", "options", "author", "seealso"):
+            if doc and len(re.findall(rf"(?m)^{key}:", doc.group(1))) > 1:
+                found.append(f"{path.relative_to(ROOT)}: DOCUMENTATION has '{key}' twice (a merge kept both)")
         for n, line in enumerate(text.splitlines(), 1):
             if re.search(r"\bsys\.path\b", line):
                 found.append(f"{path.relative_to(ROOT)}:{n}: sys.path manipulation in plugins/ "
