@@ -127,7 +127,10 @@ def staging_section(results: Mapping[str, Mapping[str, Any] | None]) -> Section:
             series_total.append({"label": node, "x": [0.0] + [t for t, _ in pts],
                                  "y": [0.0] + [b / 1e6 for _, b in pts]})
             rates = rate_points(pts)
-            series_rate.append({"label": node, "x": [t for t, _ in rates], "y": [v for _, v in rates]})
+            # Drawn as steps: each rate holds over the interval that ends at its sample, the
+            # first one from 0 s.
+            series_rate.append({"label": node, "x": [0.0] + [t for t, _ in rates],
+                                "y": [rates[0][1] if rates else 0.0] + [v for _, v in rates]})
     sec["tables"].append({
         "caption": "Per node: azcopy's result (bytes over the wire are compressed bytes when the blobs are "
                    "gzip-encoded; throughput is over the wire)",
@@ -350,10 +353,11 @@ def training_section(job: Mapping[str, Any] | None) -> Section:
     loss = [{"label": "train loss", "x": xs, "y": [float(e["train_loss"]) for e in epochs]}]
     if all("val_loss" in e for e in epochs):
         loss.append({"label": "validation loss", "x": xs, "y": [float(e["val_loss"]) for e in epochs]})
-    panels = [{"title": "Loss per epoch", "xlabel": "epoch", "ylabel": "loss", "series": loss}]
+    panels = [{"title": "Loss per epoch", "xlabel": "epoch", "ylabel": "loss", "series": loss, "integer_x": True}]
     if all("val_mae" in e for e in epochs):
         panels.append({"title": "Validation MAE per epoch", "xlabel": "epoch", "ylabel": "MAE",
-                       "series": [{"label": "validation MAE", "x": xs, "y": [float(e["val_mae"]) for e in epochs]}]})
+                       "series": [{"label": "validation MAE", "x": xs, "y": [float(e["val_mae"]) for e in epochs]}],
+                       "integer_x": True})
     else:
         sec["summary"].append("The epochs carry no val_mae (no validation set): only the loss is plotted.")
     _draw(sec, lambda: report_plots.lines(panels))

@@ -46,7 +46,7 @@ def lines(panels: Sequence[Mapping[str, Any]], width: float = 7.5, height: float
     """Line plots side by side, one panel each.
 
     A panel: ``{"title", "xlabel", "ylabel", "series": [{"label", "x": [...], "y": [...]}],
-    "logx": bool (base 2), "steps": bool (a rate over the interval ending at x),
+    "logx": bool (base 2), "steps": bool (a rate over the interval ending at x), "integer_x": bool,
     "hline": (value, label) or None}``.
     """
     plt = _pyplot()
@@ -57,6 +57,9 @@ def lines(panels: Sequence[Mapping[str, Any]], width: float = 7.5, height: float
             ax.plot(s["x"], s["y"], marker="o", markersize=3, linewidth=1.5,
                     drawstyle="steps-pre" if panel.get("steps") else "default",
                     color=COLOURS[i % len(COLOURS)], label=s.get("label"))
+        if panel.get("integer_x"):
+            from matplotlib.ticker import MaxNLocator
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if panel.get("logx"):
             ax.set_xscale("log", base=2)
         if panel.get("hline") is not None:
