@@ -105,6 +105,26 @@ def _prediction(result: Mapping[str, Any]) -> tuple[float | None, str]:
     return (None if seconds is None else float(seconds)), str(result.get("bottleneck") or "")
 
 
+def _int_or_blank(value: Any) -> str:
+    return "" if value is None else str(int(value))
+
+
+def _named_files(node: str, result: Mapping[str, Any]) -> list[str]:
+    """The files a node had wrong (fetched again) or whose blob is gone, as the result names them."""
+    out = []
+    for key, count_key, what in (("repaired", "repaired_count", "fetched again (wrong on disk)"),
+                                 ("gone", "gone_count", "whose blob is gone from the container")):
+        names = [str(n) for n in result.get(key) or []]
+        count = int(result.get(count_key) or len(names))
+        if count:
+            more = f" (+{count - len(names)} more)" if count > len(names) else ""
+            line = f"{node}: {count} file(s) {what}: {', '.join(names)}{more}"
+            if key == "gone" and result.get("removed") is not None:
+                line += f"; removed {int(result['removed'])}"
+            out.append(line)
+    return out
+
+
 def staging_section(results: Mapping[str, Mapping[str, Any] | None]) -> Section:
     """Throughput per node and over time from each node's ``azcopy_stage`` result."""
     sec = _section("staging", "Staging throughput")
@@ -118,14 +138,17 @@ def staging_section(results: Mapping[str, Mapping[str, Any] | None]) -> Section:
     for node in sorted(ran):
         r = ran[node]
         pred_s, bottleneck = _prediction(r)
-        rows.append([node, str(int(r.get("files", 0))), str(int(r.get("bytes", 0))),
+        rows.append([node, str(int(r.get("files", 0))), _int_or_blank(r.get("fetched")), str(int(r.get("bytes", 0))),
                      str(int(r.get("bytes_over_wire", 0))), _f(r.get("seconds", 0.0), 2),
                      _f(r.get("throughput_mb_s", 0.0), 2), str(int(r.get("skipped_existing", 0))),
+                     _int_or_blank(r.get("repaired_count")), _int_or_blank(r.get("gone_count")),
                      _f(pred_s, 1), bottleneck])
+        sec["summary"].extend(_named_files(node, r))
         pts = progress_points(r)
         if pts:
-            series_total.append({"label": node, "x": [0.0] + [t for t, _ in pts],
-                                 "y": [0.0] + [b / 1e6 for _, b in pts]})
+            start = [] if pts[0][0] == 0 else [(0.0, 0)]
+            series_total.append({"label": node, "x": [t for t, _ in start + pts],
+                                 "y": [b / 1e6 for _, b in start + pts]})
             rates = rate_points(pts)
             # Drawn as steps: each rate holds over the interval that ends at its sample, the
             # first one from 0 s.
@@ -133,9 +156,9 @@ def staging_section(results: Mapping[str, Mapping[str, Any] | None]) -> Section:
                                 "y": [rates[0][1] if rates else 0.0] + [v for _, v in rates]})
     sec["tables"].append({
         "caption": "Per node: azcopy's result (bytes over the wire are compressed bytes when the blobs are "
-                   "gzip-encoded; throughput is over the wire)",
-        "headers": ["node", "files", "bytes on disk", "bytes over the wire", "seconds", "MB/s",
-                    "already there", "predicted s", "bottleneck"],
+                   "gzip-encoded; throughput is over the wire; blank: not in this result)",
+        "headers": ["node", "files", "fetched", "bytes on disk", "bytes over the wire", "seconds", "MB/s",
+                    "already there", "repaired", "gone", "predicted s", "bottleneck"],
         "rows": rows})
     wire = sum(int(r.get("bytes_over_wire", 0)) for r in ran.values())
     seconds = max(float(r.get("seconds", 0) or 0) for r in ran.values())

@@ -50,7 +50,7 @@ def lines(panels: Sequence[Mapping[str, Any]], width: float = 7.5, height: float
     "hline": (value, label) or None}``.
     """
     plt = _pyplot()
-    fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels) / max(1, min(len(panels), 2)), height),
+    fig, axes = plt.subplots(1, len(panels), figsize=(width if len(panels) <= 2 else width * len(panels) / 2, height),
                              squeeze=False, layout="constrained")
     for ax, panel in zip(axes[0], panels):
         for i, s in enumerate(panel.get("series", [])):

@@ -100,11 +100,28 @@ def test_staging_section_table_matches_the_results_and_plots_progress():
     })
     rows = {r[0]: r for r in sec["tables"][0]["rows"]}
     assert list(rows) == ["node-0", "node-1"]
-    assert rows["node-0"] == ["node-0", "64", str(64 * 2**20), "20000000", "4.00", "5.00", "0", "4.4",
+    assert rows["node-0"] == ["node-0", "64", "", str(64 * 2**20), "20000000", "4.00", "5.00", "0", "", "", "4.4",
                               "account egress"]
-    assert rows["node-1"][1:6] == ["60", str(64 * 2**20), "19000000", "3.50", "5.43"]
-    assert rows["node-1"][7:] == ["", ""]  # no prediction in that result: empty, not made up
+    assert rows["node-1"][1:7] == ["60", "", str(64 * 2**20), "19000000", "3.50", "5.43"]
+    assert rows["node-1"][8:] == ["", "", "", ""]  # not in that result: empty, not made up
     assert "39000000 bytes over the wire in 4.00 s" in sec["summary"][0]
+    assert decode_png(sec["plot"])
+
+
+def test_staging_section_names_repaired_and_gone_files():
+    # The sync result (fetched, repaired up to five names plus a count, gone, removed) and
+    # progress that starts at the module's start with 0 bytes.
+    r = stage_result([{"t": 0.0, "bytes": 0, "files": 0}, {"t": 2.0, "bytes": 4_000_000, "files": 9}],
+                     fetched=9, repaired=["train/a_001.tfrecord (checksum)", "train/a_002.tfrecord (size 10, plan 20)"],
+                     repaired_count=7, gone=["train/a_063.tfrecord"], gone_count=1, removed=0, verify="checksum",
+                     prediction={"seconds": 1.9, "minutes": 0.03, "bottleneck": "NIC", "limits_s": {"NIC": 1.9}})
+    sec = report_html.staging_section({"nd-0": r})
+    row = table_dicts(sec["tables"][0])[0]
+    assert (row["fetched"], row["repaired"], row["gone"], row["predicted s"], row["bottleneck"]) == (
+        "9", "7", "1", "1.9", "NIC")
+    assert ("nd-0: 7 file(s) fetched again (wrong on disk): train/a_001.tfrecord (checksum), "
+            "train/a_002.tfrecord (size 10, plan 20) (+5 more)") in sec["summary"]
+    assert "nd-0: 1 file(s) whose blob is gone from the container: train/a_063.tfrecord; removed 0" in sec["summary"]
     assert decode_png(sec["plot"])
 
 
