@@ -142,7 +142,7 @@ def staging_section(results: Mapping[str, Mapping[str, Any] | None]) -> Section:
                      str(int(r.get("bytes_over_wire", 0))), _f(r.get("seconds", 0.0), 2),
                      _f(r.get("throughput_mb_s", 0.0), 2), str(int(r.get("skipped_existing", 0))),
                      _int_or_blank(r.get("repaired_count")), _int_or_blank(r.get("gone_count")),
-                     _f(pred_s, 1), bottleneck])
+                     "" if pred_s is None else f"{pred_s:.3g}", bottleneck])
         sec["summary"].extend(_named_files(node, r))
         pts = progress_points(r)
         if pts:

@@ -114,11 +114,11 @@ def test_staging_section_names_repaired_and_gone_files():
     r = stage_result([{"t": 0.0, "bytes": 0, "files": 0}, {"t": 2.0, "bytes": 4_000_000, "files": 9}],
                      fetched=9, repaired=["train/a_001.tfrecord (checksum)", "train/a_002.tfrecord (size 10, plan 20)"],
                      repaired_count=7, gone=["train/a_063.tfrecord"], gone_count=1, removed=0, verify="checksum",
-                     prediction={"seconds": 1.9, "minutes": 0.03, "bottleneck": "NIC", "limits_s": {"NIC": 1.9}})
+                     prediction={"seconds": 0.0412, "minutes": 0.0007, "bottleneck": "NIC", "limits_s": {"NIC": 0.0412}})
     sec = report_html.staging_section({"nd-0": r})
     row = table_dicts(sec["tables"][0])[0]
     assert (row["fetched"], row["repaired"], row["gone"], row["predicted s"], row["bottleneck"]) == (
-        "9", "7", "1", "1.9", "NIC")
+        "9", "7", "1", "0.0412", "NIC")
     assert ("nd-0: 7 file(s) fetched again (wrong on disk): train/a_001.tfrecord (checksum), "
             "train/a_002.tfrecord (size 10, plan 20) (+5 more)") in sec["summary"]
     assert "nd-0: 1 file(s) whose blob is gone from the container: train/a_063.tfrecord; removed 0" in sec["summary"]
