@@ -468,8 +468,10 @@ def render(secs: Sequence[Section], title: str = "amlhpc run report", summary_li
 
 
 def report_html(node_vars: Sequence[Mapping[str, Any]], job: Mapping[str, Any] | None = None,
-                summary_lines: Sequence[str] = (), title: str = "") -> str:
-    """The whole page (the ``amlhpc_report_html`` filter)."""
+                summary_lines: Sequence[str] = (), title: str = "", cache_dir: str | None = None) -> str:
+    """The whole page (the ``amlhpc_report_html`` filter). ``cache_dir``: where matplotlib
+    may keep its font cache (see :func:`amlhpc.report_plots.use_cache_dir`)."""
+    report_plots.use_cache_dir(cache_dir)
     run = job.get("run_id") if isinstance(job, Mapping) and job.get("run_id") else ""
     return render(sections(node_vars, job), title or f"amlhpc run report{': ' + str(run) if run else ''}",
                   summary_lines)

@@ -8,6 +8,8 @@ a plot could not be drawn. Every function returns the PNG's bytes.
 from __future__ import annotations
 
 import io
+import os
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,6 +22,15 @@ SKIP_COLOUR = "#999999"
 
 class PlotUnavailable(RuntimeError):
     """The plot cannot be drawn here (matplotlib missing)."""
+
+
+def use_cache_dir(path: str | None) -> None:
+    """Keep matplotlib's font cache in ``path`` (e.g. the project's .cache/matplotlib) instead
+    of ~/.cache/matplotlib. Only before matplotlib is first imported, and only when the user has
+    not chosen a folder (MPLCONFIGDIR) already."""
+    if path and "matplotlib" not in sys.modules and not os.environ.get("MPLCONFIGDIR"):
+        os.makedirs(path, exist_ok=True)
+        os.environ["MPLCONFIGDIR"] = path
 
 
 def _pyplot() -> Any:

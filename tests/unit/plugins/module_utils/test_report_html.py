@@ -355,3 +355,18 @@ def test_without_matplotlib_the_tables_stay_and_each_plot_says_why(monkeypatch, 
 def test_same_data_gives_the_same_png():
     panel = [{"title": "t", "xlabel": "x", "ylabel": "y", "series": [{"label": "a", "x": [0, 1], "y": [1, 2]}]}]
     assert report_plots.lines(panel) == report_plots.lines(panel)
+
+
+def test_font_cache_goes_where_asked_only_before_matplotlib_is_loaded(monkeypatch, tmp_path):
+    env: dict[str, str] = {}
+    monkeypatch.setattr(report_plots.os, "environ", env)
+    monkeypatch.setattr(report_plots, "sys", type("S", (), {"modules": {}})())
+    report_plots.use_cache_dir(str(tmp_path / "mpl"))
+    assert (tmp_path / "mpl").is_dir() and env == {"MPLCONFIGDIR": str(tmp_path / "mpl")}
+    env["MPLCONFIGDIR"] = "/chosen/by/the/user"
+    report_plots.use_cache_dir(str(tmp_path / "other"))
+    assert env == {"MPLCONFIGDIR": "/chosen/by/the/user"}
+    env.clear()
+    monkeypatch.setattr(report_plots, "sys", type("S", (), {"modules": {"matplotlib": object()}})())
+    report_plots.use_cache_dir(str(tmp_path / "late"))
+    assert env == {} and not (tmp_path / "late").exists()
