@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import TINY_MODEL, WORKLOAD, free_port
 
 TRAIN = str(WORKLOAD / "train.py")
@@ -29,6 +31,11 @@ def _check(out, world_size):
     assert summary["step"] == 2 * 64 // (4 * world_size)
 
 
+def _epochs(out):
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()
+            if json.loads(line)["kind"] == "epoch"]
+
+
 def test_two_processes_with_gloo_through_torchrun(tiny_data, tmp_path):
     out = tmp_path / "outputs"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
@@ -39,6 +46,21 @@ def test_two_processes_with_gloo_through_torchrun(tiny_data, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "2 process(es) on 1 node(s) via torchrun, backend gloo" in proc.stdout
     _check(out, 2)
+
+
+def test_validation_over_two_ranks_equals_one_rank(tiny_data, tmp_path):
+    """lr 0 keeps the initial weights (same seed): the 2-rank validation MAE, each rank holding
+    half the samples, must be the 1-rank one over all of them."""
+    args = ["--data-dir", str(tiny_data), "--epochs", "1", "--batch-size", "4", *TINY_MODEL]
+    args[args.index("--lr") + 1] = "0"
+    for n in (1, 2):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(n), "--master_addr",
+               "127.0.0.1", "--master_port", str(free_port()), TRAIN, "--output-dir", str(tmp_path / str(n)), *args]
+        proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=240)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    one, two = (_epochs(tmp_path / str(n))[0] for n in (1, 2))
+    assert two["val_mae"] == pytest.approx(one["val_mae"], rel=1e-6)
+    assert two["val_loss"] == pytest.approx(one["val_loss"], rel=1e-6)
 
 
 def _mpirun_shaped(data_dirs, out, *extra):
