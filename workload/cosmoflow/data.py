@@ -49,14 +49,20 @@ def preprocess(x: np.ndarray, apply_log: bool = True) -> np.ndarray:
     return out
 
 
-def to_model_input(x: torch.Tensor, device: torch.device | None = None, apply_log: bool = True) -> torch.Tensor:
+def to_model_input(x: torch.Tensor, device: torch.device | None = None, apply_log: bool = True,
+                   out: torch.Tensor | None = None) -> torch.Tensor:
     """int16 counts (any shape) -> float32 ``log1p(counts)`` on ``device`` (default: where ``x`` is).
 
     The int16 tensor crosses to the device (non-blocking from pinned memory) and is cast and
-    log-transformed there, in place: one float32 buffer, no temporary."""
+    log-transformed there, in place: one float32 buffer, no temporary. ``out`` (same shape,
+    float32, on the device) is reused instead of a fresh buffer: on CPU-only runs that saves the
+    page faults of a new 32 MiB buffer per sample, which cost more than the cast and log1p."""
     if device is not None:
         x = x.to(device, non_blocking=True)
-    out = x.to(torch.float32)
+    if out is None or out.shape != x.shape or out.device != x.device:
+        out = x.to(torch.float32)
+    else:
+        out.copy_(x)
     return out.log1p_() if apply_log else out
 
 

@@ -239,9 +239,15 @@ class Step:
                  channels_last: bool) -> None:
         self.device, self.apply_log = device, apply_log
         self.amp_dtype, self.channels_last = amp_dtype, channels_last
+        self._buffer: torch.Tensor | None = None
 
     def inputs(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = cdata.to_model_input(x, self.device, self.apply_log)
+        # On CPU the float32 buffer is reused from step to step (the step before is done with it);
+        # CUDA's caching allocator reuses memory by itself.
+        reuse = self._buffer if self.device.type == "cpu" else None
+        x = cdata.to_model_input(x, self.device, self.apply_log, out=reuse)
+        if self.device.type == "cpu":
+            self._buffer = x
         # (N, D, H, W, C) is already channels_last_3d for the model's (N, C, D, H, W) view.
         return x, y.to(self.device, non_blocking=True)
 
