@@ -54,9 +54,12 @@ def test_validation_over_two_ranks_equals_one_rank(tiny_data, tmp_path):
     args = ["--data-dir", str(tiny_data), "--epochs", "1", "--batch-size", "4", *TINY_MODEL]
     args[args.index("--lr") + 1] = "0"
     for n in (1, 2):
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(n), "--master_addr",
-               "127.0.0.1", "--master_port", str(free_port()), TRAIN, "--output-dir", str(tmp_path / str(n)), *args]
-        proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=240)
+        cmd = [sys.executable, TRAIN] if n == 1 else [
+            sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+            "--master_port", str(free_port()), TRAIN]
+        env = _env() | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())} if n == 1 else _env()
+        proc = subprocess.run([*cmd, "--output-dir", str(tmp_path / str(n)), *args], env=env, capture_output=True,
+                              text=True, timeout=240)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     one, two = (_epochs(tmp_path / str(n))[0] for n in (1, 2))
     assert two["val_mae"] == pytest.approx(one["val_mae"], rel=1e-6)

@@ -215,3 +215,25 @@ def test_sas_from_the_workspace_key_vault(monkeypatch):
         sas.resolve_sas("aml-secret:other")
     with pytest.raises(ValueError, match="keyvault"):
         sas.resolve_sas("keyvault:http://not-https/x")
+
+
+def test_gpu_switches_default_on_for_cuda_and_off_for_cpu():
+    args = train.build_parser().parse_args(["--data-dir", "x"])
+    assert train.speed_switches(args, torch.device("cuda", 0)) == (torch.bfloat16, True)
+    assert torch.backends.cudnn.benchmark is True
+    assert train.speed_switches(args, torch.device("cpu")) == (None, False)
+    args = train.build_parser().parse_args(["--data-dir", "x", "--amp", "none", "--channels-last", "off",
+                                            "--no-cudnn-benchmark"])
+    assert train.speed_switches(args, torch.device("cuda", 0)) == (None, False)
+    assert torch.backends.cudnn.benchmark is False
+
+
+def test_bf16_autocast_and_channels_last_train_on_cpu(tiny_data, tmp_path, master_port, capsys):
+    """The GPU path's switches, exercised where there is no GPU: autocast (bf16 on CPU) and a
+    channels_last_3d model fed the channel-last cubes."""
+    out = tmp_path / "o"
+    assert train.main(["--data-dir", str(tiny_data), "--epochs", "1", "--n-train", "32", "--n-valid", "16",
+                       "--amp", "bf16", "--channels-last", "on", "--output-dir", str(out), *TINY_MODEL]) == 0
+    assert "autocast torch.bfloat16, channels-last on" in capsys.readouterr().out
+    (epoch,) = [r for r in read_metrics(out) if r["kind"] == "epoch"]
+    assert 0 < epoch["train_loss"] < 10 and 0 < epoch["val_mae"] < 2
