@@ -32,7 +32,6 @@ TARGET = 224.0
 
 def run(model, opt, batches, steps: int, warmup: int, device, amp) -> float:
     import torch
-
     from cosmoflow import data as cdata
     loss_fn = torch.nn.MSELoss()
     it = iter(batches)

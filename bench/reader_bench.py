@@ -148,7 +148,7 @@ def part_tf(folder: str, cube: int, repeat: int) -> dict:
 def _run_part(python: str, *args: str, timeout: int = 600) -> dict:
     env = {**os.environ, **ONE_THREAD}
     proc = subprocess.run([python, os.path.abspath(__file__), "--part", *args], env=env, capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, check=False)
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"rc {proc.returncode}")
     return json.loads(proc.stdout.strip().splitlines()[-1] or "{}")
@@ -162,7 +162,7 @@ def bench_python() -> tuple[str | None, str]:
     if not os.path.exists(py):
         return None, f"{py} is missing; {how}"
     proc = subprocess.run([py, "-c", "import tensorflow as tf; print(tf.__version__)"], capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+                          text=True, timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, check=False)
     if proc.returncode != 0:
         return None, f"{py} has no tensorflow; {how}"
     return py, f"tensorflow-cpu {proc.stdout.strip()} from {py}"

@@ -6,7 +6,6 @@ import os
 import numpy as np
 import pytest
 import torch
-
 from amlhpc.cosmoflow_data import generate
 from amlhpc.tfrecord import TFRecordError, decode_example, encode_example, read_records, write_tfrecord
 from cosmoflow import data as cdata

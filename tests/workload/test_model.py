@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from cosmoflow.model import REFERENCE, SEED_SHAPE, V07, CosmoFlow, ModelConfig, parameter_count
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-
 from cosmoflow.partition import check_partition, partition_problem
 
 FILES = [f"univ_{i:03d}.tfrecord" for i in range(12)]

@@ -10,13 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from cosmoflow.model import CosmoFlow, ModelConfig
 from cosmoflow.schedule import KerasSGD
 
 FIXTURE = Path(__file__).parent / "fixtures" / "reference"
 sys.path.insert(0, str(FIXTURE))
-from common import CASES, inputs, keras_weights  # noqa: E402
+from common import CASES, inputs, keras_weights
 
 REFERENCE = json.loads((FIXTURE / "reference.json").read_text())["cases"]
 

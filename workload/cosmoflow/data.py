@@ -31,9 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
-
 from amlhpc.tfrecord import TFRecordError, decode_example, iter_records, open_maybe_gzip
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 SPLITS = ("train", "validation")
 SUFFIXES = (".tfrecord", ".tfrecord.gz", ".tfrecords", ".tfrecords.gz")

@@ -86,7 +86,7 @@ def partition_problem(split: str, lists: Sequence[Sequence[str]], nodes: Sequenc
                 holders[name].append(node)
         doubled = {n: h for n, h in holders.items() if len(h) > 1}
         if doubled:
-            nodes_text = sorted({tuple(h) for h in doubled.values()})[0]
+            nodes_text = min({tuple(h) for h in doubled.values()})
             return (f"{split}: data scope node needs each file on one node only, but {len(doubled)} file(s) "
                     f"are on several nodes: {_quote(list(doubled))} (e.g. on nodes "
                     f"{', '.join(map(str, nodes_text))}); shared storage is read with --data-scope global.")

@@ -23,10 +23,9 @@ from __future__ import annotations
 
 import gzip
 import struct
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import BinaryIO
-
-import zlib
 
 try:  # optional acceleration
     import google_crc32c as _gcrc  # type: ignore[import-not-found]
@@ -276,5 +275,16 @@ def write_tfrecord(path: str, records: Sequence[bytes], compress: bool = False) 
             f.write(payload)
 
 
-__all__ = ["GZIP_BACKEND", "TFRecordError", "crc32c", "masked_crc32c", "encode_record", "iter_records", "read_records",
-           "encode_example", "decode_example", "write_tfrecord", "open_maybe_gzip"]
+__all__ = [
+    "GZIP_BACKEND",
+    "TFRecordError",
+    "crc32c",
+    "decode_example",
+    "encode_example",
+    "encode_record",
+    "iter_records",
+    "masked_crc32c",
+    "open_maybe_gzip",
+    "read_records",
+    "write_tfrecord",
+]
