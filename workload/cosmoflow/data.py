@@ -207,7 +207,7 @@ def plan_loader(cores: int, ranks_per_node: int, gpu: bool, *, workers: int | No
     can be given (``None``: chosen).
 
     GPU ranks keep one core for the training process and one per pinning thread, the rest read
-    (an ND96 node: 96 cores / 8 GPUs -> 10 workers + 2 pinning threads), with at least 8 batches
+    (an ND96 node: 96 cores / 8 GPUs -> 9 workers + 2 pinning threads + the rank), with at least 8 batches
     in flight. CPU-only ranks compute on their cores, so few workers feed them."""
     per_rank = max(1, cores // max(1, ranks_per_node))
     if pin_threads is None:
