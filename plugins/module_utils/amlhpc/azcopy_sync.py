@@ -11,7 +11,8 @@ shard), a run is a sync:
    others are left alone (a rerun compares the plan with the disk by name and size, never
    by count).
 2. Fetch: wrong files are removed, then one azcopy copies exactly the files to fetch
-   (``--list-of-files``, never the whole shard again) into
+   (``--list-of-files``, never the whole shard again; a shard fetched whole in suffix mode
+   goes by its ``--include-pattern``, which azcopy enumerates much faster) into
    ``<stage_dir>/.amlhpc-staging/<rank>/`` with ``--overwrite=false``: what a killed run
    finished there is not fetched again; azcopy's ``.azDownload-*`` leftovers are removed
    first. Only after azcopy reports the job complete are the files moved (``os.replace``)
@@ -263,8 +264,12 @@ def stage_shard(*, azcopy: str, source_url: str, sas: str = "", stage_dir: str, 
                 path = locate(stage_dir, e, decompress)
                 if path:
                     os.unlink(path)
-        result = _run_copy(azcopy=azcopy, source_url=source_url, sas=sas, staging=staging, include_pattern=None,
-                           blobs=[e.blob for e in expected if e.blob in bad], decompress=decompress,
+        # A whole shard in suffix mode goes by its pattern: azcopy enumerates a --list-of-files
+        # entry by entry, 2.6x slower for 192 small files here.
+        whole = include_pattern is not None and len(bad) == len(expected)
+        result = _run_copy(azcopy=azcopy, source_url=source_url, sas=sas, staging=staging,
+                           include_pattern=include_pattern if whole else None,
+                           blobs=None if whole else [e.blob for e in expected if e.blob in bad], decompress=decompress,
                            cap_mbps=cap_mbps, env=base_env, auth=auth, auth_options=auth_options,
                            timeout=timeout, node=node, on_progress=on_progress)
         finalize(staging, stage_dir, decompress)
