@@ -29,7 +29,7 @@ description:
   - Authentication (O(auth)). With C(sas) the token is appended to the source URL, so it is in
     azcopy's argv for the whole transfer, readable by local users through C(ps) (azcopy takes a
     SAS no other way; the role warns once per run). With C(managed_identity), C(service_principal)
-    or C(azure_cli) no token exists: azcopy logs itself in through its own
+    or C(azure_cli) no token exists; azcopy logs itself in through its own
     C(AZCOPY_AUTO_LOGIN_TYPE) (C(MSI), C(SPN), C(AZCLI)) environment, and its argv holds no
     C(sig=).
   - Secrets are never written to disk. The module's action plugin runs it pipelined (module and
