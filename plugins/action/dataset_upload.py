@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible.errors import AnsibleActionFail
+from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.plugins.action import ActionBase
 
 
@@ -30,8 +30,11 @@ class ActionModule(ActionBase):
         if self._connection.has_pipelining:
             try:
                 self._connection.set_option("pipelining", True)
-            except KeyError:
-                pass
+            except (KeyError, AnsibleError):
+                # A connection that declares no option of its own (community.docker's docker)
+                # looks it up in the global config on first use and caches it in _options.
+                self._connection._options["pipelining"] = True  # pylint: disable=protected-access
+                self._connection._origins["pipelining"] = "action plugin"  # pylint: disable=protected-access
         if not self._is_pipelining_enabled("new", wrap_async):
             raise AnsibleActionFail(
                 "dataset_upload carries a secret and runs only pipelined (module and arguments on the interpreter's "
