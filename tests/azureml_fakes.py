@@ -83,6 +83,8 @@ class World:
     """A workspace with clusters; both fakes read and change it."""
 
     clusters: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> {"compute": ..., "nodes": [...]}
+    # name -> the "identity" block of the create request, as the real SDK serialised it
+    identities: dict[str, Any] = field(default_factory=dict)
     page_size: int = 100
     auth_error: str | None = None
     workspace: str = WS
@@ -212,6 +214,8 @@ def install_v1(monkeypatch, world: World) -> None:
             world.calls["v1 ComputeTarget.create"] += 1
             c = provisioning_configuration
             c.validate_configuration()
+            # The REST body azureml-core would send (its own serialiser), for what the fake does not model.
+            world.identities[name] = RealAmlCompute._build_create_payload(c, "eastus", SUB).get("identity")
             world.create(name, c.vm_size, c.scale_settings.minimum_node_count, c.scale_settings.maximum_node_count,
                          c.admin_username, c.admin_user_ssh_key, c.remote_login_port_public_access)
             return FakeAmlCompute(workspace, name)
@@ -300,6 +304,8 @@ def _transport(world: World):
                     body = json.loads(request.content if isinstance(request.content, (str, bytes))
                                       else request.body)
                     inner = body["properties"]["properties"]
+                    if name not in world.clusters:
+                        world.identities[name] = body.get("identity")
                     creds = inner.get("userAccountCredentials") or {}
                     scale = inner["scaleSettings"]
                     if name in world.clusters:

@@ -103,6 +103,14 @@ options:
     description: Refuse O(min_nodes) != O(max_nodes), since a scale-down destroys BeeOND.
     type: bool
     default: false
+  identity_resource_id:
+    description:
+      - ARM resource id of a user-assigned managed identity to give the nodes, set when the cluster
+        is created (an existing cluster keeps its identity). Grant it Storage Blob Data Reader on the
+        data set's account or container and stage with C(stage_auth=managed_identity) and
+        C(stage_msi_client_id) set to the identity's client id, and no SAS exists at all.
+    type: str
+    default: ""
   wait:
     description: Wait for the nodes (idle and answering on SSH; or gone, for C(scaled_to_zero)).
     type: bool
@@ -252,7 +260,7 @@ def run(module: AnsibleModule) -> dict[str, Any]:
                            admin_user=p["admin_user"], ssh_public_key=p["ssh_public_key"].strip(),
                            remote_login_port_public_access=p["remote_login_port_public_access"],
                            vm_priority=p["vm_priority"], idle_seconds_before_scaledown=p["idle_seconds_before_scaledown"],
-                           beeond_enabled=p["beeond_enabled"])
+                           beeond_enabled=p["beeond_enabled"], identity_resource_id=p["identity_resource_id"])
         problems = spec_problems(spec)
         if problems:
             module.fail_json(msg="; ".join(problems))
@@ -313,6 +321,7 @@ def main() -> None:
             remote_login_port_public_access=dict(type="str", default="Enabled",
                                                  choices=["Enabled", "Disabled", "NotSpecified"]),
             beeond_enabled=dict(type="bool", default=False),
+            identity_resource_id=dict(type="str", default=""),
             wait=dict(type="bool", default=True),
             wait_timeout=dict(type="int", default=1800),
             poll_interval=dict(type="int", default=15),

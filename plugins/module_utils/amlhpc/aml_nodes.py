@@ -443,6 +443,10 @@ class ClusterSpec:
     vm_priority: str = "dedicated"
     idle_seconds_before_scaledown: int = 1800
     beeond_enabled: bool = False
+    # ARM id of a user-assigned managed identity given to the nodes (set at creation), e.g. for
+    # staging with no SAS: /subscriptions/<s>/resourceGroups/<rg>/providers/
+    # Microsoft.ManagedIdentity/userAssignedIdentities/<name>
+    identity_resource_id: str = ""
 
 
 @dataclass

@@ -199,7 +199,9 @@ class AzuremlCoreClient(AmlClient):
             vm_size=spec.vm_size, vm_priority=spec.vm_priority, min_nodes=spec.min_nodes, max_nodes=spec.max_nodes,
             idle_seconds_before_scaledown=spec.idle_seconds_before_scaledown, admin_username=spec.admin_user,
             admin_user_ssh_key=spec.ssh_public_key,
-            remote_login_port_public_access=spec.remote_login_port_public_access)
+            remote_login_port_public_access=spec.remote_login_port_public_access,
+            **({"identity_type": "UserAssigned", "identity_id": [spec.identity_resource_id]}
+               if spec.identity_resource_id else {}))
         try:
             target = ComputeTarget.create(ws, spec.name, config)
             # v1 waits here for min_nodes nodes as well, up to timeout_in_minutes.
@@ -300,8 +302,13 @@ class AzureAiMlClient(AmlClient):
 
     def create(self, spec: ClusterSpec, timeout_s: int = 1800) -> None:
         from azure.ai.ml.entities import AmlCompute, AmlComputeSshSettings
+        identity = {}
+        if spec.identity_resource_id:
+            from azure.ai.ml.entities import IdentityConfiguration, ManagedIdentityConfiguration
+            identity = {"identity": IdentityConfiguration(type="user_assigned", user_assigned_identities=[
+                ManagedIdentityConfiguration(resource_id=spec.identity_resource_id)])}
         entity = AmlCompute(
-            name=spec.name, size=spec.vm_size, min_instances=spec.min_nodes, max_instances=spec.max_nodes,
+            **identity, name=spec.name, size=spec.vm_size, min_instances=spec.min_nodes, max_instances=spec.max_nodes,
             idle_time_before_scale_down=spec.idle_seconds_before_scaledown, tier=spec.vm_priority,
             ssh_public_access_enabled=spec.remote_login_port_public_access == "Enabled",
             ssh_settings=AmlComputeSshSettings(admin_username=spec.admin_user, ssh_key_value=spec.ssh_public_key))

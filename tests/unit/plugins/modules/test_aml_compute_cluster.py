@@ -74,6 +74,20 @@ def test_creates_a_fixed_size_cluster_then_changes_nothing(capsys, monkeypatch, 
 
 
 @pytest.mark.parametrize("sdk", SDKS)
+def test_creates_the_cluster_with_a_user_assigned_identity(capsys, monkeypatch, world, sdk):
+    install(monkeypatch, world, sdk)
+    rid = (f"/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.ManagedIdentity/"
+           "userAssignedIdentities/stage-reader")
+    out = run(capsys, args(sdk, identity_resource_id=rid))
+    assert out["changed"] is True and out["action"] == "create", out
+    plain = run(capsys, args(sdk, name="plain"))
+    assert plain["action"] == "create" and world.identities["plain"] is None
+    identity = world.identities["gpu"]
+    assert identity["type"].lower().replace("_", "") == "userassigned"
+    assert [k.lower() for k in identity["userAssignedIdentities"]] == [rid.lower()]
+
+
+@pytest.mark.parametrize("sdk", SDKS)
 def test_check_mode_changes_nothing_and_diff_shows_the_scale(capsys, monkeypatch, world, sdk):
     world.add("gpu", make_nodes(2), min_nodes=0, max_nodes=4, vm_size="STANDARD_ND96ASR_V4")
     install(monkeypatch, world, sdk)
