@@ -35,6 +35,35 @@ def clean_env(monkeypatch):
         monkeypatch.delenv(name, raising=False)
 
 
+FAKE_KEYSCAN = r"""#!/bin/sh
+# ssh-keyscan -T <s> -p <port> <address>: answers with the key in $FAKE_KEYSCAN_KEYS/<port>
+# (default: a key named after the port), or fails like an unreachable node for "refuse".
+port=$4 address=$5
+key="AAAAC3key$port"
+[ -f "$FAKE_KEYSCAN_KEYS/$port" ] && key=$(cat "$FAKE_KEYSCAN_KEYS/$port")
+if [ "$key" = refuse ]; then echo "$address port $port: Connection refused" >&2; exit 1; fi
+echo "# $address:$port SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u6"
+echo "[$address]:$port ssh-ed25519 $key"
+"""
+
+
+@pytest.fixture(autouse=True)
+def fake_keyscan(tmp_path, monkeypatch):
+    """ssh-keyscan answering for the fixtures' made-up addresses (the real one: tests/integration),
+    and a known_hosts file of the test's own."""
+    bindir = tmp_path / "fakebin"
+    bindir.mkdir()
+    script = bindir / "ssh-keyscan"
+    script.write_text(FAKE_KEYSCAN)
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("AMLHPC_KNOWN_HOSTS_FILE", str(tmp_path / "ssh" / "known_hosts"))
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    monkeypatch.setenv("FAKE_KEYSCAN_KEYS", str(keys))
+    return keys
+
+
 @pytest.fixture()
 def warnings(monkeypatch):
     seen: list[str] = []
@@ -586,3 +615,71 @@ def test_vault_encrypted_secret(tmp_path, monkeypatch, world, source):
     (cred,) = world.credentials
     got = cred._service_principal_password if source == "azureml-core" else cred._client_credential
     assert got == "from-vault"
+
+
+# ---------------------------------------------------------------------------------------
+# The controller's known_hosts and the fact cache, tied to node ids
+
+
+def _two_nodes(tmp_path: Path, second_id: str = "node-b", second_port: int = 50001) -> Path:
+    f = tmp_path / "two.json"
+    f.write_text(json.dumps([
+        {"nodeId": "node-a", "privateIpAddress": "10.0.0.4", "publicIpAddress": "20.1.2.3", "port": 50000,
+         "nodeState": "idle"},
+        {"nodeId": second_id, "privateIpAddress": "10.0.0.5", "publicIpAddress": "20.1.2.3", "port": second_port,
+         "nodeState": "idle"}]))
+    return write_config(tmp_path, {"source": "nodes_file", "cluster": "gpu", "nodes_file": str(f)})
+
+
+def test_known_hosts_are_scanned_once_and_follow_node_ids(tmp_path, fake_keyscan, warnings):
+    known = tmp_path / "ssh" / "known_hosts"
+    inv = load(_two_nodes(tmp_path))
+    assert known.read_text() == ("[20.1.2.3]:50000 ssh-ed25519 AAAAC3key50000\n"
+                                 "[20.1.2.3]:50001 ssh-ed25519 AAAAC3key50001\n")
+    assert hv(inv, "gpu-1")["ansible_ssh_common_args"] == (f"-o UserKnownHostsFile={known} "
+                                                           "-o StrictHostKeyChecking=yes")
+    assert warnings == []
+    # The same node ids: nothing is scanned again, so a key that changed is not taken in
+    # (ssh refuses it: a man in the middle looks like that).
+    (fake_keyscan / "50000").write_text("AAAAmitm")
+    load(_two_nodes(tmp_path))
+    assert "AAAAmitm" not in known.read_text() and warnings == []
+    # AmlCompute replaced node 1 at the same port: its keys are replaced, with a warning naming it.
+    (fake_keyscan / "50001").write_text("AAAAnew")
+    load(_two_nodes(tmp_path, second_id="node-c"))
+    assert known.read_text() == ("[20.1.2.3]:50000 ssh-ed25519 AAAAC3key50000\n"
+                                 "[20.1.2.3]:50001 ssh-ed25519 AAAAnew\n")
+    assert len(warnings) == 1
+    assert "node gpu-1 at [20.1.2.3]:50001 was replaced by AmlCompute (node id node-b -> node-c)" in warnings[0]
+    # The node went away and came back at another port: the old entry goes, the new one is scanned.
+    load(_two_nodes(tmp_path, second_id="node-d", second_port=50007))
+    assert known.read_text() == ("[20.1.2.3]:50000 ssh-ed25519 AAAAC3key50000\n"
+                                 "[20.1.2.3]:50007 ssh-ed25519 AAAAC3key50007\n")
+
+
+def test_a_node_that_does_not_answer_is_named_and_scanned_on_the_next_read(tmp_path, fake_keyscan, warnings):
+    (fake_keyscan / "50001").write_text("refuse")
+    load(_two_nodes(tmp_path))
+    known = tmp_path / "ssh" / "known_hosts"
+    assert "50001" not in known.read_text()
+    assert len(warnings) == 1 and "could not read the SSH host keys of gpu-1 at [20.1.2.3]:50001" in warnings[0]
+    (fake_keyscan / "50001").unlink()
+    load(_two_nodes(tmp_path))
+    assert "[20.1.2.3]:50001 ssh-ed25519 AAAAC3key50001" in known.read_text()
+
+
+def test_known_hosts_can_be_left_to_the_user(tmp_path, monkeypatch):
+    monkeypatch.setenv("AMLHPC_KNOWN_HOSTS", "false")
+    inv = load(_two_nodes(tmp_path))
+    assert "ansible_ssh_common_args" not in hv(inv, "gpu-0")
+    assert not (tmp_path / "ssh" / "known_hosts").exists()
+
+
+def test_known_hosts_file_defaults_to_the_project_cache(tmp_path, monkeypatch):
+    monkeypatch.delenv("AMLHPC_KNOWN_HOSTS_FILE")
+    plugin = inventory_loader.get("azureml_compute")
+    path = _two_nodes(tmp_path)
+    plugin.loader = DataLoader()
+    plugin._read_config_data(str(path))
+    plugin._basedir = str(tmp_path)
+    assert plugin._known_hosts_file() == str(ROOT / ".cache" / "known_hosts")
