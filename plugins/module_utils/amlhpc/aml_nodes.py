@@ -173,6 +173,8 @@ def node_from_record(record: Mapping[str, Any], cluster: str, where: str) -> Aml
     port = record.get("port")
     if isinstance(port, str) and port.isdigit():
         port = int(port)
+    if isinstance(port, float) and port.is_integer():
+        port = int(port)  # azureml-core's REST model types the port as a float (50001.0)
     if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
         raise AmlNodesError(f"{where}: 'port' must be an integer 1-65535, not {port!r}")
     if state not in NODE_STATES:

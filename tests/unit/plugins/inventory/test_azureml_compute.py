@@ -683,3 +683,46 @@ def test_known_hosts_file_defaults_to_the_project_cache(tmp_path, monkeypatch):
     plugin._read_config_data(str(path))
     plugin._basedir = str(tmp_path)
     assert plugin._known_hosts_file() == str(ROOT / ".cache" / "known_hosts")
+
+
+# ---------------------------------------------------------------------------------------
+# Ports as azureml-core's REST model types them (float)
+
+
+def test_integral_float_ports_are_accepted_and_fractions_refused(tmp_path):
+    nodes = json.loads(FIXTURE.read_text())
+    for node in nodes:
+        node["port"] = float(node["port"])  # what azureml-core's AmlComputeNodeInformation says
+    f = tmp_path / "float.json"
+    f.write_text(json.dumps(nodes))
+    data = parse(write_config(tmp_path, {"source": "nodes_file", "cluster": "gpu", "nodes_file": str(f)}))
+    ports = sorted(h.vars["ansible_port"] for h in data.hosts.values())
+    assert ports == [50000, 50001, 50002, 50003] and all(type(p) is int for p in ports)
+    nodes[1]["port"] = 50001.5
+    f.write_text(json.dumps(nodes))
+    with pytest.raises(AnsibleError, match=r"node 1: 'port' must be an integer 1-65535, not 50001\.5"):
+        parse(write_config(tmp_path, {"source": "nodes_file", "cluster": "gpu", "nodes_file": str(f)}))
+
+
+def test_a_broken_inventory_fails_a_plain_run_with_its_error_once(tmp_path):
+    """ansible-playbook -i x.azureml_compute.yml, no environment variable of ours: the run stops
+    at the inventory, and only this plugin's sentence is shown (no other plugin attempts the file)."""
+    nodes = json.loads(FIXTURE.read_text())
+    nodes[2]["port"] = 50002.5
+    (tmp_path / "nodes.json").write_text(json.dumps(nodes))
+    path = write_config(tmp_path, {"source": "nodes_file", "cluster": "gpu", "nodes_file": "nodes.json"},
+                        name="x.azureml_compute.yml")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_INVENTORY")}
+    env.update(ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0")
+    res = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(path),
+                          str(ROOT / "playbooks" / "validate.yml")],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0, out
+    # One failure, from this plugin (ansible-core renders a warning as a summary line plus its
+    # "caused by" detail, so the sentence itself is printed in both parts of that one warning).
+    assert out.count("Failed to parse inventory with") == 2, out
+    assert out.count("Failed to parse inventory with 'azureml_compute' plugin") == 2, out
+    assert "node 2: 'port' must be an integer 1-65535, not 50002.5" in out
+    for other in ("'yaml' plugin", "'ini' plugin", "'auto' plugin", "'constructed' plugin", "PLAY ["):
+        assert other not in out, out
