@@ -166,7 +166,13 @@ options:
     type: int
     default: 22
   allow_empty:
-    description: A cluster without (usable) nodes is a warning instead of an error.
+    description:
+      - A cluster none of whose nodes is left after O(exclude_states) and O(node_filter) is a
+        warning instead of an error.
+      - "A cluster that does not exist yet, or has no nodes (scaled to 0), is always a warning
+        and reads as empty, so that C(playbooks/cluster.yml) (first in C(site.yml)) can create
+        or scale it and read the inventory again (C(meta: refresh_inventory)); the validate
+        play then refuses a run left without nodes. Such a read is not cached."
     type: bool
     default: false
   known_hosts:
@@ -266,6 +272,7 @@ from amlhpc.aml_nodes import (  # noqa: E402
     AmlNodesError,
     ClusterInfo,
     apply_filter,
+    cluster_not_created,
     left_out_warning,
     load_nodes_file,
     no_nodes,
@@ -376,8 +383,10 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             name = config["name"]
             info = client.cluster(name)
             if info is None:
-                from amlhpc.aml_nodes import cluster_not_found
-                raise AmlNodesError(cluster_not_found(name, options["workspace_name"]))
+                # Not created yet: an empty cluster, so that cluster.yml can create it.
+                out["clusters"][name] = {"records": [], "properties": {}, "where": f"cluster '{name}' ({source})",
+                                         "missing": cluster_not_created(name, options["workspace_name"] or "")}
+                continue
             props = {k: getattr(info, k) for k in _PROPERTY_KEYS if getattr(info, k) is not None}
             out["clusters"][name] = {"records": client.list_nodes(name), "properties": props,
                                      "where": f"cluster '{name}' ({source})"}
@@ -400,9 +409,12 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 if config.get(key) is not None:
                     props[key] = config[key]
             info = ClusterInfo(name=name, **props)
+            if fetched.get("missing"):
+                self.display.warning(fetched["missing"])
+                continue
             nodes = nodes_from_records(fetched["records"], name, fetched["where"])
             if not nodes:
-                self._empty(no_nodes(name))
+                self.display.warning(no_nodes(name))
                 continue
             kept, dropped = split_by_state(nodes, excluded)
             if dropped:
@@ -527,7 +539,9 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                     data = None
             if data is None:
                 data = self._fetch(configs)
-                if use_cache:
+                # A cluster without nodes (not created yet, scaled to 0) is about to change:
+                # cluster.yml creates or scales it and reads the inventory again.
+                if use_cache and all(c["records"] for c in data["clusters"].values()):
                     # Round-trip through JSON so the cached and the fresh runs see the same types.
                     self._cache[cache_key] = json.loads(json.dumps(data))
             self._populate(configs, data)

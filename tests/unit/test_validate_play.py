@@ -62,3 +62,11 @@ def test_beeond_on_a_cluster_of_unknown_size_is_refused(tmp_path):
     bad = run_validate(tmp_path, hosts)
     assert bad.returncode != 0
     assert "cluster 'gpu': its min/max node counts are unknown" in bad.stdout
+
+
+def test_an_inventory_without_nodes_is_refused(tmp_path):
+    """A cluster not created or scaled to 0 reads as empty (so cluster.yml can act); a run that
+    is still without nodes after cluster.yml stops here instead of doing nothing."""
+    res = run_validate(tmp_path, {})
+    assert res.returncode != 0, res.stdout
+    assert "the inventory has no hosts in group 'aml_nodes'" in res.stdout

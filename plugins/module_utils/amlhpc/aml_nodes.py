@@ -346,9 +346,16 @@ def auth_failed(source: str, requested: str, detail: str) -> str:
             "(check the credentials, or pick another auth_source)")
 
 
+def cluster_not_created(cluster: str, workspace: str) -> str:
+    """The warning for a cluster that does not exist yet (the inventory reads as empty)."""
+    return (f"cluster '{cluster}' was not found in workspace '{workspace}': playbooks/cluster.yml creates it "
+            "(site.yml runs it first), or fix the cluster name")
+
+
 def no_nodes(cluster: str) -> str:
-    return (f"cluster '{cluster}' has no nodes: scale it up (ansible-playbook playbooks/cluster.yml) and wait "
-            "until its nodes are idle, or set allow_empty: true")
+    """The warning for a cluster without nodes (scaled to 0; the inventory reads as empty)."""
+    return (f"cluster '{cluster}' has no nodes: playbooks/cluster.yml scales it up (site.yml runs it first) "
+            "and waits until its nodes are idle")
 
 
 def none_left(cluster: str, total: int) -> str:
