@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -744,3 +745,39 @@ def test_a_broken_inventory_fails_a_plain_run_with_its_error_once(tmp_path):
     assert "node 2: 'port' must be an integer 1-65535, not 50002.5" in out
     for other in ("'yaml' plugin", "'ini' plugin", "'auto' plugin", "'constructed' plugin", "PLAY ["):
         assert other not in out, out
+
+
+def test_cached_facts_follow_the_node_id_not_the_host_name(tmp_path):
+    """gpu-1 is a host name (rank by port); when AmlCompute replaces the node behind it, the
+    facts cached for gpu-1 (its kernel, which BeeOND's headers follow) must not be reused."""
+    import platform
+    nodes = sorted(json.loads(FIXTURE.read_text()), key=lambda n: n["port"])[:2]  # gpu-0, gpu-1
+    f = tmp_path / "nodes.json"
+    f.write_text(json.dumps(nodes))
+    path = write_config(tmp_path, {"source": "nodes_file", "cluster": "gpu", "nodes_file": "nodes.json",
+                                   "compose": {"ansible_connection": "'local'",
+                                               "ansible_python_interpreter": repr(sys.executable)}},
+                        name="f.azureml_compute.yml")
+    play = tmp_path / "kernel.yml"
+    play.write_text(yaml.safe_dump([{"name": "Show kernels", "hosts": "aml_nodes", "gather_facts": True,
+                                     "tasks": [{"name": "Show the kernel", "ansible.builtin.debug": {
+                                         "msg": "KERNEL {{ inventory_hostname }} {{ ansible_facts.kernel }}"}}]}]))
+    facts = tmp_path / "facts"
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_CACHE_PLUGIN="jsonfile",
+               ANSIBLE_CACHE_PLUGIN_CONNECTION=str(facts), ANSIBLE_FORCE_COLOR="0")
+
+    def kernels() -> dict[str, str]:
+        res = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(path), str(play)],
+                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+        assert res.returncode == 0, res.stdout + res.stderr
+        return dict(re.findall(r"KERNEL (\S+) (\S+)\"", res.stdout))
+
+    real = platform.release()
+    assert kernels() == {"gpu-0": real, "gpu-1": real}
+    for host in ("gpu-0", "gpu-1"):  # facts a predecessor left in the cache
+        (entry,) = facts.glob(f"*{host}")  # ansible-core prefixes the key with its schema version
+        entry.write_text(entry.read_text().replace(real, "5.4.0-predecessor"))
+    assert kernels() == {"gpu-0": "5.4.0-predecessor", "gpu-1": "5.4.0-predecessor"}  # same nodes: cache used
+    nodes[1]["nodeId"] = "tvmps_replacement_d"  # AmlCompute replaced the node at gpu-1's port
+    f.write_text(json.dumps(nodes))
+    assert kernels() == {"gpu-0": "5.4.0-predecessor", "gpu-1": real}
