@@ -25,7 +25,10 @@ description:
     C(ansible_user) (the cluster's admin user), C(aml_cluster), C(aml_node_rank),
     C(aml_private_ip), C(aml_public_ip), C(aml_public_port), C(aml_node_id),
     C(aml_node_state), C(aml_run_id), and when the cluster's properties are known
-    C(aml_cluster_min_nodes), C(aml_cluster_max_nodes), C(aml_vm_size)."
+    C(aml_cluster_min_nodes), C(aml_cluster_max_nodes), C(aml_vm_size); with O(known_hosts)
+    also C(ansible_ssh_common_args) and C(aml_known_hosts_file)."
+  - "A port that arrives as an integral float (C(50001.0); azureml-core's REST model types
+    the port as a float) is taken as an integer; any other non-integer port is refused."
   - azure-ai-ml 1.35.x returns node objects whose snake_case attributes are empty; the
     plugin reads the camelCase payload they carry instead.
 author:
@@ -287,6 +290,7 @@ from amlhpc.known_hosts import (  # noqa: E402
     Endpoint,
     NodeRecord,
     endpoint_pattern,
+    patterns_in,
     plan_known_hosts,
     replaced_warning,
     rewrite_known_hosts,
@@ -478,7 +482,6 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
 
     def _update_known_hosts(self, record: NodeRecord, path: str, endpoints: list[Endpoint], alive: list[str],
                             clusters: list[str]) -> str:
-        from amlhpc.known_hosts import patterns_in
         plan = plan_known_hosts(endpoints, record.endpoints, patterns_in(record.text), clusters, alive)
         scanned = scan_keys(plan.to_scan, timeout=self.get_option("known_hosts_scan_timeout"))
         drop = set(plan.remove) | {e.pattern for e, _, _ in plan.replaced}
