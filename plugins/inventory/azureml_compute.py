@@ -425,8 +425,13 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 self.display.warning(left_out_warning(name, dropped))
             kept = apply_filter(kept, predicate)
             kept_ids = {n.node_id for n in kept}
-            alive.extend(endpoint_pattern(n.public_ip, n.port) for n in nodes
-                         if n.node_id not in kept_ids and n.public_ip)
+            # Nodes that exist but are left out keep their known_hosts entries.
+            if self.get_option("use_private_ip"):
+                alive.extend(endpoint_pattern(n.private_ip, self.get_option("ssh_port")) for n in nodes
+                             if n.node_id not in kept_ids)
+            else:
+                alive.extend(endpoint_pattern(n.public_ip, n.port) for n in nodes
+                             if n.node_id not in kept_ids and n.public_ip)
             if not kept:
                 self._empty(none_left(name, len(nodes)))
                 continue

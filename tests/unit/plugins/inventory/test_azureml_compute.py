@@ -44,7 +44,9 @@ key="AAAAC3key$port"
 [ -f "$FAKE_KEYSCAN_KEYS/$port" ] && key=$(cat "$FAKE_KEYSCAN_KEYS/$port")
 if [ "$key" = refuse ]; then echo "$address port $port: Connection refused" >&2; exit 1; fi
 echo "# $address:$port SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u6"
-echo "[$address]:$port ssh-ed25519 $key"
+host="[$address]:$port"
+[ "$port" = 22 ] && host=$address  # as ssh-keyscan writes them
+echo "$host ssh-ed25519 $key"
 """
 
 
@@ -781,3 +783,23 @@ def test_cached_facts_follow_the_node_id_not_the_host_name(tmp_path):
     nodes[1]["nodeId"] = "tvmps_replacement_d"  # AmlCompute replaced the node at gpu-1's port
     f.write_text(json.dumps(nodes))
     assert kernels() == {"gpu-0": "5.4.0-predecessor", "gpu-1": real}
+
+
+def test_known_hosts_keep_the_entries_of_nodes_left_out(tmp_path, warnings):
+    """A node left out for its state still exists: its entry stays (no new trust on first use
+    when it comes back), in both addressing modes; a node gone from the cluster loses it."""
+    nodes = sorted(json.loads(FIXTURE.read_text()), key=lambda n: n["port"])
+    f = tmp_path / "n.json"
+    known = tmp_path / "ssh" / "known_hosts"
+    for private, entry in ((False, "[20.84.17.201]:50003"), (True, "10.0.0.7")):
+        known.unlink(missing_ok=True)
+        base = {"source": "nodes_file", "cluster": "gpu", "nodes_file": str(f), "use_private_ip": private}
+        f.write_text(json.dumps(nodes))
+        load(write_config(tmp_path, base))
+        assert f"{entry} ssh-ed25519" in known.read_text()
+        f.write_text(json.dumps([{**n, "nodeState": "unusable"} if n["port"] == 50003 else n for n in nodes]))
+        load(write_config(tmp_path, base))
+        assert f"{entry} ssh-ed25519" in known.read_text(), private
+        f.write_text(json.dumps(nodes[:3]))
+        load(write_config(tmp_path, base))
+        assert entry not in known.read_text(), private
