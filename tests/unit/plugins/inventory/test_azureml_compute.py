@@ -600,6 +600,8 @@ def test_example_v2_with_cli_auth_and_cache(tmp_path, monkeypatch, world):
     assert len(inv.groups["cluster_cpu_prep"].get_hosts()) == 2
     assert type(world.credentials[0]).__name__ == "AzureCliCredential"
     assert (tmp_path / ".cache" / "inventory").is_dir()
+    args = hv(inv, "gpu-a100-0")["ansible_ssh_common_args"]
+    assert "StrictHostKeyChecking=yes" in args and args.endswith("-o ServerAliveInterval=30")
 
 
 def test_ansible_doc_renders_the_plugin_and_the_module():
