@@ -190,7 +190,6 @@ EXAMPLES = r"""
     sas_secret_name: cosmoflow-sas
     train_args: {epochs: 64, batch_size: 4, amp: bf16}
     download_dir: "{{ playbook_dir }}/../outputs/cosmoflow-4x8"
-  no_log: "{{ amlhpc_no_log | default(true) }}"
 
 - name: Job | Train on this machine
   aml_job:

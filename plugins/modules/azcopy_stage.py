@@ -21,7 +21,8 @@ description:
   - A finished stage is recorded in C(<dest>/.amlhpc-staged/<rank>.json); a rerun with the
     same shard changes nothing.
   - The SAS token is passed to azcopy in its argv only. azcopy's job plans and logs go to a
-    private temporary folder that is removed afterwards. Run the task with C(no_log).
+    private temporary folder that is removed afterwards. O(sas) is C(no_log) and every
+    message is redacted, so the task needs no task-level C(no_log): a failure shows its reason.
 version_added: "0.1.0"
 author: amlhpc
 options:
@@ -93,7 +94,6 @@ EXAMPLES = r"""
     dest: /mnt/beeond/cosmoflow
     rank: "{{ aml_node_rank }}"
     shard: "{{ stage_plan.shards[inventory_hostname] }}"
-  no_log: "{{ amlhpc_no_log | default(true) }}"
   register: stage_result
 """
 
