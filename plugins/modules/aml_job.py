@@ -21,10 +21,10 @@ description:
     managed identity; local passes it in the child processes' environment.
   - A run is submitted once per O(name). Running the task again reports the existing run
     (changed=false) while it is queued, running or completed. After a failed or cancelled run
-    it submits a new attempt under a new name (C(<name>-r2), C(<name>-r3), ...: an AzureML v2
-    job name can never be reused; v1 runs carry C(amlhpc_attempt) in their tags). O(force=true)
+    it submits a new attempt under a new name (C(<name>-r2), C(<name>-r3), ...), as an AzureML v2
+    job name can never be reused; v1 runs carry C(amlhpc_attempt) in their tags. O(force=true)
     submits a new attempt whatever the last one did.
-  - Check mode looks the runs up (read-only) and reports what a real run would do: changed
+  - Check mode looks the runs up (read-only) and reports what a real run would do, changed
     only when it would submit, with the run name it would use. It uploads and submits nothing.
   - Waiting streams the run's log into O(log_path) (module output is JSON only), then downloads
     the run's C(outputs/) folder to O(download_dir) and returns its metrics.

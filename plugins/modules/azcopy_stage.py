@@ -22,7 +22,7 @@ description:
     same shard changes nothing.
   - The SAS token is passed to azcopy in its argv only. azcopy's job plans and logs go to a
     private temporary folder that is removed afterwards. O(sas) is C(no_log) and every
-    message is redacted, so the task needs no task-level C(no_log): a failure shows its reason.
+    message is redacted, so the task needs no task-level C(no_log), and a failure shows its reason.
 version_added: "0.1.0"
 author: amlhpc
 options:
