@@ -26,11 +26,12 @@ def _module(task: dict) -> str:
 
 
 def test_repository_is_a_deb822_source_that_reports_its_changes():
-    repo = [t for t in _tasks("repo.yml") if _module(t) == "ansible.builtin.deb822_repository"]
-    assert len(repo) == 1, "the BeeGFS repository is added with ansible.builtin.deb822_repository"
-    args = repo[0]["ansible.builtin.deb822_repository"]
-    assert args["signed_by"] == "{{ beeond_repo_keyring }}" and args["architectures"] == ["amd64"]
-    assert repo[0]["register"] == "beeond_repo"
+    repo = [t for t in _tasks("repo.yml") if t["name"] == "BeeOND | Add the BeeGFS apt repository"]
+    assert len(repo) == 1 and repo[0]["register"] == "beeond_repo"
+    args = repo[0][_module(repo[0])]
+    assert args["dest"].endswith(".sources")  # deb822, not a one-line .list
+    lines = args["content"].splitlines()
+    assert "Signed-By: {{ beeond_repo_keyring }}" in lines and "Architectures: amd64" in lines
 
 
 def test_lists_are_refreshed_when_the_repository_changed_before_the_install():
