@@ -35,7 +35,9 @@ description:
   - Secrets are never written to disk. The module's action plugin runs it pipelined (module and
     arguments on the interpreter's stdin) on every connection, the local one included, and
     refuses to run when the connection or become method cannot pipeline. azcopy's job plans and
-    logs go to a private temporary folder that is removed afterwards. Run the task with C(no_log).
+    logs go to a private temporary folder that is removed afterwards. O(sas) and
+    O(client_secret) are C(no_log) and every message is redacted, so the task needs no task-level
+    C(no_log), and a failure shows its reason.
   - The result carries a compact progress series (RV(progress)) for plots and the staging-time
     prediction (RV(prediction)) beside the measured RV(seconds).
 version_added: "0.1.0"
@@ -173,7 +175,6 @@ EXAMPLES = r"""
     dest: /mnt/beeond/cosmoflow
     rank: "{{ aml_node_rank }}"
     shard: "{{ stage_plan.shards[inventory_hostname] }}"
-  no_log: "{{ amlhpc_no_log | default(true) }}"
   register: stage_result
 """
 

@@ -81,7 +81,6 @@ EXAMPLES = r"""
     container: cosmoflow
     prefix: v0.7
     sas: "{{ prepare_dataset_sas }}"
-  no_log: "{{ amlhpc_no_log | default(true) }}"
 """
 
 RETURN = r"""

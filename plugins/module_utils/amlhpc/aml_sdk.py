@@ -181,7 +181,8 @@ class AzuremlCoreClient(AmlClient):
             admin_user=getattr(target, "admin_username", None), ssh_public_key=getattr(target, "admin_user_ssh_key", None),
             remote_login_port_public_access=getattr(target, "remote_login_port_public_access", None),
             provisioning_state=getattr(target, "provisioning_state", None),
-            current_node_count=getattr(status, "current_node_count", None))
+            current_node_count=getattr(status, "current_node_count", None),
+            idle_seconds=getattr(scale, "idle_seconds_before_scaledown", None))
 
     def list_nodes(self, name: str) -> list[dict[str, Any]]:
         target = self._target(name)
@@ -291,7 +292,8 @@ class AzureAiMlClient(AmlClient):
             max_nodes=getattr(entity, "max_instances", None), admin_user=getattr(ssh, "admin_username", None),
             ssh_public_key=getattr(ssh, "ssh_key_value", None),
             remote_login_port_public_access=None if public is None else ("Enabled" if public else "Disabled"),
-            provisioning_state=_enum_text(getattr(entity, "provisioning_state", None)))
+            provisioning_state=_enum_text(getattr(entity, "provisioning_state", None)),
+            idle_seconds=getattr(entity, "idle_time_before_scale_down", None))
 
     def list_nodes(self, name: str) -> list[dict[str, Any]]:
         try:
