@@ -6,8 +6,8 @@
 
 It prints a one-line summary per host and writes ``summary.json`` (status, rc, per-host
 stats, failed tasks) into the artifacts folder of the run; the exit code is the
-playbook's. Secrets stay out of the artifacts because every task that sees one runs under
-the project's ``amlhpc_no_log`` switch; pass them with ``--extra-vars-file`` from a file
+playbook's. Secrets stay out of the artifacts because the modules that take one declare it
+``no_log`` (Ansible masks it in every result) and redact it from their messages; pass them with ``--extra-vars-file`` from a file
 the pipeline's secret store writes, never on the command line.
 
 The same from Python::

@@ -1,18 +1,26 @@
 #!/usr/bin/env python3
-"""CosmoFlow TFRecord reader throughput, MB/s per core, beside the MLPerf reference tf.data pipeline.
+"""CosmoFlow TFRecord reader throughput, CPU-time MB/s per core, beside the MLPerf reference tf.data pipeline.
 
 Writes CosmoFlow-format files (128^3 x 4 int16 cubes, the real sample size; counts drawn like
-amlhpc.cosmoflow_data's, with numpy for speed) as plain and gzip TFRecords, then measures on
-ONE core (one process, one thread):
+amlhpc.cosmoflow_data's, with numpy for speed) as plain and gzip TFRecords, then measures, in
+one run and on the same files, each in its own process on ONE thread, in CPU time
+(``time.process_time``: the machine's cores may be shared):
 
-* ours      - workload/cosmoflow/data.py: read, length + data CRC32C, Example parse,
-              int16 -> float32 -> log1p (what each DataLoader worker does per sample)
+* worker    - what a DataLoader worker does per sample (workload/cosmoflow/data.py): read,
+              inflate gzip (ISA-L when ``isal`` is installed), length + data CRC32C, Example
+              parse, and the int16 copy into the collated batch; cast + log1p run on the GPU
+* whole     - the whole CPU transform, for CPU-only runs: worker + int16 -> float32 -> log1p
+              (torch's vectorised kernel), what the reference's CPU pipeline does
 * tf.data   - the reference: TFRecordDataset -> parse_single_example -> decode_raw(int16) ->
               reshape -> cast(float32) -> log(x + 1), intra/inter-op threads = 1
 
-MB/s counts the samples' int16 payload (16 MiB a sample), so both columns measure the same
-work. The tf.data column needs tensorflow-cpu, installed on demand into .venv-bench (Python
-3.12; a few hundred MB, once); when it cannot be installed the column says why.
+MB/s counts the samples' int16 payload (16 MiB a sample), so every column measures the same
+data. The tf.data column needs tensorflow-cpu in ``.venv-bench`` (or the Python named by
+``$AMLHPC_BENCH_PYTHON``); build it once with::
+
+    python3.12 -m venv .venv-bench && .venv-bench/bin/pip install -r requirements-bench.txt
+
+Without it the column says so and how to build it.
 
     python bench/reader_bench.py [--files 6] [--cube 128] [--repeat 2] [--no-tf]
 """
@@ -20,7 +28,6 @@ work. The tf.data column needs tensorflow-cpu, installed on demand into .venv-be
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import shutil
@@ -32,7 +39,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKLOAD_PY = os.path.join(ROOT, ".venv-workload", "bin", "python")
 BENCH_VENV = os.path.join(ROOT, ".venv-bench")
-TF_REQUIREMENT = "tensorflow-cpu==2.21.0"
+REQUIREMENTS = os.path.join(ROOT, "requirements-bench.txt")
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
               "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
 
@@ -66,29 +73,40 @@ def part_generate(out: str, files: int, cube: int) -> None:
 
 def part_ours(folder: str, cube: int, repeat: int) -> dict:
     sys.path.insert(0, os.path.join(ROOT, "workload"))
-    import numpy as np
+    import torch
+    from amlhpc.tfrecord import GZIP_BACKEND
     from cosmoflow import data as cdata
+    torch.set_num_threads(1)
     files = sorted(os.path.join(folder, f) for f in os.listdir(folder))
     ds = cdata.CosmoFlowDataset(files, cube)
+    batch = torch.empty((1, cube, cube, cube, 4), dtype=torch.int16)  # the collated batch (shared memory)
     ds[0]  # warm the page cache and the code paths
-    best = float("inf")
+    worker = whole = float("inf")
+    out = None
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         for i in range(len(ds)):
             x, _ = ds[i]
-        best = min(best, time.perf_counter() - t0)
-    # Where the time goes, on the first file: framing + CRC, Example parse, cast + log1p.
-    from amlhpc.tfrecord import decode_example
-    t0 = time.perf_counter()
-    (record,) = list(cdata.read_file(files[0]))
-    t1 = time.perf_counter()
-    raw = decode_example(record)["x"]
-    counts = np.frombuffer(raw, dtype="<i2").reshape(cube, cube, cube, 4)
-    t2 = time.perf_counter()
-    cdata.preprocess(counts)
-    t3 = time.perf_counter()
+            batch[0].copy_(x)
+        t1 = time.process_time()
+        for i in range(len(ds)):
+            x, _ = ds[i]
+            batch[0].copy_(x)
+            out = cdata.to_model_input(batch, out=out)  # the buffer train.py reuses on CPU
+        t2 = time.process_time()
+        worker, whole = min(worker, t1 - t0), min(whole, t2 - t1)
     payload = len(files) * cube ** 3 * 4 * 2
-    return {"mbps": payload / best / 1e6, "samples_per_s": len(files) / best,
+    # Where the time goes, on the first file: read + inflate + CRC, Example parse, cast + log1p.
+    from amlhpc.tfrecord import decode_example
+    t0 = time.process_time()
+    (record,) = list(cdata.read_file(files[0]))
+    t1 = time.process_time()
+    x, _ = cdata.parse_sample(record, cube)
+    decode_example(record)
+    t2 = time.process_time()
+    cdata.to_model_input(x)
+    t3 = time.process_time()
+    return {"worker": payload / worker / 1e6, "whole": payload / whole / 1e6, "gzip": GZIP_BACKEND,
             "split_ms": {"read+crc": (t1 - t0) * 1e3, "parse": (t2 - t1) * 1e3, "cast+log1p": (t3 - t2) * 1e3}}
 
 
@@ -116,11 +134,11 @@ def part_tf(folder: str, cube: int, repeat: int) -> dict:
         pass
     best = float("inf")
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         n = 0
         for x, _ in ds:
             n += 1
-        best = min(best, time.perf_counter() - t0)
+        best = min(best, time.process_time() - t0)
     payload = n * cube ** 3 * 4 * 2
     return {"mbps": payload / best / 1e6, "samples_per_s": n / best, "tf": tf.__version__}
 
@@ -130,51 +148,36 @@ def part_tf(folder: str, cube: int, repeat: int) -> dict:
 def _run_part(python: str, *args: str, timeout: int = 600) -> dict:
     env = {**os.environ, **ONE_THREAD}
     proc = subprocess.run([python, os.path.abspath(__file__), "--part", *args], env=env, capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, check=False)
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"rc {proc.returncode}")
     return json.loads(proc.stdout.strip().splitlines()[-1] or "{}")
 
 
-def _python312() -> str | None:
-    """A Python 3.12 to build .venv-bench from (never a venv's own: its base interpreter)."""
-    candidates = [getattr(sys, "_base_executable", ""), *sorted(glob.glob(os.path.expanduser(
-        "~/.pyenv/versions/3.12.*/bin/python3.12"))), "/usr/local/bin/python3.12", "/usr/bin/python3.12",
-        shutil.which("python3.12") or ""]
-    for c in filter(None, candidates):
-        try:
-            out = subprocess.run([c, "-c", "import sys; print(sys.version_info[:2] == (3, 12))"],
-                                 capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.SubprocessError):
-            continue
-        if out.stdout.strip() == "True":
-            return c
-    return None
-
-
-def bench_python(timeout: int = 900) -> tuple[str | None, str]:
-    """The .venv-bench interpreter with tensorflow-cpu, created on demand; or (None, why)."""
-    py = os.path.join(BENCH_VENV, "bin", "python")
-    stamp = os.path.join(BENCH_VENV, ".bench-stamp")
-    if os.path.exists(stamp) and open(stamp).read().strip() == TF_REQUIREMENT:
-        return py, "ready"
-    base = _python312()
-    if not base:
-        return None, "no python3.12 to build .venv-bench with"
-    try:
-        if not os.path.exists(py):
-            subprocess.run([base, "-m", "venv", BENCH_VENV], check=True, capture_output=True, timeout=120)
-        print(f"installing {TF_REQUIREMENT} into .venv-bench (once; it is large)...", flush=True)
-        proc = subprocess.run([py, "-m", "pip", "install", "-q", TF_REQUIREMENT], capture_output=True, text=True,
-                              timeout=timeout)
-    except (subprocess.SubprocessError, OSError) as exc:
-        return None, f"could not install {TF_REQUIREMENT}: {exc}"
+def bench_python() -> tuple[str | None, str]:
+    """The interpreter with tensorflow-cpu for the tf.data column, or (None, why not)."""
+    py = os.environ.get("AMLHPC_BENCH_PYTHON") or os.path.join(BENCH_VENV, "bin", "python")
+    how = ("build it once: python3.12 -m venv .venv-bench && .venv-bench/bin/pip install -r "
+           "requirements-bench.txt (or point AMLHPC_BENCH_PYTHON at a Python with tensorflow-cpu)")
+    if not os.path.exists(py):
+        return None, f"{py} is missing; {how}"
+    proc = subprocess.run([py, "-c", "import tensorflow as tf; print(tf.__version__)"], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, check=False)
     if proc.returncode != 0:
-        last = [line for line in proc.stderr.splitlines() if line.strip() and "WARNING" not in line][-1:]
-        return None, f"could not install {TF_REQUIREMENT}: {' '.join(last) or 'pip failed'}"
-    with open(stamp, "w") as f:
-        f.write(TF_REQUIREMENT + "\n")
-    return py, "installed"
+        return None, f"{py} has no tensorflow; {how}"
+    return py, f"tensorflow-cpu {proc.stdout.strip()} from {py}"
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            info = f.read()
+    except OSError:
+        return "unknown"
+    name = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "?")
+    flags = next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), [])
+    simd = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
+    return f"{name}, {simd}, {os.cpu_count()} cores"
 
 
 def main() -> int:
@@ -209,22 +212,24 @@ def main() -> int:
               f"files: plain {sizes['plain'] / 2 ** 20:.0f} MiB, gzip {sizes['gzip'] / 2 ** 20:.0f} MiB "
               f"(written in {time.perf_counter() - t0:.0f}s)")
         tf_py, why = (None, "skipped (--no-tf)") if a.no_tf else bench_python()
-        print(f"{'format':8} {'ours MB/s/core':>15} {'tf.data MB/s/core':>18}  ours: read+crc / parse / cast+log1p (ms)")
+        print(f"CPU: {_cpu_name()}; one thread per column, CPU time")
+        print(f"{'format':7} {'worker':>8} {'whole':>8} {'tf.data':>8}  {'worker/tf':>9} {'whole/tf':>8}  "
+              f"(MB/s per core)  whole: read+crc / parse / cast+log1p (ms)")
         for fmt in ("plain", "gzip"):
             folder = os.path.join(work, fmt)
             ours = _run_part(WORKLOAD_PY, "ours", folder, str(a.cube), str(a.repeat))
+            ref = None
             if tf_py:
                 try:
-                    ref = f"{_run_part(tf_py, 'tf', folder, str(a.cube), str(a.repeat))['mbps']:18.0f}"
+                    ref = _run_part(tf_py, "tf", folder, str(a.cube), str(a.repeat))["mbps"]
                 except (RuntimeError, subprocess.SubprocessError) as exc:
-                    ref = f"{'failed':>18}"
-                    why = str(exc)
-            else:
-                ref = f"{'n/a':>18}"
+                    why = f"tf.data failed: {exc}"
+            ratios = (f"{ours['worker'] / ref:8.2f}x {ours['whole'] / ref:7.2f}x" if ref else f"{'n/a':>9} {'n/a':>8}")
             split = " / ".join(f"{v:.0f}" for v in ours["split_ms"].values())
-            print(f"{fmt:8} {ours['mbps']:15.0f} {ref}  {split}")
-        if not tf_py or why not in ("ready", "installed"):
-            print(f"tf.data: {why}")
+            label = fmt + (f" ({ours['gzip']})" if fmt == "gzip" else "")
+            print(f"{label:7} {ours['worker']:8.0f} {ours['whole']:8.0f} "
+                  f"{(f'{ref:8.0f}' if ref else 'n/a'):>8}  {ratios}  {split}")
+        print(f"tf.data: {why}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -83,6 +83,8 @@ class World:
     """A workspace with clusters; both fakes read and change it."""
 
     clusters: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> {"compute": ..., "nodes": [...]}
+    # name -> the "identity" block of the create request, as the real SDK serialised it
+    identities: dict[str, Any] = field(default_factory=dict)
     page_size: int = 100
     auth_error: str | None = None
     workspace: str = WS
@@ -91,6 +93,10 @@ class World:
     waits: list[Any] = field(default_factory=list)  # timeout_in_minutes of v1 wait_for_completion calls
     # Nodes a created or scaled cluster gets (a real cluster takes minutes; here at once).
     grow_on_scale: bool = True
+    # A scale-down leaves the nodes listed for this many more node listings (AmlCompute
+    # releases them once they have been idle for the idle time); 0: at once.
+    release_after_polls: int = 0
+    _releasing: dict[str, list[int]] = field(default_factory=dict)
 
     def add(self, name: str, nodes: list[dict[str, Any]], **props: Any) -> None:
         props.setdefault("min_nodes", len(nodes))
@@ -98,6 +104,12 @@ class World:
         self.clusters[name] = {"compute": compute_payload(name, current=len(nodes), **props), "nodes": nodes}
 
     def pages(self, name: str) -> list[dict[str, Any]]:
+        releasing = self._releasing.get(name)
+        if releasing is not None:
+            if releasing[0] <= 0:
+                del self._releasing[name]
+                self.clusters[name]["nodes"] = make_nodes(releasing[1], name)
+            releasing[0] -= 1
         nodes = self.clusters[name]["nodes"]
         chunks = [nodes[i:i + self.page_size] for i in range(0, len(nodes), self.page_size)] or [[]]
         out = []
@@ -115,11 +127,16 @@ class World:
         assert m, url
         return self.pages(m.group(1))[int(m.group(2))]
 
-    def set_scale(self, name: str, min_nodes: int, max_nodes: int) -> None:
+    def set_scale(self, name: str, min_nodes: int, max_nodes: int, idle: str | None = None) -> None:
+        """Record the scale settings (``idle``: nodeIdleTimeBeforeScaleDown as sent, ISO 8601)."""
         compute = self.clusters[name]["compute"]
         scale = compute["properties"]["properties"]["scaleSettings"]
         scale["minNodeCount"], scale["maxNodeCount"] = min_nodes, max_nodes
-        if self.grow_on_scale:
+        if idle:
+            scale["nodeIdleTimeBeforeScaleDown"] = idle
+        if self.release_after_polls and len(self.clusters[name]["nodes"]) > min_nodes:
+            self._releasing[name] = [self.release_after_polls, min_nodes]
+        elif self.grow_on_scale:
             self.clusters[name]["nodes"] = make_nodes(min_nodes, name)
             compute["properties"]["properties"]["currentNodeCount"] = min_nodes
 
@@ -198,7 +215,11 @@ def install_v1(monkeypatch, world: World) -> None:
 
         def update(self, min_nodes=None, max_nodes=None, idle_seconds_before_scaledown=None):
             world.calls["v1 update"] += 1
-            world.set_scale(self.name, min_nodes, max_nodes)
+            # As azureml-core's update(): the ScaleSettings it PATCHes, serialised by the SDK.
+            settings = ScaleSettings(min_nodes, max_nodes, idle_seconds_before_scaledown
+                                     or self.scale_settings.idle_seconds_before_scaledown).serialize()
+            world.set_scale(self.name, settings["minNodeCount"], settings["maxNodeCount"],
+                            settings["nodeIdleTimeBeforeScaleDown"])
 
         def wait_for_completion(self, show_output=False, min_node_count=None, timeout_in_minutes=25,
                                 is_delete_operation=False):
@@ -212,6 +233,8 @@ def install_v1(monkeypatch, world: World) -> None:
             world.calls["v1 ComputeTarget.create"] += 1
             c = provisioning_configuration
             c.validate_configuration()
+            # The REST body azureml-core would send (its own serialiser), for what the fake does not model.
+            world.identities[name] = RealAmlCompute._build_create_payload(c, "eastus", SUB).get("identity")
             world.create(name, c.vm_size, c.scale_settings.minimum_node_count, c.scale_settings.maximum_node_count,
                          c.admin_username, c.admin_user_ssh_key, c.remote_login_port_public_access)
             return FakeAmlCompute(workspace, name)
@@ -300,10 +323,13 @@ def _transport(world: World):
                     body = json.loads(request.content if isinstance(request.content, (str, bytes))
                                       else request.body)
                     inner = body["properties"]["properties"]
+                    if name not in world.clusters:
+                        world.identities[name] = body.get("identity")
                     creds = inner.get("userAccountCredentials") or {}
                     scale = inner["scaleSettings"]
                     if name in world.clusters:
-                        world.set_scale(name, scale.get("minNodeCount", 0), scale["maxNodeCount"])
+                        world.set_scale(name, scale.get("minNodeCount", 0), scale["maxNodeCount"],
+                                        scale.get("nodeIdleTimeBeforeScaleDown"))
                     else:
                         world.create(name, inner["vmSize"], scale.get("minNodeCount", 0), scale["maxNodeCount"],
                                      creds.get("adminUserName"), creds.get("adminUserSshPublicKey"),

@@ -12,9 +12,16 @@ from typing import Any
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy import check_sas, redact
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.blob_listing import ListingError, list_blobs
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_cmd import AUTH_MODES
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_files import NameSet
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_model import predict, rates_from
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_sas import check_sas, redact
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.blob_listing import ListingError, identity_credential, list_blobs
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.shards import MODES, ShardError, plan_shards, plan_summary
+
+SAS_ARGV_WARNING = ("stage_auth is 'sas': azcopy takes a SAS only in its command line, so the token is readable "
+                    "by local users of every node through ps while the stage runs. Use stage_auth: "
+                    "managed_identity (the cluster's identity) to stage with no token at all.")
 
 _ARGS = {
     "hosts": {"type": "list", "elements": "str"},
@@ -22,7 +29,13 @@ _ARGS = {
     "account_url": {"type": "str"},
     "container": {"type": "str"},
     "prefix": {"type": "str", "default": ""},
+    "auth": {"type": "str", "default": "sas", "choices": list(AUTH_MODES)},
     "sas": {"type": "str", "no_log": True},
+    "msi_client_id": {"type": "str", "default": ""},
+    "tenant_id": {"type": "str", "default": ""},
+    "client_id": {"type": "str", "default": ""},
+    "client_secret": {"type": "str", "no_log": True},
+    "model": {"type": "dict", "default": {}},
     "list": {"type": "bool", "default": True},
     "allow_idle": {"type": "bool", "default": False},
 }
@@ -53,8 +66,11 @@ class ActionModule(ActionBase):
         _unused, args = self.validate_argument_spec(argument_spec=_ARGS)
         hosts = args["hosts"] or ranked_hosts(task_vars)
         mode = args["mode"]
-        sas = args["sas"] or ""
+        auth = args["auth"]
+        sas = (args["sas"] or "") if auth == "sas" else ""
         warnings: list[str] = []
+        if auth == "sas":
+            warnings.append(SAS_ARGV_WARNING)
         listing = None
         if args["list"] or mode == "balanced":
             missing = [k for k in ("account_url", "container") if not args[k]]
@@ -65,15 +81,29 @@ class ActionModule(ActionBase):
                 if check.errors:
                     raise AnsibleActionFail(" ".join(check.errors))
                 warnings += check.warnings
+            secrets = [x for x in (sas, args["client_secret"]) if x]
             try:
-                listing = list_blobs(args["account_url"], args["container"], args["prefix"], credential=sas or None)
-            except ListingError as exc:
-                raise AnsibleActionFail(redact(str(exc), [sas])) from None
+                credential = sas or None
+                if auth != "sas":
+                    credential = identity_credential(auth, msi_client_id=args["msi_client_id"],
+                                                     tenant_id=args["tenant_id"], client_id=args["client_id"],
+                                                     client_secret=args["client_secret"] or "")
+                listing = list_blobs(args["account_url"], args["container"], args["prefix"], credential=credential)
+            except (ListingError, ValueError) as exc:
+                raise AnsibleActionFail(redact(str(exc), secrets)) from None
         try:
             shards = plan_shards(hosts, mode, listing, allow_idle=args["allow_idle"])
         except ShardError as exc:
             raise AnsibleActionFail(str(exc)) from None
         plan = plan_summary(shards, mode, listed=listing is not None)
+        # Every blob of the listing, compact, so a node never calls "gone" a file another node holds now.
+        plan["known_names"] = NameSet.of(b.name for b in listing).dump() if listing is not None else ""
+        try:
+            rates = rates_from(args["model"])
+        except ValueError as exc:
+            raise AnsibleActionFail(str(exc)) from None
+        plan["prediction"] = (predict([s.bytes for s in shards], [s.raw_bytes for s in shards], rates)
+                              if listing is not None else {})
         if listing is not None and not listing:
             warnings.append(f"container {args['container']!r} has no blobs under prefix {args['prefix']!r}: "
                             "every shard is empty")

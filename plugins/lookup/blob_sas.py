@@ -13,7 +13,8 @@ description:
     key stays on the controller (in a vault).
   - Works against Azure Storage and against Azurite (the account name is taken from the URL's
     path there, e.g. C(http://127.0.0.1:10000/devstoreaccount1)).
-  - The result is a secret. Use it only in tasks under the project's C(amlhpc_no_log) switch.
+  - The result is a secret. Hand it only to options that are declared C(no_log) (C(sas) of
+    azcopy_shards, azcopy_stage, dataset_upload, aml_job); never print it.
 options:
   _terms:
     description: The account URL, e.g. C(https://myacct.blob.core.windows.net).

@@ -13,9 +13,10 @@ description:
     SSH public key, public access to the remote login port), sets its scale settings
     (O(min_nodes), O(max_nodes)) when they differ, and with O(wait) waits until O(min_nodes)
     nodes are idle and each answers on its SSH port."
-  - "O(state=scaled_to_zero): sets C(min_nodes) to 0 so AmlCompute releases the nodes once
-    they are idle (C(max_nodes) stays: the API needs it >= 1); with O(wait) waits until no
-    node is left."
+  - "O(state=scaled_to_zero): sets C(min_nodes) to 0 and a short idle time
+    (O(idle_seconds_before_scaledown), 120 s by default here) so AmlCompute releases the nodes
+    soon after they are idle (C(max_nodes) stays: the API needs it >= 1); with O(wait) waits
+    until no node is left, otherwise O(msg) says how many are left and when they go."
   - An autoscaling cluster (O(min_nodes) != O(max_nodes)) is refused while
     O(beeond_enabled) is true, because a scale-down destroys the BeeOND file system.
   - A cluster that exists with another VM size, admin user, SSH key or remote login setting
@@ -71,9 +72,10 @@ options:
     default: dedicated
     choices: [dedicated, lowpriority]
   idle_seconds_before_scaledown:
-    description: Idle time before AmlCompute releases a node above O(min_nodes).
+    description:
+      - Idle time before AmlCompute releases a node above O(min_nodes).
+      - Default 1800 with O(state=present), 120 with O(state=scaled_to_zero).
     type: int
-    default: 1800
   admin_user:
     description: Admin user on the nodes. Required with O(state=present).
     type: str
@@ -89,6 +91,14 @@ options:
     description: Refuse O(min_nodes) != O(max_nodes), since a scale-down destroys BeeOND.
     type: bool
     default: false
+  identity_resource_id:
+    description:
+      - ARM resource id of a user-assigned managed identity to give the nodes, set when the cluster
+        is created (an existing cluster keeps its identity). Grant it Storage Blob Data Reader on the
+        data set's account or container and stage with C(stage_auth=managed_identity) and
+        C(stage_msi_client_id) set to the identity's client id, and no SAS exists at all.
+    type: str
+    default: ""
   wait:
     description: Wait for the nodes (idle and answering on SSH; or gone, for C(scaled_to_zero)).
     type: bool
@@ -129,6 +139,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+msg:
+  description: With O(state=scaled_to_zero), how many nodes are left and when AmlCompute releases them.
+  returned: O(state=scaled_to_zero)
+  type: str
+  sample: "4 node(s) left on cluster 'gpu': AmlCompute releases each after 120 s idle (4 idle now: gone in about 2 min)"
 action:
   description: What was (or, in check mode, would be) done.
   returned: always
@@ -166,6 +181,7 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_nodes im
     AmlNodesError,
     ClusterInfo,
     ClusterSpec,
+    TEARDOWN_IDLE_SECONDS,
     nodes_from_records,
     nodes_ready,
     plan_cluster,
@@ -173,6 +189,7 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_nodes im
     resolve_auth,
     spec_problems,
     subscription_from,
+    teardown_eta,
 )
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_sdk import connect
 from ansible.module_utils.basic import AnsibleModule
@@ -213,6 +230,11 @@ def wait_for_nodes(module: AnsibleModule, client, name: str, want: int, reachabl
         if ok:
             return [n.record() for n in nodes], status
         if time.monotonic() >= deadline:
+            if want == 0:
+                idle = module.params["idle_seconds_before_scaledown"]
+                module.fail_json(msg=f"cluster '{name}' scaled to 0, but after {module.params['wait_timeout']}s: "
+                                     + teardown_eta(nodes, name, TEARDOWN_IDLE_SECONDS if idle is None else idle),
+                                 wait_status=status)
             module.fail_json(msg=f"cluster '{name}' not ready after {module.params['wait_timeout']}s: {status}",
                              wait_status=status)
         time.sleep(module.params["poll_interval"])
@@ -227,7 +249,9 @@ def run(module: AnsibleModule) -> dict[str, Any]:
     result: dict[str, Any] = {"changed": False}
 
     if p["state"] == "scaled_to_zero":
-        plan = plan_scale_to_zero(current)
+        idle = p["idle_seconds_before_scaledown"]
+        idle = TEARDOWN_IDLE_SECONDS if idle is None else idle
+        plan = plan_scale_to_zero(current, idle)
         want = 0
     else:
         missing = [k for k in ("vm_size", "max_nodes", "admin_user", "ssh_public_key") if not p[k]]
@@ -237,8 +261,10 @@ def run(module: AnsibleModule) -> dict[str, Any]:
                            min_nodes=p["max_nodes"] if p["min_nodes"] is None else p["min_nodes"],
                            admin_user=p["admin_user"], ssh_public_key=p["ssh_public_key"].strip(),
                            remote_login_port_public_access=p["remote_login_port_public_access"],
-                           vm_priority=p["vm_priority"], idle_seconds_before_scaledown=p["idle_seconds_before_scaledown"],
-                           beeond_enabled=p["beeond_enabled"])
+                           vm_priority=p["vm_priority"],
+                           idle_seconds_before_scaledown=1800 if p["idle_seconds_before_scaledown"] is None
+                           else p["idle_seconds_before_scaledown"],
+                           beeond_enabled=p["beeond_enabled"], identity_resource_id=p["identity_resource_id"])
         problems = spec_problems(spec)
         if problems:
             module.fail_json(msg="; ".join(problems))
@@ -266,13 +292,20 @@ def run(module: AnsibleModule) -> dict[str, Any]:
     elif plan.action == "update":
         new_min = plan.changes.get("min_nodes", (None, current.min_nodes))[1]
         new_max = plan.changes.get("max_nodes", (None, current.max_nodes))[1]
-        client.scale(name, new_min, new_max, p["idle_seconds_before_scaledown"], timeout_s=p["wait_timeout"])
+        if p["state"] == "scaled_to_zero":
+            new_idle = idle
+        else:
+            new_idle = spec.idle_seconds_before_scaledown
+        client.scale(name, new_min, new_max, new_idle, timeout_s=p["wait_timeout"])
     if plan.action != "none":
         current = client.cluster(name)
     result["cluster"] = _info_dict(current)
 
     if p["wait"] and current is not None:
         result["nodes"], result["wait_status"] = wait_for_nodes(module, client, name, want, p["check_reachable"])
+    if p["state"] == "scaled_to_zero" and current is not None:
+        left = [] if p["wait"] else nodes_from_records(client.list_nodes(name), name, f"cluster '{name}'")
+        result["msg"] = teardown_eta(left, name, idle)
     return result
 
 
@@ -293,12 +326,13 @@ def main() -> None:
             min_nodes=dict(type="int"),
             max_nodes=dict(type="int"),
             vm_priority=dict(type="str", default="dedicated", choices=["dedicated", "lowpriority"]),
-            idle_seconds_before_scaledown=dict(type="int", default=1800),
+            idle_seconds_before_scaledown=dict(type="int"),
             admin_user=dict(type="str"),
             ssh_public_key=dict(type="str", no_log=False),
             remote_login_port_public_access=dict(type="str", default="Enabled",
                                                  choices=["Enabled", "Disabled", "NotSpecified"]),
             beeond_enabled=dict(type="bool", default=False),
+            identity_resource_id=dict(type="str", default=""),
             wait=dict(type="bool", default=True),
             wait_timeout=dict(type="int", default=1800),
             poll_interval=dict(type="int", default=15),

@@ -22,7 +22,12 @@ description:
     C(Run.get_secret)); azure_ai_ml reads it in the job from O(sas_keyvault_url) with its
     managed identity; local passes it in the child processes' environment.
   - A run is submitted once per O(name). Running the task again reports the existing run
-    (changed=false) unless O(force=true).
+    (changed=false) while it is queued, running or completed. After a failed or cancelled run
+    it submits a new attempt under a new name (C(<name>-r2), C(<name>-r3), ...), as an AzureML v2
+    job name can never be reused; v1 runs carry C(amlhpc_attempt) in their tags. O(force=true)
+    submits a new attempt whatever the last one did.
+  - Check mode looks the runs up (read-only) and reports what a real run would do, changed
+    only when it would submit, with the run name it would use. It uploads and submits nothing.
   - Waiting streams the run's log into O(log_path) (module output is JSON only), then downloads
     the run's C(outputs/) folder to O(download_dir) and returns its metrics.
 attributes:
@@ -141,7 +146,7 @@ options:
     type: bool
     default: true
   force:
-    description: Submit even when a run with this name exists.
+    description: Submit a new attempt even when the last one completed or is still going.
     type: bool
     default: false
   download_dir:
@@ -185,7 +190,6 @@ EXAMPLES = r"""
     sas_secret_name: cosmoflow-sas
     train_args: {epochs: 64, batch_size: 4, amp: bf16}
     download_dir: "{{ playbook_dir }}/../outputs/cosmoflow-4x8"
-  no_log: "{{ amlhpc_no_log | default(true) }}"
 
 - name: Job | Train on this machine
   amlhpc.azureml.aml_job:
@@ -204,8 +208,16 @@ spec:
   returned: always
   type: dict
 run_id:
-  description: AzureML run ID or job name; the local run's name.
+  description: AzureML run ID or job name; the local run's name. In check mode, the name a submission would use.
   returned: always
+  type: str
+previous_run:
+  description: The earlier attempt this run follows (its run name), when there was one.
+  returned: when an earlier attempt exists
+  type: str
+msg:
+  description: What was decided, in one sentence (reused, submitted, resubmitted after a failure).
+  returned: AzureML backends
   type: str
 status:
   description: Final (or current, without O(wait)) status, for example C(Completed).
@@ -239,6 +251,7 @@ import time
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.job_runs import FAILED, attempt_name, decide
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.job_spec import (
     SAS_ENV,
     JobRequest,
@@ -249,8 +262,6 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.job_spec imp
     read_metrics,
     snapshot_source,
 )
-
-FAILED = {"Failed", "Canceled", "CancelRequested", "NotResponding", "TimedOut"}
 
 
 # --- SDK objects (what the tests check at the SDK boundary) --------------------------------
@@ -359,12 +370,27 @@ def _subscription(p: dict[str, Any]) -> str:
 # --- backends -----------------------------------------------------------------------------
 
 @contextlib.contextmanager
-def _quiet(log_path: str):
-    """SDK chatter (and streamed logs) go to the log file: module stdout is JSON only."""
-    os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
-    with open(log_path, "a", encoding="utf-8") as log, contextlib.redirect_stdout(log), \
+def _quiet(log_path: str | None):
+    """SDK chatter (and streamed logs) go to the log file (None: nowhere, in check mode):
+    module stdout is JSON only."""
+    if log_path:
+        os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
+    with open(log_path or os.devnull, "a", encoding="utf-8") as log, contextlib.redirect_stdout(log), \
             contextlib.redirect_stderr(log):
         yield log
+
+
+def _check_result(verdict: dict[str, Any], existing: Any, status: str | None, run_id: str | None) -> dict:
+    """What check mode reports: the run that would be reused, or the one that would be submitted."""
+    result: dict[str, Any] = {"changed": verdict["action"] == "submit"}
+    if verdict["previous"]:
+        result["previous_run"] = verdict["previous"]
+    if verdict["action"] == "reuse":
+        result.update(run_id=run_id, status=status, msg=verdict["msg"])
+    else:
+        result.update(run_id=verdict["run_name"], status="NotSubmitted (check mode)",
+                      msg=f"would submit {verdict['run_name']}: {verdict['msg']}")
+    return result
 
 
 def _finish(result: dict[str, Any], download_dir: str | None) -> dict[str, Any]:
@@ -375,51 +401,92 @@ def _finish(result: dict[str, Any], download_dir: str | None) -> dict[str, Any]:
     return result
 
 
-def run_v1(module: AnsibleModule, spec: dict[str, Any], req: JobRequest, snapshot: str, log_path: str) -> dict:
+def _v1_attempts(exp: Any, name: str) -> dict[str, Any]:
+    """The v1 runs of job ``name`` by attempt name (the newest run of each attempt)."""
+    runs: dict[str, Any] = {}
+    for run in exp.get_runs(tags={"amlhpc_run": name}):  # newest first
+        tags = run.tags or {}
+        try:
+            attempt = int(tags.get("amlhpc_attempt") or 1)
+        except ValueError:
+            continue
+        runs.setdefault(attempt_name(name, attempt), run)
+    return runs
+
+
+def run_v1(module: AnsibleModule, spec: dict[str, Any], req: JobRequest, prepare: Any, log_path: str | None) -> dict:
     p = module.params
     from azureml.core import Experiment
-    with open(p["dockerfile"], encoding="utf-8") as f:
-        dockerfile_text = f.read()
     with _quiet(log_path):
         ws = v1_workspace(p)
         exp = Experiment(ws, spec["experiment"])
-        existing = [] if p["force"] else list(exp.get_runs(tags={"amlhpc_run": req.name}))
-        if existing:
-            run, changed = existing[0], False
+        runs = _v1_attempts(exp, req.name)
+        statuses = {n: r.get_status() for n, r in runs.items()}
+        verdict = decide(req.name, statuses.items(), p["force"])
+        if module.check_mode:
+            run = runs.get(verdict["run_name"])
+            return _check_result(verdict, run, statuses.get(verdict["run_name"]), run.id if run else None)
+        if verdict["action"] == "reuse":
+            run, changed = runs[verdict["run_name"]], False
         else:
+            with open(p["dockerfile"], encoding="utf-8") as f:
+                dockerfile_text = f.read()
             if p["sas"]:
                 ws.get_default_keyvault().set_secret(name=req.sas_secret_name, value=p["sas"])
-            src, _unused = v1_objects(spec, dockerfile_text, snapshot)
-            run = exp.submit(src, tags={"amlhpc_run": req.name})
-            run.display_name = req.name
+            src, _ = v1_objects(spec, dockerfile_text, prepare())
+            run = exp.submit(src, tags={"amlhpc_run": req.name, "amlhpc_attempt": str(verdict["attempt"])})
+            run.display_name = verdict["run_name"]
             changed = True
         if p["wait"]:
             run.wait_for_completion(show_output=True, raise_on_error=False)
         status = run.get_status()
-        result = {"changed": changed, "run_id": run.id, "status": status, "portal_url": run.get_portal_url()}
+        result = {"changed": changed, "run_id": run.id, "status": status, "portal_url": run.get_portal_url(),
+                  "msg": verdict["msg"]}
+        if verdict["previous"]:
+            result["previous_run"] = verdict["previous"]
         if p["wait"] and p["download_dir"]:
             run.download_files(prefix="outputs", output_directory=p["download_dir"])
     return _finish(result, p["download_dir"] if p["wait"] else None)
 
 
-def run_v2(module: AnsibleModule, spec: dict[str, Any], req: JobRequest, snapshot: str, log_path: str) -> dict:
+def _v2_attempts(client: Any, name: str) -> dict[str, Any]:
+    """The v2 jobs of job ``name`` by attempt name: ``name``, ``name-r2``, ... until one is missing."""
+    jobs: dict[str, Any] = {}
+    attempt = 1
+    while True:
+        try:
+            jobs[attempt_name(name, attempt)] = client.jobs.get(attempt_name(name, attempt))
+        except Exception as exc:  # ResourceNotFoundError: no such attempt
+            if "NotFound" not in type(exc).__name__ and "not found" not in str(exc).lower():
+                raise
+            return jobs
+        attempt += 1
+
+
+def run_v2(module: AnsibleModule, spec: dict[str, Any], req: JobRequest, prepare: Any, log_path: str | None) -> dict:
     p = module.params
     with _quiet(log_path):
         client = v2_client(p)
-        job = None
-        if not p["force"]:
-            try:
-                job = client.jobs.get(req.name)
-            except Exception as exc:  # ResourceNotFoundError: not submitted yet
-                if "NotFound" not in type(exc).__name__ and "not found" not in str(exc).lower():
-                    raise
-        changed = job is None
-        if job is None:
-            job = client.jobs.create_or_update(v2_job(spec, snapshot), experiment_name=spec["experiment_name"])
+        jobs = _v2_attempts(client, req.name)
+        verdict = decide(req.name, ((n, j.status) for n, j in jobs.items()), p["force"])
+        if module.check_mode:
+            job = jobs.get(verdict["run_name"])
+            return _check_result(verdict, job, job.status if job else None, job.name if job else None)
+        changed = verdict["action"] == "submit"
+        if changed:
+            snapshot, build = prepare()
+            spec["environment"]["build"] = build
+            job = client.jobs.create_or_update(v2_job({**spec, "display_name": verdict["run_name"]}, snapshot),
+                                               experiment_name=spec["experiment_name"])
+        else:
+            job = jobs[verdict["run_name"]]
         if p["wait"]:
             client.jobs.stream(job.name)
             job = client.jobs.get(job.name)
-        result = {"changed": changed, "run_id": job.name, "status": job.status, "portal_url": job.studio_url}
+        result = {"changed": changed, "run_id": job.name, "status": job.status, "portal_url": job.studio_url,
+                  "msg": verdict["msg"]}
+        if verdict["previous"]:
+            result["previous_run"] = verdict["previous"]
         if p["wait"] and p["download_dir"]:
             client.jobs.download(job.name, download_path=p["download_dir"], all=True)
     return _finish(result, p["download_dir"] if p["wait"] else None)
@@ -437,6 +504,9 @@ def run_local(module: AnsibleModule, req: JobRequest, log_path: str) -> dict:
     if os.path.exists(summary) and not p["force"]:
         return {"changed": False, "run_id": req.name, "status": "Completed", "outputs_dir": req.output_dir,
                 "metrics": read_metrics(req.output_dir), "spec": build_spec(req, p["python"])}
+    if module.check_mode:
+        return {"changed": True, "run_id": req.name, "status": "NotSubmitted (check mode)",
+                "spec": build_spec(req, p["python"])}
     spec = build_spec(req, p["python"], _free_port())
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_", "OMPI_"))}
@@ -545,33 +615,42 @@ def main() -> None:
     work = os.path.join(os.getcwd(), ".cache", "aml_job", p["name"])
     where = req.output_dir if p["backend"] == "local" else (p["download_dir"] or work)
     log_path = p["log_path"] or os.path.join(where, "run.log")
-    if module.check_mode:
-        module.exit_json(changed=True, spec=spec, run_id=p["name"], status="NotSubmitted (check mode)")
-    if p["backend"] != "local" and p["wait"] and not p["download_dir"]:
+    if p["backend"] != "local" and p["wait"] and not p["download_dir"] and not module.check_mode:
         module.fail_json(msg="wait needs download_dir (where the run's outputs/ are fetched to)")
+    if module.check_mode:
+        log_path = None
+
+    def prepare_v1() -> str:
+        return snapshot_source(p["source_dir"], os.path.join(work, "src"), p["packages"])
+
+    def prepare_v2() -> tuple[str, dict[str, str]]:
+        # The Dockerfile alone is the build context (it copies nothing in).
+        build = os.path.join(work, "docker")
+        os.makedirs(build, exist_ok=True)
+        shutil.copyfile(p["dockerfile"], os.path.join(build, "Dockerfile"))
+        return prepare_v1(), {"path": build, "dockerfile_path": "Dockerfile"}
+
     try:
         if p["backend"] == "local":
             result = run_local(module, req, log_path)
         else:
-            snapshot = snapshot_source(p["source_dir"], os.path.join(work, "src"), p["packages"])
             if p["backend"] == "azureml_core":
-                result = run_v1(module, spec, req, snapshot, log_path)
+                result = run_v1(module, spec, req, prepare_v1, log_path)
             else:
-                # The Dockerfile alone is the build context (it copies nothing in).
-                build = os.path.join(work, "docker")
-                os.makedirs(build, exist_ok=True)
-                shutil.copyfile(p["dockerfile"], os.path.join(build, "Dockerfile"))
-                spec["environment"]["build"] = {"path": build, "dockerfile_path": "Dockerfile"}
-                result = run_v2(module, spec, req, snapshot, log_path)
+                result = run_v2(module, spec, req, prepare_v2, log_path)
             result["spec"] = spec
     except JobSpecError as exc:
         module.fail_json(msg=str(exc))
     except ImportError as exc:
         module.fail_json(msg=f"the {p['backend']} SDK is not importable by {sys.executable}: {exc}; "
                              "install requirements.txt into the controller venv")
+    if module.check_mode:
+        module.exit_json(**result)
     result["log_path"] = log_path
     if result["status"] in FAILED:
-        module.fail_json(msg=f"run {result['run_id']} ended {result['status']}; last lines of {log_path}:\n"
+        decided = result.pop("msg", "")
+        module.fail_json(msg=f"run {result['run_id']} ended {result['status']} ({decided or 'local run'}); running "
+                             f"the task again submits a new attempt. Last lines of {log_path}:\n"
                              f"{_tail(log_path)}", **result)
     module.exit_json(**result)
 

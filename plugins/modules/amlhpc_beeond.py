@@ -12,8 +12,11 @@ short_description: Start or stop a BeeOND (BeeGFS on demand) file system from th
 description:
   - Runs C(beeond start) or C(beeond stop) once, on the node it is called on (the head),
     for every node of a nodefile.
-  - Idempotent. C(started) does nothing when the mount point already holds a BeeGFS
-    mount, and treats beeond's exit status 111 as "already mounted".
+  - Idempotent. "Already running" is read from beeond's status file (O(status_file)) and
+    C(/proc/mounts), as beeond itself has no exit status for it (it exits 1 on any error).
+    C(started) does nothing when the mount point holds a BeeGFS mount; it fails, naming the
+    fix and running nothing, when a status file is left without the mount (a session that was
+    not shut down properly, which C(beeond start) would refuse).
     C(stopped) does nothing when neither a BeeGFS mount nor a BeeOND status file is left.
   - Supports check mode. It reports what it would do and runs nothing.
   - The command lines and the reading of their results live in
@@ -74,7 +77,9 @@ options:
     type: bool
     default: true
   status_file:
-    description: beeond's status file on this node; its presence means a session is up.
+    description:
+      - beeond's status file on this node (C(beeond -i)); beeond writes one line per service it
+        started, and refuses to start while the file exists.
     type: path
     default: /tmp/beeond.tmp
   extra_args:
@@ -115,7 +120,7 @@ cmd:
   sample: [beeond, start, -n, /etc/amlhpc/nodefile, -d, /mnt/resource_nvme/beeond,
            -c, /mnt/scratch, -m, "1", -F, -P]
 already_mounted:
-  description: Whether the file system was found already mounted (a mount, or beeond exit 111).
+  description: Whether the mount point already held the BeeGFS mount (read from C(/proc/mounts)).
   returned: always
   type: bool
 rc:
@@ -137,6 +142,7 @@ import os  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.beeond import (
     build_start_argv,
+    start_decision,
     build_stop_argv,
     interpret_start,
     interpret_stop,
@@ -150,6 +156,14 @@ def _mounted(mount_point: str) -> bool:
             return is_beegfs_mounted(fh.read(), mount_point)
     except OSError:
         return False
+
+
+def _read_status(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        return None
 
 
 def run_module() -> None:
@@ -180,20 +194,25 @@ def run_module() -> None:
 
     try:
         if p["state"] == "started":
-            if mounted:
-                module.exit_json(msg=f"BeeOND already mounted at {p['mount_point']}", **result)
+            decision = start_decision(_read_status(p["status_file"]), mounted, p["mount_point"],
+                                      p["status_file"])
+            if decision["action"] == "none":
+                module.exit_json(msg=decision["msg"], **result)
+            if decision["action"] == "refuse":
+                module.fail_json(msg=decision["msg"], **result)
             argv = build_start_argv(p["nodefile"], p["data_dir"], p["mount_point"],
                                     metadata_servers=p["metadata_servers"],
                                     storage_servers=p["storage_servers"],
                                     clear_data=p["clear_data"], pdsh=p["pdsh"],
                                     port_shift=p["port_shift"], log_dir=p["log_dir"],
-                                    extra_args=p["extra_args"], executable=p["executable"])
+                                    extra_args=p["extra_args"], executable=p["executable"],
+                                    status_file=p["status_file"])
         else:
             if not mounted and not os.path.exists(p["status_file"]):
                 module.exit_json(msg="BeeOND is not running", **result)
             argv = build_stop_argv(p["nodefile"], delete_data=p["delete_data"],
                                    delete_logs=p["delete_logs"], pdsh=p["pdsh"],
-                                   executable=p["executable"])
+                                   executable=p["executable"], status_file=p["status_file"])
     except ValueError as exc:
         module.fail_json(msg=str(exc), **result)
 
@@ -212,9 +231,7 @@ def run_module() -> None:
     result["already_mounted"] = bool(verdict.get("already_mounted", mounted))
     if verdict["failed"]:
         module.fail_json(msg=verdict["msg"], **result)
-    # Ansible fails a task whose result has a non-zero rc unless it says otherwise: exit 111
-    # (already mounted) is a success.
-    module.exit_json(msg=verdict["msg"], failed=False, **result)
+    module.exit_json(msg=verdict["msg"], **result)
 
 
 def main() -> None:

@@ -88,7 +88,6 @@ EXAMPLES = r"""
     prefix: v0.7
     sas: "{{ stage_sas }}"
   run_once: true
-  no_log: "{{ amlhpc_no_log | default(true) }}"
   register: stage_plan
 
 - name: Stage | Show the balance

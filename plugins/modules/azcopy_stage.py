@@ -8,33 +8,43 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: azcopy_stage
-short_description: Stage one node's shard of a data set from Azure Blob Storage with azcopy
+short_description: Stage one node's shard of a data set from Azure Blob Storage with azcopy, as a sync
 description:
-  - Runs one C(azcopy copy) for this node's shard (from the C(azcopy_shards) plan), with
-    C(--output-type json) progress, C(--decompress) for gzip-encoded blobs and an optional
-    bandwidth cap.
+  - Brings the stage folder in line with this node's shard of the C(azcopy_shards) plan, with one
+    C(azcopy copy) (C(--output-type json) progress, C(--decompress) for gzip-encoded blobs, an
+    optional bandwidth cap).
+  - A sync, when the plan carries the listing (C(shard.expected)). Every planned file is checked on
+    disk by name and size, and with O(verify=checksum) by the SHA-256 of its content that
+    C(dataset_upload) recorded in the blob's metadata. Only files that are missing or wrong are
+    fetched, in one azcopy run over exactly those files (C(--list-of-files)), never the whole
+    shard; the repaired ones are named in RV(repaired). Blobs that appeared since the last run are
+    fetched too.
+  - Files this node staged before whose blob is gone are reported (RV(gone)) and removed only with
+    O(prune=true).
+  - C(changed) is true exactly when a file was fetched or removed.
   - Resumable. azcopy writes into a hidden folder C(<dest>/.amlhpc-staging/<rank>) with
-    C(--overwrite=false), so a rerun after a failure skips the files already fetched. Files
-    are moved to their final names only after the whole job completed, so no half-written
-    file ever sits under its final name.
-  - Files that azcopy decompressed are renamed C(*.tfrecord) (azcopy 10.32 keeps C(.gz)).
-  - Afterwards the staged files are checked against the plan (count, and bytes when the
-    listing knows them); a difference fails with the names.
-  - A finished stage is recorded in C(<dest>/.amlhpc-staged/<rank>.json); a rerun with the
-    same shard changes nothing.
-  - The SAS token is passed to azcopy in its argv only. azcopy's job plans and logs go to a
-    private temporary folder that is removed afterwards. Run the task with C(no_log).
+    C(--overwrite=false), so a rerun after a failure skips the files already fetched. Files are
+    moved to their final names only after the whole job completed, so no half-written file ever
+    sits under its final name. Files that azcopy decompressed are renamed C(*.tfrecord).
+  - Without a listing in the plan (suffix mode with C(list=false)) azcopy's own count is the plan
+    and a finished stage is recognised by its record C(<dest>/.amlhpc-staged/<rank>.json).
+  - Authentication (O(auth)). With C(sas) the token is appended to the source URL, so it is in
+    azcopy's argv for the whole transfer, readable by local users through C(ps) (azcopy takes a
+    SAS no other way; the role warns once per run). With C(managed_identity), C(service_principal)
+    or C(azure_cli) no token exists; azcopy logs itself in through its own
+    C(AZCOPY_AUTO_LOGIN_TYPE) (C(MSI), C(SPN), C(AZCLI)) environment, and its argv holds no
+    C(sig=).
+  - Secrets are never written to disk. The module's action plugin runs it pipelined (module and
+    arguments on the interpreter's stdin) on every connection, the local one included, and
+    refuses to run when the connection or become method cannot pipeline. azcopy's job plans and
+    logs go to a private temporary folder that is removed afterwards. O(sas) and
+    O(client_secret) are C(no_log) and every message is redacted, so the task needs no task-level
+    C(no_log), and a failure shows its reason.
+  - The result carries a compact progress series (RV(progress)) for plots and the staging-time
+    prediction (RV(prediction)) beside the measured RV(seconds).
 version_added: "0.1.0"
 author:
   - amlhpc contributors (@amlhpc)
-attributes:
-  check_mode:
-    support: full
-    details: Reports whether the shard would be staged.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 options:
@@ -54,10 +64,32 @@ options:
     description: Folder of the data set inside the container (blob names in the shard are relative to it).
     type: str
     default: ""
-  sas:
-    description: SAS token for the container (read and list). Never logged or returned.
+  auth:
+    description:
+      - How azcopy authenticates. C(sas) needs O(sas); the identity modes need no secret on the node
+        except O(client_secret) for C(service_principal).
+      - C(managed_identity) is the AmlCompute cluster's identity (a user-assigned one by O(msi_client_id)).
     type: str
-    required: true
+    choices: [sas, managed_identity, service_principal, azure_cli]
+    default: sas
+  sas:
+    description: SAS token for the container (read and list), with O(auth=sas). Never logged or returned.
+    type: str
+  msi_client_id:
+    description: Client id of the user-assigned managed identity (O(auth=managed_identity)); empty for the system-assigned one.
+    type: str
+    default: ""
+  tenant_id:
+    description: Microsoft Entra tenant id (O(auth=service_principal), optional for C(azure_cli)).
+    type: str
+    default: ""
+  client_id:
+    description: Application (client) id of the service principal (O(auth=service_principal)).
+    type: str
+    default: ""
+  client_secret:
+    description: Client secret of the service principal; given to azcopy in its environment only. Never logged.
+    type: str
   dest:
     description: Stage folder on the node (may be shared by every node, e.g. BeeOND).
     type: path
@@ -69,10 +101,25 @@ options:
   shard:
     description:
       - This node's entry of the C(azcopy_shards) plan (C(shards[inventory_hostname])).
-      - Uses C(include_pattern) in suffix mode and C(list_of_files) in balanced mode; C(expected)
-        (name, size after staging, gzip) when present enables the check against the plan.
+      - C(expected) (name, size, size after staging, SHA-256, gzip) when present makes the run a sync;
+        C(suffixes) lets it find gone files in suffix mode.
     type: dict
     required: true
+  known_names:
+    description:
+      - The plan's C(known_names) (a compact set of every blob of the listing). A file another node's
+        shard holds now is then never called gone. Empty to leave it out.
+    type: str
+    default: ""
+  verify:
+    description: C(size) checks every staged file's size; C(checksum) also its content (reads every file).
+    type: str
+    choices: [size, checksum]
+    default: size
+  prune:
+    description: Remove staged files whose blob is gone (default is to report them).
+    type: bool
+    default: false
   decompress:
     description: Decompress blobs whose Content-Encoding is gzip while downloading.
     type: bool
@@ -89,24 +136,52 @@ options:
     description: File rewritten with the latest progress (JSON, no secrets) for an operator to watch; empty for none.
     type: path
     default: ""
+  model:
+    description:
+      - Inputs of the staging-time model besides the plan (see C(module_utils/amlhpc/azcopy_model.py)),
+        all optional; C(nodes) is the plan's node count.
+      - C(nic_gbps), C(egress_gbps) (the account, all nodes), C(azcopy_mb_s) (azcopy's measured per-node
+        rate, uncompressed), C(decompress_mb_s) (with C(--decompress), bytes on disk), C(overhead_s).
+    type: dict
+    default: {}
+attributes:
+  check_mode:
+    support: full
+    details: Reports whether a file would be fetched or removed; fetches nothing.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 notes:
-  - Supports check mode (reports whether the shard would be staged).
+  - The fetch in check mode surveys the disk as a real run does (with O(verify=checksum) it reads every file).
 seealso:
   - module: amlhpc.azureml.azcopy_shards
 """
 
 EXAMPLES = r"""
-- name: Stage | Copy this node's shard
+- name: Stage | Copy this node's shard with the cluster's managed identity
   amlhpc.azureml.azcopy_stage:
     azcopy: /usr/local/bin/azcopy
     account_url: https://acct.blob.core.windows.net
     container: cosmoflow
     prefix: v0.7
+    auth: managed_identity
+    msi_client_id: "{{ aml_cluster_identity_client_id }}"
+    dest: /mnt/beeond/cosmoflow
+    rank: "{{ aml_node_rank }}"
+    shard: "{{ stage_plan.shards[inventory_hostname] }}"
+    known_names: "{{ stage_plan.known_names }}"
+    verify: checksum
+  register: stage_result
+
+- name: Stage | Copy this node's shard with a SAS (in azcopy's argv while it runs)
+  amlhpc.azureml.azcopy_stage:
+    account_url: https://acct.blob.core.windows.net
+    container: cosmoflow
     sas: "{{ stage_sas }}"
     dest: /mnt/beeond/cosmoflow
     rank: "{{ aml_node_rank }}"
     shard: "{{ stage_plan.shards[inventory_hostname] }}"
-  no_log: "{{ amlhpc_no_log | default(true) }}"
   register: stage_result
 """
 
@@ -119,12 +194,43 @@ bytes:
   description: Their bytes on disk (after decompression).
   returned: success
   type: int
+fetched:
+  description: Files fetched in this run (missing, new or wrong ones).
+  returned: success
+  type: int
+repaired:
+  description: Up to five files that were on disk but wrong, each C(name (why)); why is C(size N, plan M) or C(checksum).
+  returned: success
+  type: list
+  elements: str
+  sample: ["train/univ_ics_2019-03_a10_007.tfrecord (checksum)"]
+repaired_count:
+  description: How many files were wrong and fetched again.
+  returned: success
+  type: int
+gone:
+  description: Up to five staged files whose blob is no longer listed.
+  returned: success
+  type: list
+  elements: str
+gone_count:
+  description: How many staged files have no blob any more.
+  returned: success
+  type: int
+removed:
+  description: Gone files removed in this run (O(prune=true)).
+  returned: success
+  type: int
+verify:
+  description: The check made, C(size) or C(checksum).
+  returned: success
+  type: str
 bytes_over_wire:
   description: Bytes azcopy downloaded in this run.
   returned: success
   type: int
 seconds:
-  description: Wall time of this run.
+  description: Measured wall time of this run (survey, fetch and checks).
   returned: success
   type: float
 throughput_mb_s:
@@ -132,14 +238,37 @@ throughput_mb_s:
   returned: success
   type: float
 skipped_existing:
-  description: Files a previous, interrupted run had fetched already (not fetched again).
+  description: Files already right on disk (or finished by an interrupted run), not fetched again.
+  returned: success
+  type: int
+azcopy_runs:
+  description: azcopy jobs run (0 or 1).
   returned: success
   type: int
 progress:
-  description: azcopy progress samples (about one per 10 %).
+  description:
+    - This node's transfer over time, from azcopy's JSON progress; at most 64 points, evenly thinned,
+      the first and the last kept. Empty when nothing was fetched.
+    - C(t) seconds since the module started, C(bytes) bytes over the wire so far, C(files) files done so far.
   returned: success
   type: list
   elements: dict
+  sample: [{"t": 0.52, "bytes": 0, "files": 0}, {"t": 2.51, "bytes": 1048576, "files": 96}]
+prediction:
+  description:
+    - The staging-time model's prediction for what this run fetched, beside the measured RV(seconds).
+      Empty when nothing was fetched.
+    - C(seconds), C(minutes), C(bottleneck) (C(account egress), C(NIC) or C(decompression CPU)),
+      C(limits_s) (the time each limit alone would take), C(nodes), C(rates) (the inputs used),
+      C(wire_bytes) and C(raw_bytes) (what the prediction is for).
+  returned: success
+  type: dict
+  sample: {"seconds": 782.2, "minutes": 13.04, "bottleneck": "decompression CPU", "nodes": 4,
+           "limits_s": {"account egress": 44.0, "NIC": 453.0, "decompression CPU": 782.2}}
+summary:
+  description: One line for the report, e.g. C(96 files, 3 fetched (2 repaired), 0 gone; 2.1 s measured, 1.9 s predicted (NIC)).
+  returned: success
+  type: str
 sas_warnings:
   description: Warnings about the SAS token (e.g. it grants more than read and list).
   returned: always
@@ -148,14 +277,20 @@ sas_warnings:
 """
 
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy import (
+    AUTH_MODES,
+    VERIFY_MODES,
     ExpectedFile,
+    NameSet,
     StageError,
+    auth_env,
     blob_url,
     check_sas,
+    plan_sync,
     redact,
     shard_is_staged,
     stage_shard,
 )
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_model import predict_node, rates_from
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 
@@ -170,7 +305,45 @@ def _expected(shard: dict) -> list[ExpectedFile] | None:
     rows = shard.get("expected")
     if rows is None:
         return None
-    return [ExpectedFile(r["name"], r.get("raw_size"), bool(r.get("gzip"))) for r in rows]
+    return [ExpectedFile(r["name"], r.get("raw_size"), bool(r.get("gzip")), r.get("sha256") or None, r.get("size"))
+            for r in rows]
+
+
+def _suffixes(shard: dict) -> list[int] | None:
+    if shard.get("mode", "suffix") != "suffix":
+        return None
+    return [int(x) for x in shard.get("suffixes") or []]
+
+
+def prediction_for(result: dict, model: dict) -> dict:
+    """The model's prediction for what this run fetched (empty when nothing was)."""
+    if not result.get("fetched"):
+        return {}
+    model = dict(model or {})
+    nodes = int(model.pop("nodes", 1) or 1)
+    rates = rates_from(model)
+    wire = result.get("fetched_planned_bytes")
+    wire = result["bytes_over_wire"] if wire is None else wire
+    raw = result.get("fetched_planned_raw_bytes")
+    out = predict_node(int(wire), None if raw is None else int(raw), rates, nodes=nodes, wire_total=int(wire) * nodes)
+    out.update({"wire_bytes": int(wire), "raw_bytes": raw})
+    return out
+
+
+def summary_line(result: dict) -> str:
+    pred = result.get("prediction") or {}
+    text = (f"{result['files']} files, {result['fetched']} fetched ({result['repaired_count']} repaired), "
+            f"{result['gone_count']} gone ({result['removed']} removed); {result['seconds']:g} s measured")
+    if pred:
+        text += f", {pred['seconds']:g} s predicted ({pred['bottleneck']})"
+    if result.get("repaired"):
+        text += "; repaired: " + ", ".join(result["repaired"]) + (
+            f" and {result['repaired_count'] - len(result['repaired'])} more"
+            if result["repaired_count"] > len(result["repaired"]) else "")
+    if result.get("gone"):
+        text += "; gone: " + ", ".join(result["gone"]) + (
+            f" and {result['gone_count'] - len(result['gone'])} more" if result["gone_count"] > len(result["gone"]) else "")
+    return text
 
 
 def main() -> None:
@@ -180,39 +353,71 @@ def main() -> None:
             "account_url": {"type": "str", "required": True},
             "container": {"type": "str", "required": True},
             "prefix": {"type": "str", "default": ""},
-            "sas": {"type": "str", "required": True, "no_log": True},
+            "auth": {"type": "str", "default": "sas", "choices": list(AUTH_MODES)},
+            "sas": {"type": "str", "no_log": True},
+            "msi_client_id": {"type": "str", "default": ""},
+            "tenant_id": {"type": "str", "default": ""},
+            "client_id": {"type": "str", "default": ""},
+            "client_secret": {"type": "str", "no_log": True},
             "dest": {"type": "path", "required": True},
             "rank": {"type": "int", "required": True},
             "shard": {"type": "dict", "required": True},
+            "known_names": {"type": "str", "default": ""},
+            "verify": {"type": "str", "default": "size", "choices": list(VERIFY_MODES)},
+            "prune": {"type": "bool", "default": False},
             "decompress": {"type": "bool", "default": True},
             "cap_mbps": {"type": "float", "default": 0},
             "timeout": {"type": "int", "default": 0},
             "progress_file": {"type": "path", "default": ""},
+            "model": {"type": "dict", "default": {}},
         },
+        required_if=[("auth", "sas", ("sas",)), ("auth", "service_principal", ("tenant_id", "client_id", "client_secret"))],
         supports_check_mode=True,
     )
     p = module.params
-    sas = p["sas"]
-    check = check_sas(sas, "rl")
-    for warning in check.warnings:
-        module.warn(warning)
-    if check.errors:
-        module.fail_json(msg=" ".join(check.errors), sas_warnings=check.warnings)
+    sas = (p["sas"] or "") if p["auth"] == "sas" else ""
+    secrets = [s for s in (sas, p["client_secret"]) if s]
+    warnings: list[str] = []
+    if p["auth"] == "sas":
+        check = check_sas(sas, "rl")
+        warnings = check.warnings
+        for warning in check.warnings:
+            module.warn(warning)
+        if check.errors:
+            module.fail_json(msg=" ".join(check.errors), sas_warnings=warnings)
+    auth_options = {"msi_client_id": p["msi_client_id"], "tenant_id": p["tenant_id"], "client_id": p["client_id"],
+                    "client_secret": p["client_secret"] or ""}
+    try:
+        auth_env(p["auth"], **auth_options)
+    except ValueError as exc:
+        module.fail_json(msg=str(exc), sas_warnings=warnings)
     source = blob_url(p["account_url"], p["container"], p["prefix"])
-    shard_args = _shard_args(p["shard"])
+    shard = p["shard"]
+    shard_args = _shard_args(shard)
+    expected = _expected(shard)
+    known = NameSet.load(p["known_names"]) if p["known_names"] else None
     if module.check_mode:
-        staged = shard_is_staged(source_url=source, stage_dir=p["dest"], rank=p["rank"],
-                                 decompress=p["decompress"], **shard_args)
-        module.exit_json(changed=not staged, sas_warnings=check.warnings)
+        if expected is None:
+            staged = shard_is_staged(source_url=source, stage_dir=p["dest"], rank=p["rank"],
+                                     decompress=p["decompress"], **shard_args)
+            module.exit_json(changed=not staged, sas_warnings=warnings)
+        todo = plan_sync(stage_dir=p["dest"], rank=p["rank"], expected=expected, decompress=p["decompress"],
+                         verify=p["verify"], suffixes=_suffixes(shard), known=known)
+        module.exit_json(changed=bool(todo["fetch"]) or bool(p["prune"] and todo["gone"]),
+                         would_fetch=len(todo["fetch"]), gone=todo["gone"][:5], gone_count=len(todo["gone"]),
+                         sas_warnings=warnings)
     try:
         result = stage_shard(
             azcopy=p["azcopy"], source_url=source, sas=sas, stage_dir=p["dest"], rank=p["rank"],
-            expected=_expected(p["shard"]), decompress=p["decompress"], cap_mbps=p["cap_mbps"] or None,
+            expected=expected, decompress=p["decompress"], cap_mbps=p["cap_mbps"] or None,
             timeout=p["timeout"] or None, node=f"node {p['rank']}", progress_file=p["progress_file"] or None,
-            **shard_args)
+            verify=p["verify"], prune=p["prune"], suffixes=_suffixes(shard), known=known, auth=p["auth"],
+            auth_options=auth_options, **shard_args)
+        result["prediction"] = prediction_for(result, p["model"])
     except (StageError, OSError, ValueError) as exc:
-        module.fail_json(msg=redact(str(exc), [sas]), sas_warnings=check.warnings)
-    module.exit_json(sas_warnings=check.warnings, **result)
+        module.fail_json(msg=redact(str(exc), secrets), sas_warnings=warnings)
+    result["summary"] = summary_line(result)
+    module.exit_json(sas_warnings=warnings, **result)
 
 
 if __name__ == "__main__":

@@ -12,10 +12,13 @@ short_description: Gzip a data set in parallel and upload it with Content-Encodi
 description:
   - Compresses every data file under O(src) (by default C(*.tfrecord)) in a process pool into
     O(work_dir), then uploads each as C(<prefix>/<relative path>.gz) with C(Content-Encoding gzip),
-    C(Content-MD5) and its size before compression in the metadata C(amlhpc_raw_bytes), so
-    that staging (C(azcopy --decompress)) can decompress on the fly and check the bytes on disk.
+    C(Content-MD5), and in its metadata its size before compression (C(amlhpc_raw_bytes)) and the
+    SHA-256 of its uncompressed bytes (C(amlhpc_raw_sha256)), so that staging (C(azcopy --decompress))
+    can decompress on the fly and check every file on disk by size and by content.
   - Compression is deterministic (gzip C(mtime=0)), so a rerun produces the same bytes; blobs
-    already there with the same size and MD5 are skipped (idempotent).
+    already there with the same size, MD5 and metadata are skipped (idempotent).
+  - The module's arguments carry a secret; its action plugin runs it pipelined on every connection
+    (the local one included) and refuses otherwise, so its payload is never written to a file.
   - Runs where the data is (usually the controller); needs the Python package azure-storage-blob.
 version_added: "0.1.0"
 author:
@@ -91,7 +94,6 @@ EXAMPLES = r"""
     container: cosmoflow
     prefix: v0.7
     sas: "{{ prepare_dataset_sas }}"
-  no_log: "{{ amlhpc_no_log | default(true) }}"
 """
 
 RETURN = r"""

@@ -9,6 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from conftest import free_port
+from report_reader import decode_png, image_bytes, read_report, table_dicts
+
+from amlhpc import job_spec
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -21,7 +27,9 @@ def load_entry_point():
 
 def test_local_profile_through_ansible_runner(tmp_path):
     entry = load_entry_point()
-    runner = entry.run_playbook("site.yml", private_data_dir=str(tmp_path / "runner"), quiet=True)
+    port = free_port()  # the local blob store's port: others may run the local default meanwhile
+    runner = entry.run_playbook("site.yml", private_data_dir=str(tmp_path / "runner"), quiet=True,
+                                extravars={"local_blob_port": port})
     summary = entry.summarize(runner)
     assert summary["status"] == "successful", json.dumps(summary, default=str)[:4000]
     assert summary["rc"] == 0 and summary["failed_tasks"] == []
@@ -47,15 +55,73 @@ def test_local_profile_through_ansible_runner(tmp_path):
     assert any(line.startswith("stage: ") and " files, " in line for line in lines)
     assert any(line.startswith("training loss per epoch: ") for line in lines)
 
-    # No SAS signature anywhere in what the runner kept.
+    # The HTML report: every section there, with a plot or the reason it has none.
+    where = next(e for e in events if e["event"] == "runner_on_ok"
+                 and e["event_data"]["task"] == "Report | Say where the HTML report is")
+    page_path = Path(where["event_data"]["res"]["msg"].removeprefix("report: "))
+    assert page_path == ROOT / "outputs" / "cosmoflow-local" / "report.html"
+    check_report(page_path.read_text(), lines, events)
+
+    # No SAS signature anywhere in what the runner kept, nor in the report.
     artifacts = Path(runner.config.artifact_dir)
-    for path in artifacts.rglob("*"):
+    for path in [*artifacts.rglob("*"), page_path]:
         if path.is_file():
             assert "sig=" not in path.read_text(errors="replace"), path
 
     # After that run, check mode goes through the whole site.yml and changes nothing on the node.
-    check = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "site.yml", "--check", "--diff"],
-                           cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+    check = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "site.yml", "--check", "--diff",
+                            "-e", f"local_blob_port={port}"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert check.returncode == 0, check.stdout[-4000:]
     node = re.search(r"^local-0\s+: (.*)$", check.stdout.split("PLAY RECAP")[-1], re.M).group(1)
     assert "changed=0" in node and "failed=0" in node, node
+
+
+def check_report(page: str, summary_lines: list[str], events: list[dict]) -> None:
+    """report.html of the local default against what the run measured."""
+    sections = read_report(page)["sections"]
+    for sid in ("staging", "health", "nccl", "fsbench", "training"):
+        assert sid in sections, sid
+        for src in sections[sid]["images"]:
+            assert decode_png(image_bytes(src))[0] > 0, sid
+
+    # Staging: files and bytes on disk are the stage manifest's; seconds and what was already
+    # there as in the text summary; a plot when azcopy fetched anything in this run.
+    manifest = json.loads((ROOT / ".scratch" / "cosmoflow" / ".amlhpc-staged" / "0.json").read_text())
+    row = table_dicts(sections["staging"]["tables"][0])[0]
+    assert (row["node"], int(row["files"]), int(row["bytes on disk"])) == (
+        "local-0", len(manifest["files"]), sum(manifest["files"].values()))
+    stage_line = next(line for line in summary_lines if line.startswith("stage: "))
+    assert f" in {float(row['seconds']):.1f} s" in stage_line, (row, stage_line)
+    already = re.search(r"; (\d+) file\(s\) were already there", stage_line)
+    assert int(row["already there"]) == (int(already.group(1)) if already else 0)
+    if int(row["bytes over the wire"]) > 0:
+        assert len(sections["staging"]["images"]) == 1
+    else:
+        assert any("azcopy fetched nothing in this run" in s for s in sections["staging"]["summary"])
+
+    # Health: one row per check of the node, shown against its threshold; the plot counts them.
+    health = table_dicts(sections["health"]["tables"][0])
+    assert {r["check"] for r in health} >= {"gpu_count", "nccl_all_reduce_node", "fs_write", "fs_read"}
+    assert len(sections["health"]["images"]) == 1
+
+    # NCCL: no GPU here, and the section says so.
+    assert not sections["nccl"]["images"]
+    assert sections["nccl"]["nodata"][0].startswith("No data: no NCCL test ran: no GPU")
+
+    # Shared mount: the figures amlhpc_fs_bench returned.
+    bench = next(e["event_data"]["res"] for e in events if e["event"] == "runner_on_ok" and e["event_data"]["task"]
+                 == "Health check | Measure the shared mount with parallel writers and readers")
+    fs = table_dicts(sections["fsbench"]["tables"][0])[0]
+    assert (float(fs["write"]), float(fs["read"])) == (pytest.approx(bench["write_mbps"], abs=0.05),
+                                                       pytest.approx(bench["read_mbps"], abs=0.05))
+    assert len(sections["fsbench"]["images"]) == 1
+
+    # Training: loss and validation MAE of every epoch in the job's metrics.jsonl.
+    epochs = job_spec.read_metrics(str(ROOT / "outputs" / "cosmoflow-local"))["epochs"]
+    rows = table_dicts(sections["training"]["tables"][0])
+    assert len(rows) == len(epochs) >= 3
+    for r, e in zip(rows, epochs):
+        assert (float(r["train_loss"]), float(r["val_mae"])) == (pytest.approx(e["train_loss"], abs=5e-5),
+                                                                  pytest.approx(e["val_mae"], abs=5e-5))
+    assert len(sections["training"]["images"]) == 1

@@ -6,7 +6,6 @@ import os
 import numpy as np
 import pytest
 import torch
-
 from amlhpc.cosmoflow_data import generate
 from amlhpc.tfrecord import TFRecordError, decode_example, encode_example, read_records, write_tfrecord
 from cosmoflow import data as cdata
@@ -24,25 +23,102 @@ def test_reader_round_trip_on_generated_files(tmp_path, compress):
         x, y = ds[i]
         raw = decode_example(read_records(entry.path)[0])["x"]
         counts = np.frombuffer(raw, dtype="<i2").reshape(8, 8, 8, 4)
-        assert x.dtype == torch.float32 and x.shape == (8, 8, 8, 4)
-        np.testing.assert_array_equal(x.numpy(), np.log1p(counts.astype(np.float32)))
+        assert x.dtype == torch.int16 and x.shape == (8, 8, 8, 4)  # workers hand over int16
+        np.testing.assert_array_equal(x.numpy(), counts)
+        np.testing.assert_allclose(cdata.to_model_input(x).numpy(), np.log1p(counts.astype(np.float32)),
+                                   rtol=1e-6)
         np.testing.assert_array_equal(y.numpy(), np.asarray(entry.y, dtype=np.float32))
     assert len(cdata.list_files(str(tmp_path), "validation")) == 3
 
 
 def test_raw_counts_without_log(tmp_path):
     generate(str(tmp_path), 1, 0, cube=4, subvolumes=1, seed=0)
-    x_log, _unused = cdata.CosmoFlowDataset(cdata.list_files(str(tmp_path), "train"), 4)[0]
-    x_raw, _unused = cdata.CosmoFlowDataset(cdata.list_files(str(tmp_path), "train"), 4, apply_log=False)[0]
+    x_log, _ = cdata.CosmoFlowDataset(cdata.list_files(str(tmp_path), "train"), 4, raw=False)[0]
+    x_raw, _ = cdata.CosmoFlowDataset(cdata.list_files(str(tmp_path), "train"), 4, apply_log=False, raw=False)[0]
     torch.testing.assert_close(x_log, torch.log1p(x_raw))
     assert x_raw.max() > 1 and float(x_raw.max()).is_integer()
 
 
-def test_preprocess_matches_log1p_over_every_int16():
+def test_device_transform_matches_the_reference_over_every_int16():
+    """to_model_input (torch's vectorised log1p, where the model runs) against the reference's
+    log(x + 1) in float64, over every int16 value; -1 -> -inf and < -1 -> nan as TF gives."""
     counts = np.arange(-32768, 32768, dtype=np.int32).astype(np.int16)
     with np.errstate(divide="ignore", invalid="ignore"):
-        expected = np.log1p(counts.astype(np.float32))
-    np.testing.assert_array_equal(cdata.preprocess(counts), expected)
+        expected = np.log1p(counts.astype(np.float64)).astype(np.float32)
+    got = cdata.to_model_input(torch.from_numpy(counts)).numpy()
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, expected, rtol=2e-7, equal_nan=True)
+    np.testing.assert_allclose(cdata.preprocess(counts), expected, rtol=2e-7, equal_nan=True)
+
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "tf_written")
+
+
+@pytest.mark.parametrize("name", ["tf_plain.tfrecord", "tf_gzip.tfrecord.gz"])
+def test_files_written_by_tensorflow(name):
+    """Written by tf.io.TFRecordWriter (fixtures/tf_written/make_tf_written.py), not by us."""
+    ds = cdata.CosmoFlowDataset([os.path.join(FIXTURES, name)], cube=8, records_per_file=2)
+    for k in range(2):
+        x, y = ds[k]
+        expected = (np.arange(8 ** 3 * 4) * 37 + k) % 50
+        np.testing.assert_array_equal(x.numpy().ravel(), expected)
+        np.testing.assert_allclose(y.numpy(), [0.1 * k, -0.2, 0.3, 0.4], rtol=1e-6)
+
+
+def _gz_member(tmp_path):
+    plain = tmp_path / "m.tfrecord"
+    _two_record_file(plain)
+    return gzip.compress(plain.read_bytes(), mtime=0)
+
+
+@pytest.mark.parametrize("use_isal", [True, False], ids=["isal", "zlib"])
+def test_truncated_gzip_names_the_file(tmp_path, monkeypatch, use_isal):
+    from amlhpc import tfrecord
+    if not use_isal:
+        monkeypatch.setattr(tfrecord, "_igzip", None)
+    path = tmp_path / "t.tfrecord.gz"
+    path.write_bytes(_gz_member(tmp_path)[:-30])
+    with pytest.raises(TFRecordError, match=r"t\.tfrecord\.gz: (truncated|corrupt) gzip stream"):
+        cdata.CosmoFlowDataset([str(path)], cube=4, records_per_file=2)[1]
+
+
+@pytest.mark.parametrize("use_isal", [True, False], ids=["isal", "zlib"])
+def test_gzip_trailer_crc_is_checked_when_the_file_is_read_to_its_end(tmp_path, monkeypatch, use_isal):
+    from amlhpc import tfrecord
+    if not use_isal:
+        monkeypatch.setattr(tfrecord, "_igzip", None)
+    blob = bytearray(_gz_member(tmp_path))
+    blob[-8] ^= 0x01  # the trailer's CRC-32 of the uncompressed data; the records are intact
+    path = tmp_path / "crc.tfrecord.gz"
+    path.write_bytes(bytes(blob))
+    ds = cdata.CosmoFlowDataset([str(path)], cube=4, records_per_file=2)
+    with pytest.raises(TFRecordError, match=r"crc\.tfrecord\.gz: corrupt gzip stream.*CRC"):
+        ds[1]
+
+
+def test_isal_inflates_when_installed():
+    from amlhpc import tfrecord
+    pytest.importorskip("isal")
+    assert tfrecord.GZIP_BACKEND == "isal"
+
+
+def test_loader_plan_from_cores():
+    nd96 = cdata.plan_loader(96, 8, gpu=True)
+    assert (nd96.workers, nd96.pin_threads) == (9, 2) and nd96.workers * nd96.prefetch_factor >= 8
+    assert cdata.plan_loader(2, 1, gpu=False).workers == 1
+    assert cdata.plan_loader(96, 8, gpu=True, workers=4, prefetch_factor=3, pin_threads=1) == \
+        cdata.LoaderPlan(4, 3, 1)
+
+
+def test_pinned_batches_keep_the_loader_order(tmp_path):
+    if not torch.cuda.is_available():
+        pytest.skip("pinning needs CUDA")
+    generate(str(tmp_path), 1, 0, cube=4, subvolumes=8, seed=2)
+    ds = cdata.CosmoFlowDataset(cdata.list_files(str(tmp_path), "train"), cube=4)
+    plain = cdata.make_loader(ds, 2, 0, 1, shuffle=True, workers=0)
+    pinned = cdata.make_loader(ds, 2, 0, 1, shuffle=True, workers=0, pin_memory=True, pin_threads=3)
+    for (a, _), (b, _) in zip(plain, pinned):
+        assert b.is_pinned() and torch.equal(a, b)
 
 
 def _two_record_file(path, cube=4):
@@ -119,7 +195,7 @@ def test_loader_with_workers_reads_each_sample_once(tmp_path):
     for rank in range(2):
         loader = cdata.make_loader(ds, batch_size=3, shard=rank, num_shards=2, shuffle=True, workers=2)
         for x, y in loader:
-            assert x.shape == (3, 4, 4, 4, 4)
+            assert x.shape == (3, 4, 4, 4, 4) and x.dtype == torch.int16
             ys.extend(tuple(round(v, 5) for v in row) for row in y.tolist())
     expected = {tuple(round(float(np.float32(v)), 5) for v in w.y) for w in written}
     assert len(ys) == 12 and set(ys) == expected

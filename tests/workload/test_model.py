@@ -2,8 +2,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from cosmoflow.model import REFERENCE, SEED_SHAPE, CosmoFlow, ModelConfig, parameter_count
+from cosmoflow.model import REFERENCE, SEED_SHAPE, V07, CosmoFlow, ModelConfig, parameter_count
 
 
 def expected_params(cfg: ModelConfig) -> int:
@@ -20,8 +19,22 @@ def expected_params(cfg: ModelConfig) -> int:
 
 
 def test_reference_parameter_count():
+    assert REFERENCE.kernel_size == 3
+    assert parameter_count(CosmoFlow(REFERENCE)) == expected_params(REFERENCE) == 8_907_556
+    assert parameter_count(CosmoFlow(V07)) == expected_params(V07) == 5_597_604
+
+
+def test_keras_initialisation():
+    torch.manual_seed(0)
     model = CosmoFlow(REFERENCE)
-    assert parameter_count(model) == expected_params(REFERENCE) == 5_597_604
+    for m in model.modules():
+        if isinstance(m, (torch.nn.Conv3d, torch.nn.Linear)):
+            assert torch.count_nonzero(m.bias) == 0
+            fan_in = m.weight[0].numel()
+            fan_out = m.weight.shape[0] * m.weight[0, 0].numel()
+            bound = (6.0 / (fan_in + fan_out)) ** 0.5
+            assert m.weight.abs().max() <= bound
+            assert m.weight.abs().max() > 0.95 * bound  # uniform up to the glorot bound
 
 
 def test_seed_shape_is_seven_convs_and_three_dense():
@@ -46,10 +59,10 @@ def test_reference_shapes_on_a_full_size_cube():
 
 
 def test_keras_same_padding_keeps_the_cube_size():
-    cfg = ModelConfig(cube=8, conv_size=2, n_conv_layers=1, kernel_size=2)
-    conv_block = CosmoFlow(cfg).features
-    y = conv_block[:2](torch.zeros(1, 4, 8, 8, 8))  # pad + conv, before pooling
-    assert y.shape == (1, 2, 8, 8, 8)
+    for kernel in (2, 3):
+        cfg = ModelConfig(cube=8, conv_size=2, n_conv_layers=1, kernel_size=kernel)
+        conv = CosmoFlow(cfg).features[0]
+        assert conv(torch.zeros(1, 4, 8, 8, 8)).shape == (1, 2, 8, 8, 8)
 
 
 def test_cube_must_survive_the_poolings():

@@ -9,6 +9,13 @@ finished by the other.
     info = stage_for_this_node(account_url="https://acct.blob.core.windows.net", container="cosmoflow",
                                stage_dir="/mnt/beeond/cosmoflow", sas=read_sas("env:COSMOFLOW_SAS"),
                                node_rank=rank, num_nodes=world_nodes)
+    # or, with no token at all, the cluster's (user-assigned) managed identity:
+    info = stage_for_this_node(..., auth="managed_identity", msi_client_id="<client id>", verify="checksum")
+
+It is a sync like the Ansible stage: with the listing (the Azure SDK is in the job image),
+every planned file is checked by size (and with ``verify="checksum"`` by the SHA-256 of its
+content recorded by ``prepare_dataset``), only missing or wrong files are fetched, and files
+whose blob is gone are reported (removed with ``prune=True``).
 """
 
 from __future__ import annotations
@@ -17,8 +24,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from amlhpc.azcopy import ExpectedFile, StageError, blob_url, check_sas, stage_shard
-from amlhpc.blob_listing import ListingError, list_blobs, sdk_available
+from amlhpc.azcopy import AUTH_MODES, ExpectedFile, StageError, auth_env, blob_url, check_sas, stage_shard
+from amlhpc.blob_listing import ListingError, identity_credential, list_blobs, sdk_available
 from amlhpc.shards import ShardError, include_pattern, plan_shards
 
 __all__ = ["StageError", "read_sas", "stage_for_this_node"]
@@ -53,25 +60,41 @@ def read_sas(spec: str) -> str:
     raise ValueError(f"the SAS source must be env:VAR or file:PATH, got {spec[:20]!r}")
 
 
-def stage_for_this_node(*, account_url: str, container: str, stage_dir: str, sas: str,
+def stage_for_this_node(*, account_url: str, container: str, stage_dir: str, sas: str = "",
                         node_rank: int, num_nodes: int, shard_mode: str = "suffix",
                         prefix: str = "", azcopy: str = "azcopy", cap_mbps: float | None = None,
-                        progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+                        progress: Callable[[dict[str, Any]], None] | None = None, auth: str = "sas",
+                        msi_client_id: str = "", tenant_id: str = "", client_id: str = "",
+                        client_secret: str = "", verify: str = "size", prune: bool = False,
+                        env: dict[str, str] | None = None) -> dict[str, Any]:
     """Stage node ``node_rank``'s shard (of ``num_nodes``) into ``stage_dir``; resumable.
 
-    Returns ``{"files", "bytes", "seconds", "skipped_existing"}`` (plus bytes_over_wire,
-    throughput_mb_s, changed). ``progress`` gets azcopy's progress as dicts (percent,
-    completed, total, bytes_over_wire, seconds). Raises ``StageError`` or ``ValueError``
-    with a sentence naming the problem.
+    ``auth`` as the Ansible stage: ``sas`` (``sas`` is in azcopy's argv while it runs),
+    ``managed_identity`` (``msi_client_id`` for a user-assigned identity),
+    ``service_principal`` (``tenant_id``, ``client_id``, ``client_secret``: azcopy's
+    environment only) or ``azure_cli``. Returns files, bytes, seconds, skipped_existing,
+    bytes_over_wire, throughput_mb_s, changed, fetched, repaired/repaired_count,
+    gone/gone_count, removed and progress (see ``amlhpc.azcopy_sync.stage_shard``).
+    ``progress`` gets azcopy's progress as dicts (percent, completed, total,
+    bytes_over_wire, seconds). Raises ``StageError`` or ``ValueError`` with a sentence
+    naming the problem.
     """
     if not 0 <= node_rank < num_nodes:
         raise ValueError(f"node_rank {node_rank} is outside 0..{num_nodes - 1}")
-    sas_check = check_sas(sas, "rl")
-    if sas_check.errors:
-        raise StageError(" ".join(sas_check.errors))
-    for warning in sas_check.warnings:
-        if progress is not None:
-            progress({"warning": warning})
+    if auth not in AUTH_MODES:
+        raise ValueError(f"auth must be one of {', '.join(AUTH_MODES)}, got {auth!r}")
+    auth_options = {"msi_client_id": msi_client_id, "tenant_id": tenant_id, "client_id": client_id,
+                    "client_secret": client_secret}
+    auth_env(auth, **auth_options)  # ValueError naming what is missing
+    if auth == "sas":
+        sas_check = check_sas(sas, "rl")
+        if sas_check.errors:
+            raise StageError(" ".join(sas_check.errors))
+        for warning in sas_check.warnings:
+            if progress is not None:
+                progress({"warning": warning})
+    else:
+        sas = ""
     hosts = [f"rank{r}" for r in range(num_nodes)]
     listing = None
     if shard_mode == "balanced" or sdk_available():
@@ -79,7 +102,8 @@ def stage_for_this_node(*, account_url: str, container: str, stage_dir: str, sas
             raise StageError("balanced shard mode lists the container, which needs the Python package "
                              "azure-storage-blob; it is not installed here: install it or use shard_mode='suffix'")
         try:
-            listing = list_blobs(account_url, container, prefix, credential=sas)
+            credential: Any = sas if auth == "sas" else identity_credential(auth, **auth_options)
+            listing = list_blobs(account_url, container, prefix, credential=credential)
         except ListingError as exc:
             raise StageError(str(exc)) from exc
     try:
@@ -88,7 +112,7 @@ def stage_for_this_node(*, account_url: str, container: str, stage_dir: str, sas
         raise StageError(str(exc)) from exc
     expected = None
     if listing is not None:
-        expected = [ExpectedFile(b.name, b.raw_size, b.gzip_encoded) for b in shard.blobs]
+        expected = [ExpectedFile(b.name, b.raw_size, b.gzip_encoded, b.raw_sha256, b.size) for b in shard.blobs]
     source = blob_url(account_url, container, prefix)
     kwargs: dict[str, Any] = {}
     if shard_mode == "balanced":
@@ -97,9 +121,8 @@ def stage_for_this_node(*, account_url: str, container: str, stage_dir: str, sas
         kwargs["include_pattern"] = include_pattern(shard.suffixes)
         if not shard.suffixes:
             kwargs = {"blobs": []}
-    result = stage_shard(azcopy=azcopy, source_url=source, sas=sas, stage_dir=stage_dir, rank=node_rank,
-                         expected=expected, decompress=True, cap_mbps=cap_mbps, progress=progress,
-                         node=f"node {node_rank}", **kwargs)
-    return {"files": result["files"], "bytes": result["bytes"], "seconds": result["seconds"],
-            "skipped_existing": result["skipped_existing"], "bytes_over_wire": result["bytes_over_wire"],
-            "throughput_mb_s": result["throughput_mb_s"], "changed": result["changed"]}
+    return stage_shard(azcopy=azcopy, source_url=source, sas=sas, stage_dir=stage_dir, rank=node_rank,
+                       expected=expected, decompress=True, cap_mbps=cap_mbps, progress=progress,
+                       node=f"node {node_rank}", verify=verify, prune=prune,
+                       suffixes=shard.suffixes if shard_mode == "suffix" else None, auth=auth,
+                       auth_options=auth_options, env=env, **kwargs)

@@ -11,7 +11,15 @@ done (a barrier that also carries failures), then training reads from the stage 
 
 Outputs (``--output-dir``, default ``./outputs``, which AzureML archives with the run):
 ``metrics.jsonl`` (one JSON object a line: ``step`` and ``epoch`` records), ``summary.json``,
-``checkpoints/last.pt`` and ``checkpoints/epoch_NNN.pt``.
+``mlperf.log`` (``:::MLLOG`` events, HPC 3.0.0 rules), ``checkpoints/last.pt`` and the last
+``--keep-checkpoints`` ``checkpoints/epoch_NNN.pt``. Resuming, rank 0 reads the checkpoint and
+broadcasts it: every rank continues from the same state even when the folder is not shared.
+
+Model, schedule and optimizer are the current MLPerf HPC reference's (kernel 3; ``--model-shape
+v0.7`` for kernel 2): Keras initialisation, the rate set once per epoch, Keras' SGD momentum.
+On GPUs: channels-last 3D, bf16 autocast, ``cudnn.benchmark`` (``--compile`` adds
+``torch.compile``); DataLoader workers hand over int16 cubes that are cast and log-transformed
+on the GPU.
 """
 
 from __future__ import annotations
@@ -32,8 +40,13 @@ from torch.nn.parallel import DistributedDataParallel
 
 from cosmoflow import data as cdata
 from cosmoflow import dist as cdist
-from cosmoflow.model import CosmoFlow, ModelConfig, parameter_count
+from cosmoflow.mlperf import MLLog
+from cosmoflow.model import SHAPES, CosmoFlow, ModelConfig, parameter_count
+from cosmoflow.partition import check_partition
 from cosmoflow.sas import resolve_sas, scrub
+from cosmoflow.schedule import KerasSGD, learning_rate, parse_decay
+
+__all__ = ["learning_rate", "main", "parse_decay"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,8 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     d = p.add_argument_group("data")
     d.add_argument("--data-dir", help="data set root holding train/ and validation/ (no staging)")
     d.add_argument("--data-scope", choices=("global", "node"), default="global",
-                   help="global: every node sees every file (shared FS such as BeeOND), ranks shard "
-                        "the whole set; node: each node sees its own files, its local ranks shard them")
+                   help="global: shared storage (BeeOND), every rank sees every file, ranks shard the "
+                        "whole set by global rank; node: node-local staging, each node holds its own "
+                        "shard and its ranks shard it by local rank. Checked at start-up: the ranks' "
+                        "lists must form a partition of the data set")
     d.add_argument("--cube", type=int, default=128, help="cube edge of the samples")
     d.add_argument("--channels", type=int, default=4)
     d.add_argument("--records-per-file", type=int, default=1)
@@ -50,7 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="feed raw counts instead of log1p(counts)")
     d.add_argument("--n-train", type=int, default=0, help="use at most this many training samples (0: all)")
     d.add_argument("--n-valid", type=int, default=0, help="use at most this many validation samples (0: all)")
-    d.add_argument("--workers", type=int, default=4, help="DataLoader worker processes per rank")
+    d.add_argument("--workers", type=int, default=None,
+                   help="DataLoader worker processes per rank (default: from the node's cores per rank)")
+    d.add_argument("--prefetch-factor", type=int, default=None, help="batches in flight per worker (default: "
+                                                                     "at least 8 batches in flight)")
+    d.add_argument("--pin-threads", type=int, default=None, help="threads pinning batches on GPU runs "
+                                                                 "(default: 2 with >= 8 cores per GPU, else 1)")
     s = p.add_argument_group("staging (from Azure Blob Storage with azcopy)")
     s.add_argument("--account", help="storage account URL or name: stage before training")
     s.add_argument("--container", help="blob container holding the data set")
@@ -63,8 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--azcopy", default="azcopy", help="azcopy executable")
     s.add_argument("--cap-mbps", type=int, default=None, help="azcopy bandwidth cap per node")
     m = p.add_argument_group("model (defaults: the MLPerf HPC reference)")
+    m.add_argument("--model-shape", choices=sorted(SHAPES), default="reference",
+                   help="reference: kernel 3 (8,907,556 parameters); v0.7: kernel 2 (5,597,604)")
     m.add_argument("--conv-size", type=int, default=32)
-    m.add_argument("--kernel-size", type=int, default=2)
+    m.add_argument("--kernel-size", type=int, default=None, help="default: the --model-shape's")
     m.add_argument("--conv-layers", type=int, default=5, help="7 gives the original CosmoFlow shape")
     m.add_argument("--fc1-size", type=int, default=128)
     m.add_argument("--fc2-size", type=int, default=64)
@@ -76,41 +98,30 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--lr", type=float, default=0.001, help="base learning rate for --base-batch-size")
     t.add_argument("--base-batch-size", type=int, default=64,
                    help="lr scales linearly with global batch / this")
-    t.add_argument("--momentum", type=float, default=0.9)
-    t.add_argument("--warmup-epochs", type=float, default=4.0)
+    t.add_argument("--momentum", type=float, default=0.9, help="Keras SGD momentum (v = m v - lr g; w += v)")
+    t.add_argument("--warmup-epochs", type=int, default=4)
     t.add_argument("--decay", default="32:0.25,64:0.125",
-                   help="epoch:factor,... multiply the lr by factor from that epoch on")
+                   help="epoch:factor,... multiply the peak lr by factor after that epoch (the reference's rule)")
     t.add_argument("--target-mae", type=float, default=0.0, help="stop when validation MAE <= this")
-    t.add_argument("--amp", choices=("none", "bf16"), default="none", help="autocast on GPUs")
+    t.add_argument("--amp", choices=("auto", "none", "bf16"), default="auto",
+                   help="autocast dtype (auto: bf16 on GPUs, none on CPU)")
+    t.add_argument("--channels-last", choices=("auto", "on", "off"), default="auto",
+                   help="channels_last_3d model and inputs (auto: on GPUs)")
+    t.add_argument("--no-cudnn-benchmark", dest="cudnn_benchmark", action="store_false")
+    t.add_argument("--compile", action="store_true", help="torch.compile the model")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--backend", choices=("nccl", "gloo"), help="default: nccl with GPUs, else gloo")
     o = p.add_argument_group("outputs")
     o.add_argument("--output-dir", default="outputs")
     o.add_argument("--log-every", type=int, default=10, help="steps between step records")
     o.add_argument("--checkpoint-every", type=int, default=1, help="epochs between checkpoints (0: none)")
+    o.add_argument("--keep-checkpoints", type=int, default=3, help="epoch checkpoints kept besides last.pt")
+    o.add_argument("--mlperf-org", default="amlhpc", help="MLPerf submission_org")
+    o.add_argument("--mlperf-platform", default="AzureML", help="MLPerf submission_platform")
+    o.add_argument("--mlperf-status", choices=("cloud", "onprem", "preview", "research"), default="cloud")
     o.add_argument("--resume", default="auto", help="checkpoint to resume from; auto: <output-dir>/checkpoints/"
                                                     "last.pt when present; none: never")
     return p
-
-
-def parse_decay(text: str) -> list[tuple[float, float]]:
-    out = []
-    for part in filter(None, (x.strip() for x in text.split(","))):
-        epoch, _unused, factor = part.partition(":")
-        out.append((float(epoch), float(factor)))
-    return sorted(out)
-
-
-def learning_rate(epoch: float, peak: float, base: float, warmup: float,
-                  decay: Sequence[tuple[float, float]]) -> float:
-    """Linear warm-up from ``base`` to ``peak`` over ``warmup`` epochs, then step decay."""
-    if warmup > 0 and epoch < warmup:
-        return base + (peak - base) * epoch / warmup
-    lr = peak
-    for at, factor in decay:
-        if epoch >= at:
-            lr = peak * factor
-    return lr
 
 
 def account_url(account: str) -> str:
@@ -182,14 +193,28 @@ def stage(args: argparse.Namespace, layout: cdist.Layout, device: torch.device, 
     return args.stage_dir
 
 
+def _all_gather(obj: Any) -> list[Any]:
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
 def loaders(args: argparse.Namespace, data_dir: str, layout: cdist.Layout, device: torch.device):
+    """(train loader, validation loader, samples per epoch of each over all ranks)."""
     if args.data_scope == "global":
         shard, shards = layout.rank, layout.world_size
     else:
         shard, shards = layout.local_rank, layout.local_world_size
-    out = []
+    plan = cdata.plan_loader(cdata.cores_available(), layout.local_world_size, device.type == "cuda",
+                             workers=args.workers, prefetch_factor=args.prefetch_factor,
+                             pin_threads=args.pin_threads)
+    out, samples = [], []
     for split, limit, shuffle in (("train", args.n_train, True), ("validation", args.n_valid, False)):
         files = cdata.list_files(data_dir, split)
+        problem = check_partition(split, [os.path.basename(f) for f in files], args.data_scope,
+                                  layout.node_rank, layout.local_rank, _all_gather)
+        if problem:
+            raise SystemExit(problem)
         ds = cdata.CosmoFlowDataset(files, args.cube, args.channels, args.apply_log, args.records_per_file)
         size = min(len(ds), limit) if limit else len(ds)
         per_rank = torch.tensor([size // shards], dtype=torch.int64, device=device)
@@ -199,17 +224,46 @@ def loaders(args: argparse.Namespace, data_dir: str, layout: cdist.Layout, devic
             raise SystemExit(f"{split}: {size} samples over {shards} ranks leave fewer than one batch of "
                              f"{args.batch_size} per rank")
         out.append(cdata.make_loader(ds, args.batch_size, shard, shards, shuffle=shuffle, seed=args.seed,
-                                     num_samples=per_rank_n, workers=args.workers,
-                                     pin_memory=device.type == "cuda"))
-    return out
+                                     num_samples=per_rank_n, workers=plan.workers,
+                                     prefetch_factor=plan.prefetch_factor, pin_memory=device.type == "cuda",
+                                     pin_threads=plan.pin_threads))
+        samples.append(per_rank_n * layout.world_size)
+    return out[0], out[1], samples, plan
 
 
-def evaluate(model: nn.Module, loader, device: torch.device, amp: bool) -> tuple[float, float, int]:
+class Step:
+    """What runs on the device: int16 -> float32 log1p there, then the model, with the speed
+    switches (channels-last 3D, autocast dtype) applied to inputs too."""
+
+    def __init__(self, device: torch.device, apply_log: bool, amp_dtype: torch.dtype | None,
+                 channels_last: bool) -> None:
+        self.device, self.apply_log = device, apply_log
+        self.amp_dtype, self.channels_last = amp_dtype, channels_last
+        self._buffer: torch.Tensor | None = None
+
+    def inputs(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # On CPU the float32 buffer is reused from step to step (the step before is done with it);
+        # CUDA's caching allocator reuses memory by itself.
+        reuse = self._buffer if self.device.type == "cpu" else None
+        x = cdata.to_model_input(x, self.device, self.apply_log, out=reuse)
+        if self.device.type == "cpu":
+            self._buffer = x
+        # (N, D, H, W, C) is already channels_last_3d for the model's (N, C, D, H, W) view.
+        return x, y.to(self.device, non_blocking=True)
+
+    def autocast(self):
+        return torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
+                              enabled=self.amp_dtype is not None)
+
+
+def evaluate(model: nn.Module, loader, step: Step) -> tuple[float, float, int]:
+    """MSE and MAE over every rank's validation samples (sums all-reduced)."""
+    device = step.device
     model.eval()
     sums = torch.zeros(3, dtype=torch.float64, device=device)  # squared error, abs error, values
-    with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+    with torch.no_grad(), step.autocast():
         for x, y in loader:
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            x, y = step.inputs(x, y)
             diff = model(x).float() - y
             sums += torch.stack([diff.pow(2).sum(), diff.abs().sum(),
                                  torch.tensor(float(y.numel()), device=device)]).double()
@@ -225,64 +279,128 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit("give --data-dir, or --account/--container/--stage-dir to stage first")
     layout, device = cdist.init(args.backend)
     rec = Recorder(args.output_dir, layout.rank == 0)
+    mllog = MLLog(os.path.join(args.output_dir, "mlperf.log") if layout.rank == 0 else None)
     try:
-        return _train(args, layout, device, rec)
+        return _train(args, layout, device, rec, mllog)
     finally:
+        mllog.close()
         rec.close()
         cdist.finish()
 
 
-def _train(args: argparse.Namespace, layout: cdist.Layout, device: torch.device, rec: Recorder) -> int:
+def speed_switches(args: argparse.Namespace, device: torch.device) -> tuple[torch.dtype | None, bool]:
+    """(autocast dtype or None, channels-last) from the flags; cudnn.benchmark set on CUDA."""
+    cuda = device.type == "cuda"
+    amp = {"bf16": torch.bfloat16, "none": None}.get(args.amp, torch.bfloat16 if cuda else None)
+    channels_last = args.channels_last == "on" or (args.channels_last == "auto" and cuda)
+    if cuda:
+        torch.backends.cudnn.benchmark = args.cudnn_benchmark
+    return amp, channels_last
+
+
+def load_resume(args: argparse.Namespace, ckpt_dir: str, layout: cdist.Layout) -> dict | None:
+    """Rank 0 reads the checkpoint (if any) and broadcasts it: every rank resumes from the same
+    state, whether or not the checkpoint folder is shared."""
+    payload: list[Any] = [None]
+    if layout.rank == 0:
+        path = os.path.join(ckpt_dir, "last.pt") if args.resume == "auto" else args.resume
+        if path and path != "none":
+            if os.path.exists(path):
+                payload = [(path, torch.load(path, map_location="cpu", weights_only=False))]
+            elif args.resume != "auto":
+                payload = [(path, None)]
+    dist.broadcast_object_list(payload, src=0)
+    if payload[0] is None:
+        return None
+    path, state = payload[0]
+    if state is None:
+        raise SystemExit(f"--resume {path}: no such checkpoint on rank 0")
+    state["path"] = path
+    return state
+
+
+def _train(args: argparse.Namespace, layout: cdist.Layout, device: torch.device, rec: Recorder,
+           mllog: MLLog) -> int:
     torch.manual_seed(args.seed)
     if device.type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // layout.local_world_size))
+    mllog.event("cache_clear", True)
+    mllog.start("init_start")
     rec.log(f"{layout.world_size} process(es) on {layout.num_nodes} node(s) via {layout.launcher}, "
             f"backend {dist.get_backend()}, device {device.type}")
+    for key, value in (("submission_benchmark", "cosmoflow"), ("submission_org", args.mlperf_org),
+                       ("submission_division", "closed"), ("submission_status", args.mlperf_status),
+                       ("submission_platform", args.mlperf_platform), ("number_of_nodes", layout.num_nodes),
+                       ("accelerators_per_node", layout.local_world_size if device.type == "cuda" else 0)):
+        mllog.event(key, value)
+    if args.account:
+        mllog.start("staging_start")
     data_dir = stage(args, layout, device, rec)
-    train_loader, valid_loader = loaders(args, data_dir, layout, device)
+    if args.account:
+        mllog.end("staging_stop")
+    train_loader, valid_loader, (n_train, n_valid), plan = loaders(args, data_dir, layout, device)
 
+    shape = SHAPES[args.model_shape]
     config = ModelConfig(cube=args.cube, channels=args.channels, conv_size=args.conv_size,
-                         kernel_size=args.kernel_size, n_conv_layers=args.conv_layers,
+                         kernel_size=args.kernel_size or shape.kernel_size, n_conv_layers=args.conv_layers,
                          fc1_size=args.fc1_size, fc2_size=args.fc2_size, dropout=args.dropout)
+    amp_dtype, channels_last = speed_switches(args, device)
+    step_fn = Step(device, args.apply_log, amp_dtype, channels_last)
     model = CosmoFlow(config).to(device)
-    if device.type == "cuda":
+    if channels_last:
         model = model.to(memory_format=torch.channels_last_3d)
-    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     global_batch = args.batch_size * layout.world_size
-    peak_lr = args.lr * global_batch / args.base_batch_size
+    scale = global_batch / args.base_batch_size
+    peak_lr = args.lr * scale
     decay = parse_decay(args.decay)
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=args.momentum)
+    optimizer = KerasSGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     loss_fn = nn.MSELoss()
-    amp = args.amp == "bf16" and device.type == "cuda"
 
     ckpt_dir = os.path.join(args.output_dir, "checkpoints")
     start_epoch, step = 0, 0
-    resume = os.path.join(ckpt_dir, "last.pt") if args.resume == "auto" else args.resume
-    if resume and resume != "none" and os.path.exists(resume):
-        state = torch.load(resume, map_location=device)
+    state = load_resume(args, ckpt_dir, layout)
+    if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         start_epoch, step = state["epoch"] + 1, state["step"]
-        rec.log(f"resumed from {resume} at epoch {start_epoch}")
+        rec.log(f"resumed from {state['path']} (rank 0's, broadcast) at epoch {start_epoch}")
+    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    forward = torch.compile(ddp) if args.compile else ddp
 
-    rec.log(f"model {parameter_count(model):,} parameters; {len(train_loader)} train / "
-            f"{len(valid_loader)} validation steps per epoch; global batch {global_batch}, peak lr {peak_lr:g}")
+    for key, value in (("global_batch_size", global_batch), ("train_samples", n_train), ("eval_samples", n_valid),
+                       ("opt_name", "sgd"), ("opt_base_learning_rate", peak_lr),
+                       ("opt_learning_rate_warmup_epochs", args.warmup_epochs),
+                       ("opt_learning_rate_warmup_factor", scale),
+                       ("opt_learning_rate_decay_boundary_epochs", [int(e) for e, _ in decay]),
+                       ("opt_learning_rate_decay_factor", max((f for _, f in decay), default=1.0)),
+                       ("dropout", args.dropout), ("opt_weight_decay", 0.0),
+                       ("gradient_accumulation_steps", 1)):
+        mllog.event(key, value)
+    rec.log(f"model {parameter_count(model):,} parameters (kernel {config.kernel_size}); {len(train_loader)} train / "
+            f"{len(valid_loader)} validation steps per epoch; global batch {global_batch}, peak lr {peak_lr:g}; "
+            f"{plan.workers} workers x {plan.prefetch_factor} batches, autocast "
+            f"{amp_dtype or 'off'}, channels-last {'on' if channels_last else 'off'}")
     rec.record("config", step, params=parameter_count(model), world_size=layout.world_size,
-               num_nodes=layout.num_nodes, global_batch=global_batch, peak_lr=peak_lr, model=config.to_dict())
-    steps_per_epoch = len(train_loader)
+               num_nodes=layout.num_nodes, global_batch=global_batch, peak_lr=peak_lr, model=config.to_dict(),
+               loader=plan.__dict__)
+    mllog.end("init_stop")
+    mllog.start("run_start")
     summary: dict[str, Any] = {}
     done = False
     for epoch in range(start_epoch, args.epochs):
         train_loader.sampler.set_epoch(epoch)
+        batches = iter(train_loader)  # the first iterator of persistent workers draws from the RNG...
+        torch.manual_seed(args.seed + 1000 * (epoch + 1))  # ...so seed after it: dropout resumes identically
+        lr = learning_rate(epoch, peak_lr, args.lr, args.warmup_epochs, decay)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        mllog.start("epoch_start", epoch_num=epoch + 1)
         t0 = time.monotonic()
         loss_sum = torch.zeros(2, dtype=torch.float64, device=device)
-        for i, (x, y) in enumerate(train_loader):
-            lr = learning_rate(epoch + i / steps_per_epoch, peak_lr, args.lr, args.warmup_epochs, decay)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-                loss = loss_fn(ddp(x).float(), y)
+        for x, y in batches:
+            x, y = step_fn.inputs(x, y)
+            with step_fn.autocast():
+                loss = loss_fn(forward(x).float(), y)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -298,38 +416,49 @@ def _train(args: argparse.Namespace, layout: cdist.Layout, device: torch.device,
         dist.all_reduce(loss_sum)
         train_time = time.monotonic() - t0
         steps_done = int(loss_sum[1].item()) // layout.world_size
-        val_loss, val_mae, _unused = evaluate(ddp, valid_loader, device, amp)
+        mllog.end("epoch_stop", epoch_num=epoch + 1)
+        mllog.start("eval_start", epoch_num=epoch + 1)
+        val_loss, val_mae, _ = evaluate(forward, valid_loader, step_fn)
+        mllog.event("eval_error", val_mae, epoch_num=epoch + 1)
+        mllog.end("eval_stop", epoch_num=epoch + 1)
         summary = {"epoch": epoch, "step": step, "train_loss": float(loss_sum[0] / loss_sum[1]),
-                   "val_loss": val_loss, "val_mae": val_mae, "epoch_time_s": train_time,
+                   "val_loss": val_loss, "val_mae": val_mae, "lr": lr, "epoch_time_s": train_time,
                    "samples_per_s": steps_done * global_batch / train_time if train_time else 0.0}
         rec.record("epoch", step, **{k: v for k, v in summary.items() if k != "step"})
         rec.log(f"epoch {epoch}: train loss {summary['train_loss']:.4f}, val loss {val_loss:.4f}, "
                 f"val MAE {val_mae:.4f}, {summary['samples_per_s']:.1f} samples/s")
         if layout.rank == 0 and args.checkpoint_every and (epoch + 1) % args.checkpoint_every == 0:
-            save_checkpoint(ckpt_dir, epoch, step, model, optimizer, config)
+            save_checkpoint(ckpt_dir, epoch, step, model, optimizer, config, keep=args.keep_checkpoints)
         if args.target_mae and val_mae <= args.target_mae:
             rec.log(f"target MAE {args.target_mae} reached at epoch {epoch}")
             summary["target_reached"] = True
             done = True
         if done or not math.isfinite(summary["train_loss"]):
             break
+    ok = bool(summary) and math.isfinite(summary["train_loss"])
+    mllog.end("run_stop", status="success" if ok and summary.get("target_reached") else "aborted")
     if layout.rank == 0:
         with open(os.path.join(args.output_dir, "summary.json"), "w", encoding="utf-8") as f:
             json.dump({**summary, "world_size": layout.world_size, "num_nodes": layout.num_nodes}, f, indent=2)
-    return 0 if summary and math.isfinite(summary["train_loss"]) else 1
+    return 0 if ok else 1
 
 
-def save_checkpoint(ckpt_dir: str, epoch: int, step: int, model: nn.Module, optimizer, config: ModelConfig) -> None:
+def save_checkpoint(ckpt_dir: str, epoch: int, step: int, model: nn.Module, optimizer, config: ModelConfig,
+                    keep: int = 3) -> None:
+    """``epoch_NNN.pt`` and ``last.pt`` (written to a temporary name, then renamed); only the
+    newest ``keep`` epoch checkpoints stay."""
     os.makedirs(ckpt_dir, exist_ok=True)
     state = {"epoch": epoch, "step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
              "config": config.to_dict()}
     path = os.path.join(ckpt_dir, f"epoch_{epoch:03d}.pt")
-    tmp = path + ".tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    torch.save(state, path + ".tmp")
+    os.replace(path + ".tmp", path)
     last = os.path.join(ckpt_dir, "last.pt")
     torch.save(state, last + ".tmp")
     os.replace(last + ".tmp", last)
+    epochs = sorted(f for f in os.listdir(ckpt_dir) if f.startswith("epoch_") and f.endswith(".pt"))
+    for old in epochs[:-keep] if keep > 0 else epochs:
+        os.remove(os.path.join(ckpt_dir, old))
 
 
 if __name__ == "__main__":

@@ -91,6 +91,7 @@ class ClusterInfo:
     remote_login_port_public_access: str | None = None
     provisioning_state: str | None = None
     current_node_count: int | None = None
+    idle_seconds: int | None = None  # scaleSettings.nodeIdleTimeBeforeScaleDown, in seconds
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -177,6 +178,8 @@ def node_from_record(record: Mapping[str, Any], cluster: str, where: str) -> Aml
     port = record.get("port")
     if isinstance(port, str) and port.isdigit():
         port = int(port)
+    if isinstance(port, float) and port.is_integer():
+        port = int(port)  # azureml-core's REST model types the port as a float (50001.0)
     if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
         raise AmlNodesError(f"{where}: 'port' must be an integer 1-65535, not {port!r}")
     if state not in NODE_STATES:
@@ -348,9 +351,16 @@ def auth_failed(source: str, requested: str, detail: str) -> str:
             "(check the credentials, or pick another auth_source)")
 
 
+def cluster_not_created(cluster: str, workspace: str) -> str:
+    """The warning for a cluster that does not exist yet (the inventory reads as empty)."""
+    return (f"cluster '{cluster}' was not found in workspace '{workspace}': playbooks/cluster.yml creates it "
+            "(site.yml runs it first), or fix the cluster name")
+
+
 def no_nodes(cluster: str) -> str:
-    return (f"cluster '{cluster}' has no nodes: scale it up (ansible-playbook playbooks/cluster.yml) and wait "
-            "until its nodes are idle, or set allow_empty: true")
+    """The warning for a cluster without nodes (scaled to 0; the inventory reads as empty)."""
+    return (f"cluster '{cluster}' has no nodes: playbooks/cluster.yml scales it up (site.yml runs it first) "
+            "and waits until its nodes are idle")
 
 
 def none_left(cluster: str, total: int) -> str:
@@ -447,6 +457,10 @@ class ClusterSpec:
     vm_priority: str = "dedicated"
     idle_seconds_before_scaledown: int = 1800
     beeond_enabled: bool = False
+    # ARM id of a user-assigned managed identity given to the nodes (set at creation), e.g. for
+    # staging with no SAS: /subscriptions/<s>/resourceGroups/<rg>/providers/
+    # Microsoft.ManagedIdentity/userAssignedIdentities/<name>
+    identity_resource_id: str = ""
 
 
 @dataclass
@@ -508,11 +522,45 @@ def plan_cluster(spec: ClusterSpec, current: ClusterInfo | None) -> ClusterPlan:
     return ClusterPlan("update" if changes else "none", changes)
 
 
-def plan_scale_to_zero(current: ClusterInfo | None) -> ClusterPlan:
-    """Teardown: min_nodes 0 so AmlCompute releases idle nodes (max_nodes stays, the API needs >= 1)."""
-    if current is None or current.min_nodes == 0:
+# Idle time a teardown sets: AmlCompute releases each node this long after it went idle
+# (the cluster's own default, 1800 s, keeps paid GPU nodes for half an hour).
+TEARDOWN_IDLE_SECONDS = 120
+
+
+def plan_scale_to_zero(current: ClusterInfo | None, idle_seconds: int | None = None) -> ClusterPlan:
+    """Teardown: min_nodes 0 so AmlCompute releases the nodes (max_nodes stays, the API needs
+    >= 1), and a short idle time (``idle_seconds``) so it does so soon after they are idle."""
+    if current is None:
         return ClusterPlan("none")
-    return ClusterPlan("update", {"min_nodes": (current.min_nodes, 0)})
+    changes: dict[str, tuple[Any, Any]] = {}
+    if current.min_nodes != 0:
+        changes["min_nodes"] = (current.min_nodes, 0)
+    if idle_seconds is not None and current.idle_seconds != idle_seconds:
+        changes["idle_seconds"] = (current.idle_seconds, idle_seconds)
+    return ClusterPlan("update", changes) if changes else ClusterPlan("none")
+
+
+def teardown_eta(nodes: Iterable[AmlNode], cluster: str, idle_seconds: int | None) -> str:
+    """One sentence: how many nodes are left after a scale to 0, and when they will be gone."""
+    nodes = list(nodes)
+    if not nodes:
+        return f"no node left on cluster '{cluster}'"
+    counts: dict[str, int] = {}
+    for n in nodes:
+        counts[n.state] = counts.get(n.state, 0) + 1
+    idle = counts.pop("idle", 0)
+    after = f"{idle_seconds} s" if idle_seconds is not None else "the cluster's idle time"
+    text = f"{len(nodes)} node(s) left on cluster '{cluster}': AmlCompute releases each after {after} idle"
+    if idle:
+        soon = f"about {-(-idle_seconds // 60)} min" if idle_seconds is not None else "that time"
+        text += f" ({idle} idle now: gone in {soon})"
+    others = []
+    for state, count in sorted(counts.items()):
+        if state == "running":
+            others.append(f"{count} running a job go {after} after it ends")
+        else:
+            others.append(f"{count} {state}")
+    return "; ".join([text] + others)
 
 
 def nodes_ready(nodes: Iterable[AmlNode], want: int) -> tuple[bool, str]:

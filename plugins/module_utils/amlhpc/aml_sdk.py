@@ -183,7 +183,8 @@ class AzuremlCoreClient(AmlClient):
             admin_user=getattr(target, "admin_username", None), ssh_public_key=getattr(target, "admin_user_ssh_key", None),
             remote_login_port_public_access=getattr(target, "remote_login_port_public_access", None),
             provisioning_state=getattr(target, "provisioning_state", None),
-            current_node_count=getattr(status, "current_node_count", None))
+            current_node_count=getattr(status, "current_node_count", None),
+            idle_seconds=getattr(scale, "idle_seconds_before_scaledown", None))
 
     def list_nodes(self, name: str) -> list[dict[str, Any]]:
         target = self._target(name)
@@ -201,7 +202,9 @@ class AzuremlCoreClient(AmlClient):
             vm_size=spec.vm_size, vm_priority=spec.vm_priority, min_nodes=spec.min_nodes, max_nodes=spec.max_nodes,
             idle_seconds_before_scaledown=spec.idle_seconds_before_scaledown, admin_username=spec.admin_user,
             admin_user_ssh_key=spec.ssh_public_key,
-            remote_login_port_public_access=spec.remote_login_port_public_access)
+            remote_login_port_public_access=spec.remote_login_port_public_access,
+            **({"identity_type": "UserAssigned", "identity_id": [spec.identity_resource_id]}
+               if spec.identity_resource_id else {}))
         try:
             target = ComputeTarget.create(ws, spec.name, config)
             # v1 waits here for min_nodes nodes as well, up to timeout_in_minutes.
@@ -291,7 +294,8 @@ class AzureAiMlClient(AmlClient):
             max_nodes=getattr(entity, "max_instances", None), admin_user=getattr(ssh, "admin_username", None),
             ssh_public_key=getattr(ssh, "ssh_key_value", None),
             remote_login_port_public_access=None if public is None else ("Enabled" if public else "Disabled"),
-            provisioning_state=_enum_text(getattr(entity, "provisioning_state", None)))
+            provisioning_state=_enum_text(getattr(entity, "provisioning_state", None)),
+            idle_seconds=getattr(entity, "idle_time_before_scale_down", None))
 
     def list_nodes(self, name: str) -> list[dict[str, Any]]:
         try:
@@ -302,8 +306,13 @@ class AzureAiMlClient(AmlClient):
 
     def create(self, spec: ClusterSpec, timeout_s: int = 1800) -> None:
         from azure.ai.ml.entities import AmlCompute, AmlComputeSshSettings
+        identity = {}
+        if spec.identity_resource_id:
+            from azure.ai.ml.entities import IdentityConfiguration, ManagedIdentityConfiguration
+            identity = {"identity": IdentityConfiguration(type="user_assigned", user_assigned_identities=[
+                ManagedIdentityConfiguration(resource_id=spec.identity_resource_id)])}
         entity = AmlCompute(
-            name=spec.name, size=spec.vm_size, min_instances=spec.min_nodes, max_instances=spec.max_nodes,
+            **identity, name=spec.name, size=spec.vm_size, min_instances=spec.min_nodes, max_instances=spec.max_nodes,
             idle_time_before_scale_down=spec.idle_seconds_before_scaledown, tier=spec.vm_priority,
             ssh_public_access_enabled=spec.remote_login_port_public_access == "Enabled",
             ssh_settings=AmlComputeSshSettings(admin_username=spec.admin_user, ssh_key_value=spec.ssh_public_key))

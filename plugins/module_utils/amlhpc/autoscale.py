@@ -18,8 +18,10 @@ def autoscale_refusal(cluster: str, min_nodes: Any, max_nodes: Any) -> str:
     a scale-up adds nodes BeeOND does not know. Unknown sizes are refused too.
     """
     if min_nodes is None or max_nodes is None or str(min_nodes) == "" or str(max_nodes) == "":
-        return (f"cluster '{cluster}' does not say its size (aml_cluster_min_nodes/max_nodes): "
-                "BeeOND needs a fixed-size cluster, fix the inventory or set beeond_enabled: false")
+        # Fail closed: a cluster that might autoscale would lose BeeOND on a scale-down.
+        return (f"cluster '{cluster}': its min/max node counts are unknown, so nothing shows that it "
+                "cannot scale down under BeeOND: set min_nodes and max_nodes in its *.azureml_compute.yml "
+                "file (the SDK sources read them from the cluster), or set beeond_enabled: false")
     low, high = int(min_nodes), int(max_nodes)
     if low != high:
         return (f"cluster '{cluster}' autoscales (min {low}, max {high}); BeeOND needs "

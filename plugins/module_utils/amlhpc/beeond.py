@@ -14,9 +14,13 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-# beeond's exit status when the file system is already mounted (as AmlCompute's BeeOND
-# set-up scripts treat it): not an error, nothing changed.
-ALREADY_MOUNTED_RC = 111
+# beeond's status file (``beeond start -i``; its default). ``beeond start`` appends one line
+# ``<host>,<service>,<data path>,<log file>,<pid file>`` per service it started on a host
+# (the client's line carries the mount point as its data path), and refuses to start, with
+# exit 1 and "Status file ... already exists", while the file is there. It has no exit code
+# of its own for "already running": that is read from the status file and the mounts.
+DEFAULT_STATUS_FILE = "/tmp/beeond.tmp"
+STATUS_FIELDS = ("host", "service", "data_path", "log_file", "pid_file")
 
 # Server sections of beegfs-net output whose connections carry file system traffic. The
 # management daemon always talks TCP, so a TCP connection to it is no fallback.
@@ -27,7 +31,8 @@ ALL_SECTIONS = ("mgmt_nodes",) + DATA_SECTIONS
 def build_start_argv(nodefile: str, data_dir: str, mount_point: str, metadata_servers: int = 1,
                      storage_servers: int | None = None, clear_data: bool = True,
                      pdsh: bool = True, port_shift: int | None = None, log_dir: str | None = None,
-                     extra_args: Sequence[str] = (), executable: str = "beeond") -> list[str]:
+                     extra_args: Sequence[str] = (), executable: str = "beeond",
+                     status_file: str = DEFAULT_STATUS_FILE) -> list[str]:
     """``beeond start -n <nodefile> -d <data dir> -c <mount point> [-m N] [-F] [-P] ...``."""
     for name, path in (("nodefile", nodefile), ("data_dir", data_dir), ("mount_point", mount_point)):
         if not str(path).startswith("/"):
@@ -47,6 +52,8 @@ def build_start_argv(nodefile: str, data_dir: str, mount_point: str, metadata_se
         argv += ["-p", str(int(port_shift))]
     if log_dir:
         argv += ["-L", log_dir]
+    if status_file != DEFAULT_STATUS_FILE:
+        argv += ["-i", status_file]
     if clear_data:
         argv.append("-F")
     if pdsh:
@@ -56,11 +63,13 @@ def build_start_argv(nodefile: str, data_dir: str, mount_point: str, metadata_se
 
 def build_stop_argv(nodefile: str, delete_data: bool = True, delete_logs: bool = True,
                     pdsh: bool = True, cleanup: bool = False,
-                    executable: str = "beeond") -> list[str]:
-    """``beeond stop -n <nodefile> [-L] [-d] [-P] [-c]``."""
+                    executable: str = "beeond", status_file: str = DEFAULT_STATUS_FILE) -> list[str]:
+    """``beeond stop -n <nodefile> [-i <status file>] [-L] [-d] [-P] [-c]``."""
     if not str(nodefile).startswith("/"):
         raise ValueError(f"beeond nodefile must be an absolute path, got {nodefile!r}")
     argv = [executable, "stop", "-n", nodefile]
+    if status_file != DEFAULT_STATUS_FILE:
+        argv += ["-i", status_file]
     if delete_logs:
         argv.append("-L")
     if delete_data:
@@ -76,14 +85,59 @@ def _tail(text: str, lines: int = 15) -> str:
     return "\n".join((text or "").strip().splitlines()[-lines:])
 
 
+def parse_status_file(text: str) -> list[dict[str, str]]:
+    """The entries of a beeond status file, one dict per line (fields ``STATUS_FIELDS``)."""
+    entries = []
+    for line in (text or "").splitlines():
+        parts = line.strip().split(",")
+        if len(parts) >= len(STATUS_FIELDS) and parts[0] and parts[1]:
+            entries.append(dict(zip(STATUS_FIELDS, parts[:len(STATUS_FIELDS) - 1]
+                                    + [",".join(parts[len(STATUS_FIELDS) - 1:])])))
+    return entries
+
+
+def start_decision(status_text: str | None, mounted: bool, mount_point: str,
+                   status_file: str = DEFAULT_STATUS_FILE) -> dict[str, Any]:
+    """Whether ``beeond start`` is needed, from this node's status file and its mounts.
+
+    ``status_text`` is the status file's content (None when there is none), ``mounted``
+    whether ``mount_point`` holds a BeeGFS mount. Returns ``{action, already_mounted, msg}``
+    with action ``none`` (running: nothing to do), ``start``, or ``refuse`` (a session left
+    half-way: beeond itself would refuse with "Status file ... already exists").
+    """
+    want = mount_point.rstrip("/") or "/"
+    if mounted:
+        entries = parse_status_file(status_text or "")
+        clients = [e for e in entries if e["service"] == "beegfs-client"]
+        if status_text is None:
+            how = f"mounted, though no BeeOND status file {status_file} says so"
+        elif any((e["data_path"].rstrip("/") or "/") == want for e in clients):
+            how = f"running (status file {status_file} lists {len(entries)} service(s))"
+        else:
+            how = f"mounted (status file {status_file} lists no client at this mount point)"
+        return {"action": "none", "already_mounted": True,
+                "msg": f"BeeOND already {how}: BeeGFS at {mount_point}"}
+    if status_text is None:
+        return {"action": "start", "already_mounted": False, "msg": "BeeOND is not running"}
+    entries = parse_status_file(status_text)
+    services = sorted({e["service"] for e in entries})
+    what = (f"lists {', '.join(services)} on {len({e['host'] for e in entries})} host(s)" if entries
+            else "is empty (a start that stopped half-way)")
+    return {"action": "refuse", "already_mounted": False,
+            "msg": f"BeeOND status file {status_file} {what}, but {mount_point} holds no BeeGFS mount: "
+                   "the previous session was not shut down properly and beeond start would refuse. "
+                   "Run the teardown (playbooks/teardown.yml, tag beeond) or `beeond stop -n <nodefile> "
+                   "-L -d -c` on the head, then run this again."}
+
+
 def interpret_start(rc: int, stdout: str = "", stderr: str = "") -> dict[str, Any]:
-    """What a ``beeond start`` exit means: ``{changed, failed, already_mounted, msg}``."""
+    """What a ``beeond start`` exit means: ``{changed, failed, already_mounted, msg}``.
+
+    beeond exits 0 when every service started and every client mounted, 1 on any error.
+    """
     if rc == 0:
         return {"changed": True, "failed": False, "already_mounted": False,
                 "msg": "BeeOND started"}
-    if rc == ALREADY_MOUNTED_RC:
-        return {"changed": False, "failed": False, "already_mounted": True,
-                "msg": f"BeeOND already mounted (beeond exit {ALREADY_MOUNTED_RC})"}
     detail = _tail(stderr) or _tail(stdout) or "no output"
     hint = ""
     if "already exists" in detail and "tatus" in detail:

@@ -6,18 +6,20 @@ The Azure SDK (``azure-storage-blob``) is imported only when a listing is asked 
 rest of ``amlhpc`` stays standard library: the controller's .venv and the workload image
 have the SDK; a node without it can still stage in suffix mode, which needs no listing.
 
-``playbooks/prepare_dataset.yml`` stores each file's size before compression in the blob
-metadata ``amlhpc_raw_bytes``, so the stage can check the bytes on disk after ``--decompress``.
+``playbooks/prepare_dataset.yml`` stores each file's size before compression and the SHA-256
+of its uncompressed bytes in the blob metadata (``amlhpc_raw_bytes``, ``amlhpc_raw_sha256``),
+so the stage can check every file on disk after ``--decompress``, by size and by content.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .azcopy import redact
+from .azcopy_sas import redact
 from .shards import Blob
 
 RAW_BYTES_METADATA = "amlhpc_raw_bytes"
+RAW_SHA256_METADATA = "amlhpc_raw_sha256"
 
 
 class ListingError(RuntimeError):
@@ -54,6 +56,29 @@ def normalize_prefix(prefix: str) -> str:
     return f"{prefix}/" if prefix else ""
 
 
+def identity_credential(auth: str, *, msi_client_id: str = "", tenant_id: str = "", client_id: str = "",
+                        client_secret: str = "") -> Any:
+    """An azure-identity credential for the listing, for the same ``auth`` modes azcopy uses."""
+    try:
+        from azure.identity import (  # noqa: PLC0415
+            AzureCliCredential,
+            ClientSecretCredential,
+            ManagedIdentityCredential,
+        )
+    except ImportError as exc:
+        raise ListingError(f"listing the container with auth {auth} needs the Python package azure-identity "
+                           "(pip install azure-identity), which is not installed here") from exc
+    if auth == "managed_identity":
+        return ManagedIdentityCredential(client_id=msi_client_id) if msi_client_id else ManagedIdentityCredential()
+    if auth == "service_principal":
+        if not (tenant_id and client_id and client_secret):
+            raise ValueError("auth service_principal needs tenant_id, client_id and client_secret")
+        return ClientSecretCredential(tenant_id, client_id, client_secret)
+    if auth == "azure_cli":
+        return AzureCliCredential(tenant_id=tenant_id or None)
+    raise ValueError(f"auth {auth!r} is not an identity: use managed_identity, service_principal or azure_cli")
+
+
 def blob_from_properties(props: Any, prefix: str = "") -> Blob:
     """A planner ``Blob`` from an SDK ``BlobProperties`` (name relative to ``prefix``)."""
     name = str(props.name)
@@ -71,7 +96,10 @@ def blob_from_properties(props: Any, prefix: str = "") -> Blob:
             raw = None
     else:
         raw = int(props.size)
-    return Blob(name=name, size=int(props.size), raw_size=raw, content_encoding=encoding)
+    sha = str(metadata.get(RAW_SHA256_METADATA, "")).strip().lower()
+    sha_ok = len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)
+    return Blob(name=name, size=int(props.size), raw_size=raw, content_encoding=encoding,
+                raw_sha256=sha if sha_ok else None)
 
 
 def list_blobs(account_url: str, container: str, prefix: str = "", credential: Any = None) -> list[Blob]:

@@ -4,11 +4,14 @@
 
 Each file is compressed once (deterministically: ``mtime=0``, so the same input always
 gives the same bytes and MD5) and uploaded as ``<name>.gz`` with ``Content-Encoding: gzip``,
-``Content-MD5`` and the size before compression in the metadata ``amlhpc_raw_bytes``. The
-stage then downloads with ``azcopy --decompress`` and checks the bytes on disk. (The seed
+``Content-MD5``, and, in the metadata, the size before compression (``amlhpc_raw_bytes``) and
+the SHA-256 of the uncompressed bytes (``amlhpc_raw_sha256``). The stage then downloads with
+``azcopy --decompress`` and checks every file's size, and with ``stage_verify: checksum`` its
+content, against them. (The seed
 case: CosmoFlow v0.7, 5.1 TB of TFRecords, is 1.1 TB gzip-encoded.)
 
-Idempotent: a blob that already exists with the same size and MD5 is skipped.
+Idempotent: a blob that already exists with the same size, MD5 and metadata is skipped
+(one uploaded before the checksum was recorded is uploaded again, once).
 
 Compression runs in a process pool (CPU bound), uploads in a thread pool (I/O bound).
 The Azure SDK (azure-storage-blob) is imported only by ``upload_prepared``.
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 RAW_BYTES_METADATA = "amlhpc_raw_bytes"
+RAW_SHA256_METADATA = "amlhpc_raw_sha256"
 DEFAULT_PATTERNS = (".tfrecord",)
 
 
@@ -39,6 +43,11 @@ class Prepared:
     size: int  # compressed bytes
     raw_size: int  # original bytes
     md5: str  # base64 MD5 of the compressed bytes (as Content-MD5)
+    raw_sha256: str = ""  # hex SHA-256 of the original (decompressed) bytes
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return {RAW_BYTES_METADATA: str(self.raw_size), RAW_SHA256_METADATA: self.raw_sha256}
 
 
 def find_files(root: str, suffixes: Sequence[str] = DEFAULT_PATTERNS) -> list[str]:
@@ -52,7 +61,7 @@ def find_files(root: str, suffixes: Sequence[str] = DEFAULT_PATTERNS) -> list[st
     return sorted(out)
 
 
-def _gzip_one(args: tuple[str, str, int]) -> tuple[int, int, str]:
+def _gzip_one(args: tuple[str, str, int]) -> tuple[int, int, str, str]:
     src, dst, level = args
     os.makedirs(os.path.dirname(dst), exist_ok=True)
     with open(src, "rb") as f:
@@ -62,7 +71,8 @@ def _gzip_one(args: tuple[str, str, int]) -> tuple[int, int, str]:
     with open(tmp, "wb") as f:
         f.write(packed)
     os.replace(tmp, dst)
-    return len(data), len(packed), base64.b64encode(hashlib.md5(packed).digest()).decode()  # noqa: S324 - Content-MD5
+    return (len(data), len(packed), base64.b64encode(hashlib.md5(packed).digest()).decode(),  # noqa: S324 - Content-MD5
+            hashlib.sha256(data).hexdigest())
 
 
 def compress_all(root: str, work_dir: str, prefix: str = "", level: int = 6, workers: int | None = None,
@@ -80,16 +90,19 @@ def compress_all(root: str, work_dir: str, prefix: str = "", level: int = 6, wor
             results = list(pool.map(_gzip_one, jobs, chunksize=max(1, len(jobs) // (workers * 4))))
     pre = prefix.strip("/")
     out = []
-    for rel, (src, dst, _unused), (raw, size, md5) in zip(rels, jobs, results):
+    for rel, (src, dst, _), (raw, size, md5, sha) in zip(rels, jobs, results):
         blob = f"{pre}/{rel}.gz" if pre else f"{rel}.gz"
-        out.append(Prepared(source=src, blob=blob, gz_path=dst, size=size, raw_size=raw, md5=md5))
+        out.append(Prepared(source=src, blob=blob, gz_path=dst, size=size, raw_size=raw, md5=md5, raw_sha256=sha))
     return out
 
 
-def needs_upload(prepared: Prepared, existing: dict[str, tuple[int, str | None]]) -> bool:
-    """False when a blob of that name, size and MD5 is there already."""
+def needs_upload(prepared: Prepared, existing: dict[str, tuple[int, str | None, dict[str, str]]]) -> bool:
+    """False when a blob of that name, size, MD5 and metadata (raw size and checksum) is there already."""
     have = existing.get(prepared.blob)
-    return have is None or have[0] != prepared.size or have[1] != prepared.md5
+    if have is None or have[0] != prepared.size or have[1] != prepared.md5:
+        return True
+    meta = have[2] if len(have) > 2 else {}
+    return any(meta.get(k) != v for k, v in prepared.metadata.items())
 
 
 def upload_prepared(prepared: Sequence[Prepared], account_url: str, container: str, credential: Any,
@@ -109,10 +122,11 @@ def upload_prepared(prepared: Sequence[Prepared], account_url: str, container: s
                 client.create_container()
             except ResourceExistsError:
                 pass
-        existing: dict[str, tuple[int, str | None]] = {}
-        for props in client.list_blobs():
+        existing: dict[str, tuple[int, str | None, dict[str, str]]] = {}
+        for props in client.list_blobs(include=["metadata"]):
             md5 = props.content_settings.content_md5 if props.content_settings else None
-            existing[props.name] = (int(props.size), base64.b64encode(bytes(md5)).decode() if md5 else None)
+            existing[props.name] = (int(props.size), base64.b64encode(bytes(md5)).decode() if md5 else None,
+                                    dict(props.metadata or {}))
         todo = [p for p in prepared if needs_upload(p, existing)]
 
         def put(p: Prepared) -> int:
@@ -121,7 +135,7 @@ def upload_prepared(prepared: Sequence[Prepared], account_url: str, container: s
                     p.blob, f, length=p.size, overwrite=True,
                     content_settings=ContentSettings(content_type="application/octet-stream", content_encoding="gzip",
                                                      content_md5=bytearray(base64.b64decode(p.md5))),
-                    metadata={RAW_BYTES_METADATA: str(p.raw_size)})
+                    metadata=p.metadata)
             if progress is not None:
                 progress(p.blob)
             return p.size

@@ -388,6 +388,26 @@ def parse_nccl_tests(text: str) -> dict[str, Any]:
             "out_of_bounds": int(oob.group(1)) if oob else None, "wrong": wrong}
 
 
+_NCCL_HEADER = re.compile(r"^# nThread (\d+) nGpus (\d+) ")
+_NCCL_RANK = re.compile(r"^#\s+Rank\s+(\d+) Group\s+(\d+) Pid\s+(\d+) on\s+(\S+) device\s+(\d+) \[([^\]]*)\] (.*)$")
+
+
+def nccl_ranks(text: str) -> dict[str, Any]:
+    """The ``# Using devices`` list of an nccl-tests run and its header.
+
+    Returns ``{"threads", "gpus_per_thread", "ranks": [{rank, pid, host, device, bus_id, name}],
+    "processes"}``. Each process drives ``threads x gpus_per_thread`` ranks, so a consistent
+    run lists ``processes x threads x gpus_per_thread`` ranks: one process for ``-g 8``,
+    eight for ``mpirun -np 8 ... -g 1``.
+    """
+    head = next((m for m in map(_NCCL_HEADER.match, text.splitlines()) if m), None)
+    ranks = [{"rank": int(m[1]), "pid": int(m[3]), "host": m[4], "device": int(m[5]), "bus_id": m[6],
+              "name": m[7].strip()}
+             for m in map(_NCCL_RANK.match, text.splitlines()) if m]
+    return {"threads": int(head[1]) if head else None, "gpus_per_thread": int(head[2]) if head else None,
+            "ranks": ranks, "processes": len({(r["host"], r["pid"]) for r in ranks})}
+
+
 def nccl_busbw(parsed: Mapping[str, Any]) -> float | None:
     """Bus bandwidth the gate uses: out-of-place busbw at the largest message size.
 

@@ -58,7 +58,24 @@ def staging_summary(results: Sequence[Mapping[str, Any]]) -> list[str]:
             f"on {len(done)} node(s) in {seconds:.1f} s: {rate}")
     if existing:
         line += f"; {existing} file(s) were already there"
-    return [line]
+    predicted = [r["prediction"] for r in done if isinstance(r.get("prediction"), Mapping)
+                 and r["prediction"].get("seconds") is not None]
+    if predicted:
+        slowest = max(predicted, key=lambda p: float(p["seconds"]))
+        line += f"; predicted {float(slowest['seconds']):.3g} s ({slowest.get('bottleneck') or '?'})"
+    lines = [line]
+    for key, count_key, what in (("repaired", "repaired_count", "fetched again (wrong on disk)"),
+                                 ("gone", "gone_count", "whose blob is gone from the container")):
+        names = [str(n) for r in done for n in (r.get(key) or [])]
+        count = sum(int(r.get(count_key) or len(r.get(key) or [])) for r in done)
+        if count:
+            shown = names[:5]
+            more = f" (+{count - len(shown)} more)" if count > len(shown) else ""
+            line = f"stage: {count} file(s) {what}: {', '.join(shown)}{more}"
+            if key == "gone" and any("removed" in r for r in done):
+                line += f"; removed {sum(int(r.get('removed') or 0) for r in done)} (stage_prune)"
+            lines.append(line)
+    return lines
 
 
 def training_summary(job: Mapping[str, Any] | None, max_steps: int = 40) -> list[str]:

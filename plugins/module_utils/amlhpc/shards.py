@@ -6,7 +6,8 @@ Two modes:
 
 ``suffix``
     The CosmoFlow data set names its files ``univ_ics_2019-03_a<UUUUUU>_<SSS>.tfrecord[.gz]``
-    where ``SSS`` (000..063) is the sub-volume of a universe. Each node gets a contiguous
+    where ``SSS`` (000..063) is the sub-volume of a universe; any name ending in
+    ``_<SSS>.tfrecord[.gz]`` is taken (other CosmoFlow-style namings carry the same suffix). Each node gets a contiguous
     block of suffixes, as evenly as 64 splits (sizes differ by at most one suffix), handed
     to azcopy as ``--include-pattern`` globs. No listing is needed. With more than 64
     nodes there are not enough suffixes to go round: the planner refuses (one sentence that
@@ -34,8 +35,9 @@ from typing import Any
 
 SUFFIXES = 64
 MODES = ("suffix", "balanced")
-# The CosmoFlow naming: universe id, sub-volume suffix, optional .gz.
-NAME_RE = re.compile(r"^univ_ics_2019-03_a(?P<universe>\d+)_(?P<suffix>\d{3})\.tfrecord(?:\.gz)?$")
+# CosmoFlow-style naming: anything, then the sub-volume suffix _<NNN>, then .tfrecord[.gz]
+# (univ_ics_2019-03_a<universe>_<NNN>.tfrecord.gz in the MLPerf HPC v0.7 data set).
+NAME_RE = re.compile(r"^.*[^_]_(?P<suffix>\d{3})\.tfrecord(?:\.gz)?$")
 
 
 class ShardError(ValueError):
@@ -48,13 +50,15 @@ class Blob:
 
     ``name`` is relative to the data set prefix (``train/univ_..._000.tfrecord.gz``), ``size``
     is what goes over the wire, ``raw_size`` what lands on disk after decompression when it
-    is known (``None``: unknown, e.g. a gzip-encoded blob without the size in its metadata).
+    is known (``None``: unknown, e.g. a gzip-encoded blob without the size in its metadata),
+    ``raw_sha256`` the SHA-256 of those bytes when the metadata records it.
     """
 
     name: str
     size: int
     raw_size: int | None = None
     content_encoding: str = ""
+    raw_sha256: str | None = None
 
     @property
     def gzip_encoded(self) -> bool:
@@ -90,7 +94,7 @@ class Shard:
 
 
 def suffix_of(name: str) -> int | None:
-    """The sub-volume suffix (0..63) of a CosmoFlow file name, or ``None`` when it does not follow the naming."""
+    """The sub-volume suffix (0..63) of a name ending in ``_<NNN>.tfrecord[.gz]``, else ``None``."""
     m = NAME_RE.match(posixpath.basename(name))
     if not m:
         return None
@@ -206,7 +210,7 @@ def plan_shards(hosts: Sequence[str], mode: str = "suffix", blobs: Sequence[Blob
             shown = ", ".join(strangers[:3]) + (f" and {len(strangers) - 3} more" if len(strangers) > 3 else "")
             raise ShardError(
                 f"{len(strangers)} blob(s) do not follow the CosmoFlow naming "
-                f"univ_ics_2019-03_aXXXXXX_YYY.tfrecord[.gz] ({shown}), so suffix mode would stage them "
+                f"<name>_<NNN>.tfrecord[.gz] with NNN 000-063 ({shown}), so suffix mode would stage them "
                 "nowhere: use shard mode 'balanced'")
         for b in sorted(blobs, key=lambda b: b.name):
             shards[owner[suffix_of(b.name)]].blobs.append(b)  # type: ignore[index]
@@ -243,7 +247,8 @@ def plan_summary(shards: Sequence[Shard], mode: str, listed: bool = True,
         }
         if listed and include_files:
             entry["list_of_files"] = [b.name for b in s.blobs]
-            entry["expected"] = [{"name": b.name, "raw_size": b.raw_size, "gzip": b.gzip_encoded} for b in s.blobs]
+            entry["expected"] = [{"name": b.name, "raw_size": b.raw_size, "gzip": b.gzip_encoded,
+                                  "sha256": b.raw_sha256, "size": b.size} for b in s.blobs]
         out_shards[s.host] = entry
     idle = [s.host for s in shards if (mode == "suffix" and not s.suffixes) or (listed and not s.blobs)]
     summary: dict[str, Any] = {

@@ -197,6 +197,8 @@ def test_scale_to_zero():
     assert plan_scale_to_zero(None).action == "none"
     assert plan_scale_to_zero(info(min_nodes=0)).action == "none"
     assert plan_scale_to_zero(info()).changes == {"min_nodes": (4, 0)}
+    assert plan_scale_to_zero(info(min_nodes=0, idle_seconds=1800), 120).changes == {"idle_seconds": (1800, 120)}
+    assert plan_scale_to_zero(info(min_nodes=0, idle_seconds=120), 120).action == "none"
 
 
 def test_nodes_ready():

@@ -42,7 +42,7 @@ def test_every_caller_says_the_same_sentence(low, high):
 @pytest.mark.parametrize("low, high", [(None, 4), (None, None), ("", "")])
 def test_unknown_sizes_are_refused_everywhere_with_beeond(low, high):
     sentence = autoscale_refusal("gpu", low, high)
-    assert "does not say its size" in sentence
+    assert "min/max node counts are unknown" in sentence
     assert inventory_problems(nodes(low, high), beeond_enabled=True) == [sentence]
     assert inventory_problems(nodes(low, high), beeond_enabled=False) == []
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 from datetime import datetime, timezone
 
@@ -11,7 +12,6 @@ import pytest
 from amlhpc.azcopy import (
     ExpectedFile,
     JobResult,
-    StageError,
     check_sas,
     copy_download_command,
     copy_upload_command,
@@ -21,7 +21,7 @@ from amlhpc.azcopy import (
     parse_line,
     redact,
     remove_partial,
-    verify,
+    survey,
 )
 from amlhpc.tfrecord import encode_record
 
@@ -151,18 +151,21 @@ def test_finalize_renames_decompressed_and_skips_partial(tmp_path):
     assert list((staging / "train").iterdir()) == []
 
 
-def test_verify_names_the_difference(tmp_path):
+def test_survey_names_missing_wrong_size_and_wrong_content(tmp_path):
     (tmp_path / "train").mkdir()
     (tmp_path / "train" / "a.tfrecord").write_bytes(b"x" * 10)
     (tmp_path / "train" / "b.tfrecord").write_bytes(b"x" * 7)
-    ok = verify(str(tmp_path), [ExpectedFile("train/a.tfrecord.gz", 10, True), ExpectedFile("train/b.tfrecord", 7)],
-                decompress=True)
-    assert ok == {"files": 2, "bytes": 17, "planned_files": 2, "planned_bytes": 17}
-    with pytest.raises(StageError) as info:
-        verify(str(tmp_path), [ExpectedFile("train/a.tfrecord.gz", 10, True), ExpectedFile("train/b.tfrecord", 8),
-                               ExpectedFile("train/c.tfrecord.gz", None, True)], decompress=True, node="node 3")
-    assert str(info.value) == ("node 3 staged 2 of 3 planned file(s), 17 bytes; missing 1: train/c.tfrecord; "
-                               "wrong size 1: train/b.tfrecord (7 bytes, plan 8). Rerun the stage to fetch them again.")
+    a_sum = hashlib.sha256(b"x" * 10).hexdigest()
+    plan = [ExpectedFile("train/a.tfrecord.gz", 10, True, a_sum), ExpectedFile("train/b.tfrecord", 7)]
+    assert survey(str(tmp_path), plan, decompress=True, verify="checksum") == {}
+    (tmp_path / "train" / "a.tfrecord").write_bytes(b"y" * 10)  # same size, other bytes
+    assert survey(str(tmp_path), plan, decompress=True) == {}  # size alone cannot tell
+    plan += [ExpectedFile("train/b2.tfrecord", 8), ExpectedFile("train/c.tfrecord.gz", None, True)]
+    (tmp_path / "train" / "b2.tfrecord").write_bytes(b"x" * 7)
+    assert survey(str(tmp_path), plan, decompress=True, verify="checksum") == {
+        "train/a.tfrecord.gz": "checksum", "train/b2.tfrecord": "size 7, plan 8", "train/c.tfrecord.gz": "missing"}
+    with pytest.raises(ValueError, match="verify must be one of size, checksum"):
+        survey(str(tmp_path), plan, decompress=True, verify="md5")
 
 
 def test_progress_line_is_json_with_no_sas():

@@ -4,16 +4,17 @@ import pytest
 
 from amlhpc.autoscale import autoscale_refusal
 from amlhpc.beeond import (
-    ALREADY_MOUNTED_RC,
     build_start_argv,
     build_stop_argv,
     interpret_start,
     interpret_stop,
     is_beegfs_mounted,
     nodefile_problems,
+    parse_status_file,
     parse_beegfs_net,
     rdma_connections,
     read_nodefile,
+    start_decision,
     tcp_fallbacks,
 )
 
@@ -101,11 +102,52 @@ def test_stop_command_line_of_the_contract():
         build_stop_argv("relative")
 
 
-def test_exit_111_means_already_mounted():
-    verdict = interpret_start(ALREADY_MOUNTED_RC, "", "")
-    assert verdict == {"changed": False, "failed": False, "already_mounted": True,
-                       "msg": "BeeOND already mounted (beeond exit 111)"}
+# A status file as beeond start leaves it on the head of a 2-node session (pdsh mode): one
+# line <host>,<service>,<data path>,<log file>,<pid file> per service, the client's line with
+# the mount point as its data path (beeond's add_to_status_file).
+STATUS = ("10.0.0.4,beegfs-mgmtd,/mnt/resource_nvme/beeond/beegfs-mgmtd,"
+          "/var/log/beegfs-mgmtd_20261123-010203.log,/var/run/beegfs-mgmtd-20261123-010203.pid\n"
+          "10.0.0.4,beegfs-meta,/mnt/resource_nvme/beeond/beegfs-meta,"
+          "/var/log/beegfs-meta_20261123-010203.log,/var/run/beegfs-meta-20261123-010203.pid\n"
+          "10.0.0.4,beegfs-storage,/mnt/resource_nvme/beeond/beegfs-storage,"
+          "/var/log/beegfs-storage_20261123-010203.log,/var/run/beegfs-storage-20261123-010203.pid\n"
+          "10.0.0.4,beegfs-helperd,-,/var/log/beegfs-client_20261123-010203.log,"
+          "/var/run/beegfs-helperd-20261123-010203.pid\n"
+          "10.0.0.4,beegfs-client,/mnt/scratch,/var/log/beegfs-client_20261123-010203.log,-\n")
+
+
+def test_beeond_has_no_already_running_exit_code():
+    # beeond exits 1 on every error; 111 was a provisioning script's convention, not beeond's.
+    verdict = interpret_start(111, "", "")
+    assert verdict["failed"] and not verdict["already_mounted"] and "exit 111" in verdict["msg"]
     assert interpret_start(0)["changed"] and not interpret_start(0)["failed"]
+
+
+def test_status_file_lines_are_read_as_beeond_writes_them():
+    entries = parse_status_file(STATUS + "\n")
+    assert [e["service"] for e in entries] == ["beegfs-mgmtd", "beegfs-meta", "beegfs-storage",
+                                               "beegfs-helperd", "beegfs-client"]
+    assert entries[-1] == {"host": "10.0.0.4", "service": "beegfs-client", "data_path": "/mnt/scratch",
+                           "log_file": "/var/log/beegfs-client_20261123-010203.log", "pid_file": "-"}
+
+
+def test_running_session_is_decided_from_the_status_file_and_the_mount():
+    running = start_decision(STATUS, True, "/mnt/scratch/")
+    assert running["action"] == "none" and running["already_mounted"]
+    assert "running (status file /tmp/beeond.tmp lists 5 service(s))" in running["msg"]
+    # A BeeGFS mount with no status file is still not started twice.
+    assert start_decision(None, True, "/mnt/scratch")["action"] == "none"
+    assert start_decision(None, False, "/mnt/scratch") == {
+        "action": "start", "already_mounted": False, "msg": "BeeOND is not running"}
+
+
+def test_a_status_file_without_the_mount_is_a_half_shut_session():
+    stale = start_decision(STATUS, False, "/mnt/scratch")
+    assert stale["action"] == "refuse" and not stale["already_mounted"]
+    assert "beegfs-client, beegfs-helperd, beegfs-meta" in stale["msg"] and "1 host(s)" in stale["msg"]
+    assert "beeond stop -n <nodefile> -L -d -c" in stale["msg"]
+    # check_statusfile touches the file first: an empty one is a start that stopped half-way.
+    assert "is empty" in start_decision("", False, "/mnt/scratch")["msg"]
 
 
 def test_start_failures_carry_the_output_and_a_hint():
@@ -165,8 +207,8 @@ def test_tcp_only_cluster_has_no_rdma():
     (3, 3, ""),
     ("4", 4, ""),
     (0, 4, "cluster 'gpu' autoscales (min 0, max 4); BeeOND needs min_nodes == max_nodes"),
-    (None, 4, "does not say its size"),
-    ("", "", "does not say its size"),
+    (None, 4, "min/max node counts are unknown"),
+    ("", "", "min/max node counts are unknown"),
 ])
 def test_autoscale_refusal(low, high, words):
     msg = autoscale_refusal("gpu", low, high)

@@ -162,6 +162,22 @@ def test_nccl_single_size_node_run():
     assert slow["reason"] == "busbw at 8589934592 B 171.1 GB/s is below 228 GB/s"
 
 
+@pytest.mark.parametrize("name", ["all_reduce_ndv4_node_ok.txt", "all_reduce_ndv4_node_slow.txt",
+                                  "all_reduce_wrong.txt", "alltoall_ndv4_2node_sweep.txt"])
+def test_nccl_fixtures_list_their_ranks_as_the_tool_does(name):
+    # Each process drives nThread x nGpus ranks: a single `all_reduce_perf -g 8` is one
+    # process (one Pid for all eight ranks), never eight.
+    run = health.nccl_ranks(fx(name))
+    assert run["ranks"] and len(run["ranks"]) == run["processes"] * run["threads"] * run["gpus_per_thread"]
+    assert sorted(r["rank"] for r in run["ranks"]) == list(range(len(run["ranks"])))
+
+
+def test_single_process_node_run_is_one_pid_for_eight_gpus():
+    run = health.nccl_ranks(fx("all_reduce_ndv4_node_ok.txt"))
+    assert run["gpus_per_thread"] == 8 and run["processes"] == 1
+    assert [r["device"] for r in run["ranks"]] == list(range(8))
+
+
 def test_nccl_sweep_uses_largest_size_and_ignores_launcher_noise():
     p = health.parse_nccl_tests(fx("alltoall_ndv4_2node_sweep.txt"))
     assert len(p["rows"]) == 14

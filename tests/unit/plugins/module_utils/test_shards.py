@@ -119,6 +119,26 @@ def test_suffix_of():
     assert suffix_of("univ_ics_2019-03_a000123_001.tfrecord.tmp") is None
 
 
+@pytest.mark.parametrize(("name", "suffix"), [
+    ("train/cosmo_2019_05_4parE_u7_012.tfrecord", 12),  # another CosmoFlow-style naming
+    ("val/sample-000042_063.tfrecord.gz", 63),
+    ("univ_ics_2019-03_a000123_000.tfrecord", 0),
+    ("x_64.tfrecord", None),  # two digits
+    ("x_0064.tfrecord", None),  # four digits: not _<NNN>
+    ("x_064.tfrecord", None),  # beyond 063
+    ("_005.tfrecord", None),  # nothing before the suffix
+    ("x_005.tfrecords", None),
+])
+def test_suffix_of_accepts_any_name_ending_in_a_suffix(name, suffix):
+    assert suffix_of(name) == suffix
+
+
+def test_suffix_mode_plans_other_cosmoflow_style_names():
+    blobs = [Blob(f"train/run{u}-sample_{s:03d}.tfrecord.gz", 100, 400, "gzip") for u in range(2) for s in range(64)]
+    shards = plan_shards(["a", "b"], "suffix", blobs)
+    assert [s.files for s in shards] == [64, 64]
+
+
 def test_summary_reports_bytes_files_and_imbalance():
     blobs = [Blob("a", 300, 900, "gzip"), Blob("b", 100, None, "gzip"), Blob("c", 100)]
     summary = plan_summary(plan_shards(["h0", "h1"], "balanced", blobs), "balanced")

@@ -74,6 +74,20 @@ def test_creates_a_fixed_size_cluster_then_changes_nothing(capsys, monkeypatch, 
 
 
 @pytest.mark.parametrize("sdk", SDKS)
+def test_creates_the_cluster_with_a_user_assigned_identity(capsys, monkeypatch, world, sdk):
+    install(monkeypatch, world, sdk)
+    rid = (f"/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.ManagedIdentity/"
+           "userAssignedIdentities/stage-reader")
+    out = run(capsys, args(sdk, identity_resource_id=rid))
+    assert out["changed"] is True and out["action"] == "create", out
+    plain = run(capsys, args(sdk, name="plain"))
+    assert plain["action"] == "create" and world.identities["plain"] is None
+    identity = world.identities["gpu"]
+    assert identity["type"].lower().replace("_", "") == "userassigned"
+    assert [k.lower() for k in identity["userAssignedIdentities"]] == [rid.lower()]
+
+
+@pytest.mark.parametrize("sdk", SDKS)
 def test_check_mode_changes_nothing_and_diff_shows_the_scale(capsys, monkeypatch, world, sdk):
     world.add("gpu", make_nodes(2), min_nodes=0, max_nodes=4, vm_size="STANDARD_ND96ASR_V4")
     install(monkeypatch, world, sdk)
@@ -119,12 +133,47 @@ def test_scaled_to_zero_teardown(capsys, monkeypatch, world, sdk):
     install(monkeypatch, world, sdk)
     out = run(capsys, {"name": "gpu", "sdk": sdk, "state": "scaled_to_zero", "subscription_id": SUB,
                        "resource_group": RG, "workspace_name": WS, "auth_source": "cli", "poll_interval": 0})
-    assert out["changed"] and out["changes"] == {"min_nodes": [4, 0]} and out["wait_status"] == "0 node(s) left"
+    assert out["changed"] and out["changes"]["min_nodes"] == [4, 0] and out["wait_status"] == "0 node(s) left"
     scale = world.clusters["gpu"]["compute"]["properties"]["properties"]["scaleSettings"]
     assert (scale["minNodeCount"], scale["maxNodeCount"]) == (0, 4)
     again = run(capsys, {"name": "gpu", "sdk": sdk, "state": "scaled_to_zero", "subscription_id": SUB,
                          "resource_group": RG, "workspace_name": WS, "auth_source": "cli", "wait": False})
     assert again["changed"] is False
+
+
+def _idle_seconds(world) -> int:
+    from azureml.core.compute.amlcompute import ScaleSettings  # the SDK's own ISO 8601 reading
+    scale = world.clusters["gpu"]["compute"]["properties"]["properties"]["scaleSettings"]
+    return ScaleSettings.deserialize(scale).idle_seconds_before_scaledown
+
+
+@pytest.mark.parametrize("sdk", SDKS)
+def test_teardown_sets_a_short_idle_time_and_waits_until_no_node_is_left(capsys, monkeypatch, world, sdk):
+    world.add("gpu", make_nodes(4), vm_size="STANDARD_ND96ASR_V4")
+    world.release_after_polls = 2  # AmlCompute releases the idle nodes a while after the update
+    install(monkeypatch, world, sdk)
+    assert _idle_seconds(world) == 1800
+    base = {"name": "gpu", "sdk": sdk, "state": "scaled_to_zero", "subscription_id": SUB, "resource_group": RG,
+            "workspace_name": WS, "auth_source": "cli", "poll_interval": 0}
+    out = run(capsys, base)
+    assert out["changed"] and out["changes"] == {"min_nodes": [4, 0], "idle_seconds": [1800, 120]}, out
+    assert _idle_seconds(world) == 120 and out["wait_status"] == "0 node(s) left"
+    assert world.calls["v1 list_nodes (POST listNodes)"] + world.calls["v2 POST listNodes"] >= 3
+    assert run(capsys, {**base, "wait": False})["changed"] is False
+
+
+@pytest.mark.parametrize("sdk", SDKS)
+def test_teardown_without_waiting_says_when_the_nodes_will_be_gone(capsys, monkeypatch, world, sdk):
+    world.add("gpu", make_nodes(3, states={2: "running"}), vm_size="STANDARD_ND96ASR_V4", min_nodes=0)
+    world.release_after_polls = 5
+    install(monkeypatch, world, sdk)
+    out = run(capsys, {"name": "gpu", "sdk": sdk, "state": "scaled_to_zero", "subscription_id": SUB,
+                       "resource_group": RG, "workspace_name": WS, "auth_source": "cli", "wait": False,
+                       "idle_seconds_before_scaledown": 300})
+    # min_nodes was 0 already: the idle time alone still made the teardown a change.
+    assert out["changed"] and out["changes"] == {"idle_seconds": [1800, 300]}
+    assert out["msg"] == ("3 node(s) left on cluster 'gpu': AmlCompute releases each after 300 s idle "
+                          "(2 idle now: gone in about 5 min); 1 running a job go 300 s after it ends")
 
 
 def _ssh_servers(n: int):

@@ -80,15 +80,18 @@ def test_v2_command_job_as_the_service_sees_it():
 # --- the module, with Azure faked past the SDK objects ------------------------------------
 
 class FakeRun:
-    def __init__(self, src, tags):
-        self.src, self.tags, self.id = src, tags, "cosmoflow_1700000000_abcd"
-        self.display_name = None
+    count = 0
+
+    def __init__(self, src, tags, status="Completed"):
+        FakeRun.count += 1
+        self.src, self.tags, self.id = src, tags, f"cosmoflow_1700000000_{FakeRun.count:04d}"
+        self.display_name, self.status = None, status
 
     def wait_for_completion(self, show_output=False, raise_on_error=True):
         print("Streaming azureml-logs/70_driver_log.txt\n[cosmoflow] epoch 0: train loss 0.3")
 
     def get_status(self):
-        return "Completed"
+        return self.status
 
     def get_portal_url(self):
         return "https://ml.azure.com/runs/" + self.id
@@ -118,7 +121,8 @@ class FakeV1:
                 self.name = name
 
             def get_runs(self, tags=None, **_):
-                return [r for r in fake.runs if r.tags == tags]
+                # azureml-core filters on the given tags (a run may carry more), newest first.
+                return [r for r in reversed(fake.runs) if all(r.tags.get(k) == v for k, v in (tags or {}).items())]
 
             def submit(self, src, tags=None):
                 fake.submitted.append(src)
@@ -179,6 +183,37 @@ def test_check_mode_submits_nothing(v1, capsys, tmp_path, monkeypatch):
     out = run_module(capsys, module_args(tmp_path, _ansible_check_mode=True))
     assert out["changed"] is True and v1.submitted == [] and v1.secrets == {}
     assert out["spec"]["distribution"]["node_count"] == 4
+    assert out["run_id"] == "cf-4x8" and "would submit" in out["msg"]
+
+
+def test_check_mode_after_a_completed_run_reports_no_change(v1, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    v1.runs.append(FakeRun(None, {"amlhpc_run": "cf-4x8"}, status="Completed"))
+    out = run_module(capsys, module_args(tmp_path, _ansible_check_mode=True))
+    assert out["changed"] is False and v1.submitted == [] and out["status"] == "Completed"
+
+
+def test_check_mode_after_a_failed_run_reports_the_resubmission(v1, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    v1.runs.append(FakeRun(None, {"amlhpc_run": "cf-4x8"}, status="Failed"))
+    out = run_module(capsys, module_args(tmp_path, _ansible_check_mode=True))
+    assert out["changed"] is True and v1.submitted == [] and v1.secrets == {}
+    assert out["run_id"] == "cf-4x8-r2" and "ended Failed" in out["msg"]
+
+
+@pytest.mark.parametrize("status", ["Failed", "Canceled"])
+def test_v1_failed_or_cancelled_run_is_resubmitted_under_a_new_name(v1, capsys, tmp_path, monkeypatch, status):
+    monkeypatch.chdir(tmp_path)
+    v1.runs.append(FakeRun(None, {"amlhpc_run": "cf-4x8"}, status=status))
+    out = run_module(capsys, module_args(tmp_path))
+    assert out["changed"] is True and out["status"] == "Completed", out
+    (src,) = v1.submitted
+    new = v1.runs[-1]
+    assert new.tags == {"amlhpc_run": "cf-4x8", "amlhpc_attempt": "2"} and new.display_name == "cf-4x8-r2"
+    assert out["run_id"] == new.id and out["previous_run"] == "cf-4x8"
+    # The new attempt completed: a third run submits nothing.
+    again = run_module(capsys, module_args(tmp_path))
+    assert again["changed"] is False and len(v1.submitted) == 1
 
 
 def test_failed_run_fails_the_task_with_the_log_tail(v1, capsys, tmp_path, monkeypatch):
@@ -207,9 +242,11 @@ class FakeJobs:
 
     def create_or_update(self, job, experiment_name=None):
         self.created.append((job, experiment_name))
-        job_obj = type("Job", (), {"name": job.name, "status": "Completed",
-                                   "studio_url": "https://ml.azure.com/runs/" + job.name})()
-        self.existing[job.name] = job_obj
+        return self.add(job.name, "Completed")
+
+    def add(self, name, status):
+        job_obj = type("Job", (), {"name": name, "status": status, "studio_url": "https://ml.azure.com/runs/" + name})()
+        self.existing[name] = job_obj
         return job_obj
 
     def stream(self, name):
@@ -237,3 +274,29 @@ def test_v2_submit_builds_the_command_job_streams_and_downloads(capsys, tmp_path
     assert out["metrics"]["steps"] == [{"step": 1, "loss": 0.5}]
     again = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml"))
     assert again["changed"] is False and len(jobs.created) == 1
+
+
+def test_v2_failed_job_is_resubmitted_under_a_new_name(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    jobs = FakeJobs(tmp_path)
+    jobs.add("cf-4x8", "Failed")
+    monkeypatch.setattr(aml_job, "v2_client", lambda p: type("C", (), {"jobs": jobs})())
+    check = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml", _ansible_check_mode=True))
+    assert check["changed"] is True and check["run_id"] == "cf-4x8-r2" and jobs.created == []
+    out = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml"))
+    ((job, _),) = jobs.created
+    assert job.name == "cf-4x8-r2" and out["run_id"] == "cf-4x8-r2" and out["changed"] is True
+    again = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml", _ansible_check_mode=True))
+    assert again["changed"] is False and again["run_id"] == "cf-4x8-r2"
+
+
+def test_local_check_mode_after_a_finished_run_reports_no_change(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out_dir = tmp_path / "outputs" / "smoke"
+    out_dir.mkdir(parents=True)
+    (out_dir / "summary.json").write_text("{}")
+    args = {"backend": "local", "name": "smoke", "source_dir": str(ROOT / "workload"), "python": "python",
+            "data_dir": str(tmp_path), "output_dir": str(out_dir), "_ansible_check_mode": True}
+    assert run_module(capsys, args)["changed"] is False
+    (out_dir / "summary.json").unlink()
+    assert run_module(capsys, args)["changed"] is True

@@ -35,12 +35,18 @@ class FakeBeeond:
         return self.rc, self.out, self.err
 
 
-def run(monkeypatch, capsys, args, mounted=False, beeond=None):
+def run(monkeypatch, capsys, args, mounted=False, beeond=None, status=None, tmp_path=None):
+    """Run the module; ``status`` is the head's beeond status file content (None: no file)."""
     beeond = beeond or FakeBeeond()
     monkeypatch.setattr(beeond_module, "_mounted", lambda mount_point: mounted)
     # A function binds as a method (the module comes in as self); the FakeBeeond instance would not.
     monkeypatch.setattr(basic.AnsibleModule, "run_command",
                         lambda self, argv, **kw: beeond(self, argv, **kw))  # pylint: disable=unnecessary-lambda
+    if "status_file" not in args and tmp_path is not None:
+        status_file = tmp_path / "beeond.tmp"
+        if status is not None:
+            status_file.write_text(status)
+        args = {**args, "status_file": str(status_file)}
     with patch_module_args(args), pytest.raises(SystemExit):
         beeond_module.main()
     return json.loads(capsys.readouterr().out), beeond.calls
@@ -65,16 +71,36 @@ def test_start_runs_the_contract_command(monkeypatch, capsys, nodefile):
     assert result["changed"] and not result.get("failed") and result["rc"] == 0
 
 
-def test_start_when_mounted_runs_nothing(monkeypatch, capsys, nodefile):
-    result, calls = run(monkeypatch, capsys, start_args(nodefile), mounted=True)
+STATUS = ("10.0.0.4,beegfs-mgmtd,/mnt/resource_nvme/beeond/beegfs-mgmtd,/var/log/beegfs-mgmtd_20261123-010203.log,"
+          "/var/run/beegfs-mgmtd-20261123-010203.pid\n"
+          "10.0.0.4,beegfs-client,/mnt/scratch,/var/log/beegfs-client_20261123-010203.log,-\n")
+
+
+def test_start_when_mounted_runs_nothing(monkeypatch, capsys, nodefile, tmp_path):
+    result, calls = run(monkeypatch, capsys, start_args(nodefile), mounted=True, status=STATUS, tmp_path=tmp_path)
     assert calls == [] and not result["changed"] and result["already_mounted"]
+    assert "running (status file" in result["msg"]
 
 
-def test_exit_111_is_already_mounted(monkeypatch, capsys, nodefile):
-    result, _unused = run(monkeypatch, capsys, start_args(nodefile), beeond=FakeBeeond(rc=111))
-    assert not result["changed"] and result["already_mounted"] and result["rc"] == 111
-    # Said explicitly: without it Ansible fails any result whose rc is not 0.
-    assert result["failed"] is False
+def test_start_on_a_fresh_head_runs_beeond(monkeypatch, capsys, nodefile, tmp_path):
+    result, calls = run(monkeypatch, capsys, start_args(nodefile), tmp_path=tmp_path)
+    assert len(calls) == 1 and result["changed"]
+
+
+def test_status_file_without_a_mount_is_refused_before_beeond_runs(monkeypatch, capsys, nodefile, tmp_path):
+    result, calls = run(monkeypatch, capsys, start_args(nodefile), status=STATUS, tmp_path=tmp_path)
+    assert calls == [] and result["failed"] and "not shut down properly" in result["msg"]
+    assert str(tmp_path / "beeond.tmp") in result["msg"]
+
+
+def test_beeond_exit_status_is_not_read_as_already_mounted(monkeypatch, capsys, nodefile, tmp_path):
+    # beeond itself exits 1 when its status file exists; no exit status means "already running".
+    err = ("ERROR: Status file /tmp/beeond.tmp on host 10.0.0.5 already exists. Maybe a session is already "
+           "running or the previous session was not properly shut down.")
+    result, _ = run(monkeypatch, capsys, start_args(nodefile), beeond=FakeBeeond(rc=1, err=err), tmp_path=tmp_path)
+    assert result["failed"] and not result["already_mounted"] and "beeond stop" in result["msg"]
+    result, _ = run(monkeypatch, capsys, start_args(nodefile), beeond=FakeBeeond(rc=111), tmp_path=tmp_path)
+    assert result["failed"] and result["rc"] == 111
 
 
 def test_start_failure_fails_with_the_output(monkeypatch, capsys, nodefile):
@@ -106,7 +132,8 @@ def test_stop_with_a_status_file_runs_the_contract_command(monkeypatch, capsys, 
     args = {"state": "stopped", "nodefile": nodefile, "mount_point": "/mnt/scratch",
             "status_file": str(status)}
     result, calls = run(monkeypatch, capsys, args)
-    assert calls == [["beeond", "stop", "-n", nodefile, "-L", "-d", "-P"]] and result["changed"]
+    # A status file other than beeond's default is passed on with -i.
+    assert calls == [["beeond", "stop", "-n", nodefile, "-i", str(status), "-L", "-d", "-P"]] and result["changed"]
 
 
 def test_bad_arguments_fail_before_running(monkeypatch, capsys, nodefile):

@@ -57,3 +57,32 @@ def test_missing_azcopy_is_named(tmp_path, capsys):
 def test_extra_permissions_are_warned(tmp_path, capsys):
     out = run(base(tmp_path, sas=SAS_OK.replace("sp=rl", "sp=rwdl"), _ansible_check_mode=True), capsys)
     assert any("grants more than read and list (sp=rwdl: also write, delete)" in w for w in out["sas_warnings"])
+
+
+def test_identity_auth_needs_no_sas_and_a_service_principal_needs_its_secret(tmp_path, capsys):
+    args = base(tmp_path, auth="managed_identity", _ansible_check_mode=True)
+    del args["sas"]
+    out = run(args, capsys)
+    assert not out.get("failed") and out["sas_warnings"] == []
+    args = base(tmp_path, auth="service_principal", tenant_id="t", client_id="c", _ansible_check_mode=True)
+    del args["sas"]
+    out = run(args, capsys)
+    assert out["failed"] and "client_secret" in out["msg"]
+    args = base(tmp_path)
+    del args["sas"]
+    out = run(args, capsys)
+    assert out["failed"] and "sas" in out["msg"]
+
+
+def test_prediction_sits_beside_the_measurement_in_the_summary():
+    result = {"files": 96, "fetched": 96, "repaired": ["train/a_001.tfrecord (checksum)"], "repaired_count": 7,
+              "gone": [], "gone_count": 0, "removed": 0, "seconds": 12.5, "bytes_over_wire": 10**9,
+              "fetched_planned_bytes": 10**9, "fetched_planned_raw_bytes": 4 * 10**9}
+    result["prediction"] = azcopy_stage.prediction_for(result, {"nodes": 4, "azcopy_mb_s": 100,
+                                                                "decompress_mb_s": 200})
+    pred = result["prediction"]
+    assert pred["bottleneck"] == "decompression CPU" and pred["seconds"] == 20.0 and pred["nodes"] == 4
+    assert azcopy_stage.summary_line(result) == (
+        "96 files, 96 fetched (7 repaired), 0 gone (0 removed); 12.5 s measured, 20 s predicted "
+        "(decompression CPU); repaired: train/a_001.tfrecord (checksum) and 6 more")
+    assert azcopy_stage.prediction_for({**result, "fetched": 0}, {}) == {}

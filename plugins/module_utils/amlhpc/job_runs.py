@@ -1,0 +1,61 @@
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
+"""Which AzureML run a job name stands for, and whether to submit another.
+
+``aml_job`` submits a job under a name (``cosmoflow``). Running the task again must not
+submit a second copy of a run that finished or is still going, but must not take a failed or
+cancelled run for done either. Each submission is an *attempt*: the first is called by the
+name itself, the next ``<name>-r2``, ``<name>-r3``, ... (an AzureML v2 job name is unique in
+the workspace for good, so a resubmission needs a new one; SDK v1 runs carry the attempt in
+their tags and display name).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+# Run states of AzureML (azureml-core RunStatus, azure-ai-ml JobStatus).
+COMPLETED = {"Completed"}
+FAILED = {"Failed", "Canceled", "CancelRequested", "NotResponding", "TimedOut"}
+ACTIVE = {"NotStarted", "Starting", "Provisioning", "Preparing", "Queued", "Running", "Finalizing",
+          "Paused"}
+
+
+def attempt_name(name: str, attempt: int) -> str:
+    """The run name of an attempt: ``name`` for the first, ``name-rN`` after."""
+    return name if attempt <= 1 else f"{name}-r{attempt}"
+
+
+def attempt_of(name: str, run_name: str) -> int:
+    """The attempt number a run name carries (0 when it is not an attempt of ``name``)."""
+    if run_name == name:
+        return 1
+    m = re.fullmatch(re.escape(name) + r"-r(\d+)", run_name or "")
+    return int(m.group(1)) if m and int(m.group(1)) >= 2 else 0
+
+
+def decide(name: str, runs: Iterable[tuple[str, str]], force: bool = False) -> dict[str, Any]:
+    """What to do for job ``name`` given its earlier attempts ``(run name, status)``.
+
+    Returns ``{action, run_name, attempt, previous, previous_status, msg}``; action is
+    ``reuse`` (the latest attempt completed or is still going: report it, submit nothing)
+    or ``submit`` (nothing yet, the latest failed or was cancelled, or ``force``).
+    """
+    attempts = sorted(((attempt_of(name, r), r, s) for r, s in runs if attempt_of(name, r)), reverse=True)
+    if not attempts:
+        return {"action": "submit", "run_name": name, "attempt": 1, "previous": None,
+                "previous_status": None, "msg": f"no run named {name} yet: submitting {name}"}
+    number, latest, status = attempts[0]
+    nxt = attempt_name(name, number + 1)
+    base = {"previous": latest, "previous_status": status}
+    if force:
+        return {"action": "submit", "run_name": nxt, "attempt": number + 1, **base,
+                "msg": f"force: submitting {nxt} (the last attempt {latest} is {status})"}
+    if status in FAILED:
+        return {"action": "submit", "run_name": nxt, "attempt": number + 1, **base,
+                "msg": f"the last attempt {latest} ended {status}: resubmitting as {nxt}"}
+    state = "completed" if status in COMPLETED else f"is {status}"
+    return {"action": "reuse", "run_name": latest, "attempt": number, **base,
+            "msg": f"run {latest} {state}: nothing submitted"}

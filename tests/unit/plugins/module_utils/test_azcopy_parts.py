@@ -1,0 +1,90 @@
+"""The staging pieces added for issue 13: progress series, identity auth, gone files, NameSet, the time model."""
+
+from __future__ import annotations
+
+import pytest
+
+from amlhpc.azcopy import (
+    ExpectedFile,
+    NameSet,
+    ProgressSeries,
+    auth_env,
+    copy_download_command,
+    find_gone,
+    with_auth_env,
+)
+from amlhpc.azcopy_model import Rates, predict, predict_node, rates_from
+
+
+def test_progress_series_is_capped_spread_and_ends_on_the_last_point():
+    s = ProgressSeries(cap=16)
+    for i in range(1000):
+        s.add(i * 0.5, i * 1000, i // 10)
+    pts = s.series()
+    assert 8 <= len(pts) <= 16
+    assert pts[0] == {"t": 0.0, "bytes": 0, "files": 0}
+    assert pts[-1] == {"t": 499.5, "bytes": 999000, "files": 99}
+    ts = [p["t"] for p in pts]
+    assert ts == sorted(ts) and max(b - a for a, b in zip(ts, ts[1:])) <= 2 * 500 / (len(pts) - 2)
+
+
+def test_identity_modes_put_no_token_in_argv_and_set_azcopy_auto_login():
+    assert auth_env("sas") == {}
+    assert auth_env("managed_identity") == {"AZCOPY_AUTO_LOGIN_TYPE": "MSI"}
+    assert auth_env("managed_identity", msi_client_id="1111-2222") == {
+        "AZCOPY_AUTO_LOGIN_TYPE": "MSI", "AZCOPY_MSI_CLIENT_ID": "1111-2222"}
+    assert auth_env("azure_cli") == {"AZCOPY_AUTO_LOGIN_TYPE": "AZCLI"}
+    assert auth_env("service_principal", tenant_id="t", client_id="c", client_secret="s3cr3t-value") == {
+        "AZCOPY_AUTO_LOGIN_TYPE": "SPN", "AZCOPY_TENANT_ID": "t", "AZCOPY_SPA_APPLICATION_ID": "c",
+        "AZCOPY_SPA_CLIENT_SECRET": "s3cr3t-value"}
+    with pytest.raises(ValueError, match="auth service_principal needs client_secret"):
+        auth_env("service_principal", tenant_id="t", client_id="c")
+    with pytest.raises(ValueError, match="auth must be one of sas, managed_identity, service_principal, azure_cli"):
+        auth_env("key")
+    # An inherited auto-login setting does not leak into another mode.
+    env = with_auth_env({"PATH": "/bin", "AZCOPY_AUTO_LOGIN_TYPE": "SPN", "AZCOPY_SPA_CLIENT_SECRET": "x"}, "sas")
+    assert env == {"PATH": "/bin"}
+    argv = copy_download_command("azcopy", "https://a.blob.core.windows.net/c", "", "/d")
+    assert argv[2] == "https://a.blob.core.windows.net/c" and not any("sig=" in a for a in argv)
+
+
+def test_gone_files_are_this_nodes_and_not_listed_anywhere(tmp_path):
+    train = tmp_path / "train"
+    train.mkdir()
+    for name in ("u_a1_000.tfrecord", "u_a1_001.tfrecord", "u_a2_000.tfrecord", "u_a1_040.tfrecord"):
+        (train / name).write_bytes(b"x")
+    plan = [ExpectedFile("train/u_a1_000.tfrecord.gz", 1, True)]
+    # suffix mode, this node has 000-001: a2_000 and a1_001 have no blob any more; 040 is another node's
+    assert find_gone(str(tmp_path), 0, plan, True, suffixes=[0, 1]) == ["train/u_a1_001.tfrecord",
+                                                                       "train/u_a2_000.tfrecord"]
+    # a file another node's shard holds now (balanced mode moves files) is not gone
+    known = NameSet.of(["train/u_a1_000.tfrecord.gz", "train/u_a2_000.tfrecord.gz"])
+    assert find_gone(str(tmp_path), 0, plan, True, suffixes=[0, 1], known=known) == ["train/u_a1_001.tfrecord"]
+
+
+def test_name_set_has_no_false_negatives_and_few_false_positives():
+    names = [f"train/univ_{i}_{i % 64:03d}.tfrecord.gz" for i in range(5000)]
+    s = NameSet.load(NameSet.of(names).dump())
+    assert all(n in s for n in names)
+    others = sum(f"validation/x_{i}.tfrecord.gz" in s for i in range(5000))
+    assert others < 150  # about 1 %
+    assert len(NameSet.of(names).dump()) < 5000 * 2
+
+
+def test_model_reproduces_the_seed_figures_and_names_the_bottleneck():
+    rates = Rates()
+    plain = predict([int(5.1e12 / 4)] * 4, [int(5.1e12 / 4)] * 4, rates)
+    gz = predict([int(1.1e12 / 4)] * 4, [int(5.1e12 / 4)] * 4, rates)
+    assert 33 <= plain["minutes"] <= 37 and plain["bottleneck"] == "NIC"
+    assert 12 <= gz["minutes"] <= 14 and gz["bottleneck"] == "decompression CPU"
+    # 64 nodes gzip-encoded: 200 Gbps of egress is no longer enough for 4x the bytes over the wire
+    many = predict([int(4 * 1.1e12 / 64)] * 64, [int(4 * 5.1e12 / 64)] * 64, Rates(egress_gbps=50))
+    assert many["bottleneck"] == "account egress"
+    # a slower NIC than azcopy can use becomes the limit for uncompressed data
+    assert predict([10**12], [10**12], Rates(nic_gbps=1))["bottleneck"] == "NIC"
+    assert predict([10**12], [10**12], Rates(nic_gbps=1))["nic_is_card"] is True
+    node = predict_node(10**9, 10**9, Rates(egress_gbps=0.001), nodes=4, wire_total=4 * 10**9)
+    assert node["bottleneck"] == "account egress" and node["seconds"] == pytest.approx(32000, rel=1e-3)
+    with pytest.raises(ValueError, match="unknown staging-model rate"):
+        rates_from({"nic": 1})
+    assert rates_from({"nic_gbps": "100", "egress_gbps": ""}).nic_gbps == 100.0

@@ -1,0 +1,53 @@
+"""A failing stage or submit says why (redacted), and never shows the secret.
+
+The modules mark their secrets no_log and redact their messages; a task-level no_log on
+top hid every failure behind "the output has been hidden". These run the real playbooks
+on the local profile, at -vvv, with a visibly fake SAS, against causes that fail early.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
+SIG = "FAKEsignatureNOTREAL0123456789abcdef"
+SAS = f"sv=2024-11-04&ss=b&srt=co&sp=rl&se=2030-01-01T00%3A00%3A00Z&sig={SIG}%3D"
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def play(playbook: str, extra: dict) -> subprocess.CompletedProcess:
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="default")
+    return subprocess.run([ANSIBLE_PLAYBOOK, playbook, "-vvv", "-e", json.dumps(extra)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=240)
+
+
+def test_a_failing_stage_plan_shows_its_reason_and_not_the_sas():
+    res = play("playbooks/stage.yml", {"local_blob_port": closed_port(), "stage_sas": SAS})
+    out = res.stdout + res.stderr
+    assert res.returncode != 0
+    assert "has been hidden" not in out, res.stdout[-3000:]
+    assert "Stage | Plan each node's shard" in res.stdout and "127.0.0.1" in res.stdout
+    assert "Connection refused" in out or "Failed to establish a new connection" in out, res.stdout[-3000:]
+    assert SIG not in out
+
+
+def test_a_failing_submit_shows_its_reason_and_not_the_secret(tmp_path):
+    res = play("playbooks/submit.yml", {"aml_job_train_args": {"token": f"sp=r&sig={SIG}"},
+                                        "aml_job_output_dir": str(tmp_path / "out"),
+                                        "aml_job_data_dir": str(tmp_path)})
+    out = res.stdout + res.stderr
+    assert res.returncode != 0
+    assert "has been hidden" not in out, res.stdout[-3000:]
+    assert "train_args.token looks like a SAS token" in out or "token looks like a SAS token" in out, res.stdout[-3000:]
+    assert SIG not in out
