@@ -48,3 +48,41 @@ from .azcopy_progress import (  # noqa: F401
 )
 from .azcopy_sas import SAS_PERMISSION_NAMES, SasCheck, check_sas, parse_sas, redact  # noqa: F401
 from .azcopy_sync import StageError, find_gone, plan_sync, shard_is_staged, stage_shard, survey  # noqa: F401
+
+# What the workload, the modules and the tests import from here.
+__all__ = [
+    "auth_env",
+    "blob_url",
+    "copy_download_command",
+    "copy_upload_command",
+    "with_auth_env",
+    "with_sas",
+    "MANIFEST_DIRNAME",
+    "STAGING_DIRNAME",
+    "VERIFY_MODES",
+    "ExpectedFile",
+    "NameSet",
+    "check_file",
+    "final_name",
+    "finalize",
+    "is_gzip_file",
+    "private_azcopy_env",
+    "remove_partial",
+    "sha256_file",
+    "JobResult",
+    "ProgressSeries",
+    "explain_failure",
+    "parse_line",
+    "run_azcopy",
+    "SAS_PERMISSION_NAMES",
+    "SasCheck",
+    "check_sas",
+    "parse_sas",
+    "redact",
+    "StageError",
+    "find_gone",
+    "plan_sync",
+    "shard_is_staged",
+    "stage_shard",
+    "survey",
+]
