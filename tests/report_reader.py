@@ -43,7 +43,7 @@ def decode_png(data: bytes) -> tuple[int, int]:
         pos += 12 + length
     if header is None or not ended or not idat:
         raise ValueError("PNG without IHDR, IDAT or IEND")
-    width, height, depth, colour, _, _, interlace = header
+    width, height, depth, colour, _unused, _unused, interlace = header
     if interlace:
         raise ValueError("interlaced PNG not expected")
     row = (width * _CHANNELS[colour] * depth + 7) // 8

@@ -461,7 +461,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                             clusters: list[str]) -> str:
         plan = plan_known_hosts(endpoints, record.endpoints, patterns_in(record.text), clusters, alive)
         scanned = scan_keys(plan.to_scan, timeout=self.get_option("known_hosts_scan_timeout"))
-        drop = set(plan.remove) | {e.pattern for e, _, _ in plan.replaced}
+        drop = set(plan.remove) | {e.pattern for e, _unused, _unused in plan.replaced}
         add: list[str] = []
         for pattern in plan.remove:
             record.endpoints.pop(pattern, None)

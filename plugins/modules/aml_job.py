@@ -433,7 +433,7 @@ def run_v1(module: AnsibleModule, spec: dict[str, Any], req: JobRequest, prepare
                 dockerfile_text = f.read()
             if p["sas"]:
                 ws.get_default_keyvault().set_secret(name=req.sas_secret_name, value=p["sas"])
-            src, _ = v1_objects(spec, dockerfile_text, prepare())
+            src, _unused = v1_objects(spec, dockerfile_text, prepare())
             run = exp.submit(src, tags={"amlhpc_run": req.name, "amlhpc_attempt": str(verdict["attempt"])})
             run.display_name = verdict["run_name"]
             changed = True

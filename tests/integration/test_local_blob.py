@@ -47,7 +47,7 @@ def test_azurite_is_stopped_when_a_later_play_fails(tmp_path):
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="default")
     extra = {"local_blob_port": port, "local_blob_dir": str(blob_dir)}
     res = subprocess.run([str(ROOT / ".venv" / "bin" / "ansible-playbook"), str(playbook), "-e", json.dumps(extra)],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=180, check=False)
     assert res.returncode != 0 and "a later phase failed" in res.stdout, res.stdout[-3000:] + res.stderr[-2000:]
     assert "Probe that Azurite answers" in res.stdout and "ok: [localhost]" in res.stdout
     pidfile = blob_dir / "azurite.pid"

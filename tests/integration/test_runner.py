@@ -71,7 +71,7 @@ def test_local_profile_through_ansible_runner(tmp_path):
     # After that run, check mode goes through the whole site.yml and changes nothing on the node.
     check = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "site.yml", "--check", "--diff",
                             "-e", f"local_blob_port={port}"],
-                           cwd=ROOT, capture_output=True, text=True, timeout=600)
+                           cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
     assert check.returncode == 0, check.stdout[-4000:]
     node = re.search(r"^local-0\s+: (.*)$", check.stdout.split("PLAY RECAP")[-1], re.M).group(1)
     assert "changed=0" in node and "failed=0" in node, node
@@ -123,5 +123,5 @@ def check_report(page: str, summary_lines: list[str], events: list[dict]) -> Non
     assert len(rows) == len(epochs) >= 3
     for r, e in zip(rows, epochs):
         assert (float(r["train_loss"]), float(r["val_mae"])) == (pytest.approx(e["train_loss"], abs=5e-5),
-                                                                  pytest.approx(e["val_mae"], abs=5e-5))
+                                                                 pytest.approx(e["val_mae"], abs=5e-5))
     assert len(sections["training"]["images"]) == 1

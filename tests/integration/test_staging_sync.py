@@ -129,7 +129,7 @@ def test_progress_series_and_prediction_are_in_the_result(azurite, azcopy, datas
 
 def _sampler(stop: threading.Event, seen: list[str], payloads: list[str], roots: list[Path]) -> None:
     while not stop.is_set():
-        ps = subprocess.run(["ps", "-eww", "-o", "args", "--no-headers"], capture_output=True, text=True).stdout
+        ps = subprocess.run(["ps", "-eww", "-o", "args", "--no-headers"], capture_output=True, text=True, check=False).stdout
         seen.extend(ps.splitlines())
         for root in roots:
             for dirpath, _dirs, files in os.walk(root):
@@ -158,7 +158,7 @@ def _playbook(tmp_path: Path, extra: dict, env_extra: dict, home: Path) -> subpr
     env.pop("ANSIBLE_PIPELINING", None)
     cmd = [str(ROOT / ".venv" / "bin" / "ansible-playbook"), str(ROOT / "playbooks" / "stage.yml"),
            "-e", json.dumps(extra), "-e", "amlhpc_no_log=false"]  # no_log off: the output is scanned too
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240, check=False)
 
 
 def test_sas_only_in_azcopys_argv_and_in_no_file_or_payload(azurite, azcopy, dataset, tmp_path):
@@ -224,14 +224,14 @@ def test_identity_modes_hand_azcopy_no_sig_and_its_auto_login(tmp_path, auth, op
     task = {"azcopy_stage": {"azcopy": str(fake), "account_url": "https://acct.blob.core.windows.net",
                              "container": "cosmoflow", "auth": auth, "dest": str(tmp_path / "stage"), "rank": 0,
                              "shard": {"mode": "suffix", "include_pattern": "*_000.tfrecord", "suffixes": ["000"]},
-                             **{k: v for k, v in options.items()}},
+                             **dict(options)},
             "register": "r"}
     playbook.write_text(json.dumps([{"hosts": "local-0", "gather_facts": False,
                                      "tasks": [task, {"ansible.builtin.debug": {"var": "r.changed"}}]}]))
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), FAKE_AZCOPY_RECORD=str(record),
                TEST_CLIENT_SECRET="not-a-real-secret-0123456789", HOME=str(tmp_path))
     out = subprocess.run([str(ROOT / ".venv" / "bin" / "ansible-playbook"), str(playbook)], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     (call,) = [json.loads(line) for line in record.read_text().splitlines()]
     assert call["argv"][:2] == ["copy", "https://acct.blob.core.windows.net/cosmoflow"]

@@ -74,7 +74,7 @@ def test_every_epoch_reads_another_order(tiny_data, tmp_path, master_port, monke
         return iter(order)
 
     monkeypatch.setattr(cdata.ShardSampler, "__iter__", recording)
-    args = [a for a in TINY_MODEL]
+    args = list(TINY_MODEL)
     args[args.index("--workers") + 1] = "0"
     assert train.main(["--data-dir", str(tiny_data), "--epochs", "2", "--n-train", "32", "--n-valid", "16",
                        "--output-dir", str(tmp_path / "o"), *args]) == 0
@@ -87,7 +87,7 @@ def test_lr_once_an_epoch_and_the_mlperf_log_passes_the_compliance_checker(tiny_
     import subprocess
 
     out = tmp_path / "o"
-    args = [a for a in TINY_MODEL]
+    args = list(TINY_MODEL)
     args[args.index("--warmup-epochs") + 1] = "2"
     args[args.index("--base-batch-size") + 1] = "2"  # batch 4: peak = 2 x 0.01
     assert train.main(["--data-dir", str(tiny_data), "--epochs", "2", "--n-train", "32", "--n-valid", "16",

@@ -100,7 +100,7 @@ def check_partition(split: str, names: Sequence[str], scope: str, node: int, loc
     if scope not in SCOPES:
         raise ValueError(f"data scope must be one of {SCOPES}, got {scope!r}")
     names = sorted(names)
-    _, sha = digest(names)
+    _unused, sha = digest(names)
     hashes = name_hashes(names).tobytes() if scope == "node" and local_rank == 0 else b""
     meta = gather((node, sha, hashes))
     nodes = [m[0] for m in meta]
@@ -109,7 +109,7 @@ def check_partition(split: str, names: Sequence[str], scope: str, node: int, loc
         suspect = len({m[1] for m in meta}) > 1
     else:
         by_node: dict[int, set[str]] = defaultdict(set)
-        for n, s, _ in meta:
+        for n, s, _unused in meta:
             by_node[n].add(s)
         suspect = any(len(s) > 1 for s in by_node.values())
         if not suspect:

@@ -28,7 +28,7 @@ def parse_decay(text: str) -> list[tuple[float, float]]:
     """``"32:0.25,64:0.125"`` -> ``[(32.0, 0.25), (64.0, 0.125)]``."""
     out = []
     for part in filter(None, (x.strip() for x in text.split(","))):
-        epoch, _, factor = part.partition(":")
+        epoch, _unused, factor = part.partition(":")
         out.append((float(epoch), float(factor)))
     return sorted(out)
 

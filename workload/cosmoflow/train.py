@@ -371,8 +371,8 @@ def _train(args: argparse.Namespace, layout: cdist.Layout, device: torch.device,
                        ("opt_name", "sgd"), ("opt_base_learning_rate", peak_lr),
                        ("opt_learning_rate_warmup_epochs", args.warmup_epochs),
                        ("opt_learning_rate_warmup_factor", scale),
-                       ("opt_learning_rate_decay_boundary_epochs", [int(e) for e, _ in decay]),
-                       ("opt_learning_rate_decay_factor", max((f for _, f in decay), default=1.0)),
+                       ("opt_learning_rate_decay_boundary_epochs", [int(e) for e, _unused in decay]),
+                       ("opt_learning_rate_decay_factor", max((f for _unused, f in decay), default=1.0)),
                        ("dropout", args.dropout), ("opt_weight_decay", 0.0),
                        ("gradient_accumulation_steps", 1)):
         mllog.event(key, value)
@@ -418,7 +418,7 @@ def _train(args: argparse.Namespace, layout: cdist.Layout, device: torch.device,
         steps_done = int(loss_sum[1].item()) // layout.world_size
         mllog.end("epoch_stop", epoch_num=epoch + 1)
         mllog.start("eval_start", epoch_num=epoch + 1)
-        val_loss, val_mae, _ = evaluate(forward, valid_loader, step_fn)
+        val_loss, val_mae, _unused = evaluate(forward, valid_loader, step_fn)
         mllog.event("eval_error", val_mae, epoch_num=epoch + 1)
         mllog.end("eval_stop", epoch_num=epoch + 1)
         summary = {"epoch": epoch, "step": step, "train_loss": float(loss_sum[0] / loss_sum[1]),

@@ -194,5 +194,5 @@ class NameSet:
     @classmethod
     def load(cls, text: str) -> NameSet:
         import base64  # noqa: PLC0415
-        bits, _, data = text.partition(":")
+        bits, _unused, data = text.partition(":")
         return cls(int(bits), bytearray(base64.b64decode(data)))

@@ -90,7 +90,7 @@ def compress_all(root: str, work_dir: str, prefix: str = "", level: int = 6, wor
             results = list(pool.map(_gzip_one, jobs, chunksize=max(1, len(jobs) // (workers * 4))))
     pre = prefix.strip("/")
     out = []
-    for rel, (src, dst, _), (raw, size, md5, sha) in zip(rels, jobs, results):
+    for rel, (src, dst, _unused), (raw, size, md5, sha) in zip(rels, jobs, results):
         blob = f"{pre}/{rel}.gz" if pre else f"{rel}.gz"
         out.append(Prepared(source=src, blob=blob, gz_path=dst, size=size, raw_size=raw, md5=md5, raw_sha256=sha))
     return out

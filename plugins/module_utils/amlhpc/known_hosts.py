@@ -69,7 +69,7 @@ class KnownHostsPlan:
 
     @property
     def to_scan(self) -> list[Endpoint]:
-        return self.scan + [e for e, _, _ in self.replaced]
+        return self.scan + [e for e, _unused, _unused in self.replaced]
 
 
 def endpoint_pattern(address: str, port: int) -> str:

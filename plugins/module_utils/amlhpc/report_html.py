@@ -149,13 +149,13 @@ def staging_section(results: Mapping[str, Mapping[str, Any] | None]) -> Section:
         pts = progress_points(r)
         if pts:
             start = [] if pts[0][0] == 0 else [(0.0, 0)]
-            series_total.append({"label": node, "x": [t for t, _ in start + pts],
-                                 "y": [b / 1e6 for _, b in start + pts]})
+            series_total.append({"label": node, "x": [t for t, _unused in start + pts],
+                                 "y": [b / 1e6 for _unused, b in start + pts]})
             rates = rate_points(pts)
             # Drawn as steps: each rate holds over the interval that ends at its sample, the
             # first one from 0 s.
-            series_rate.append({"label": node, "x": [0.0] + [t for t, _ in rates],
-                                "y": [rates[0][1] if rates else 0.0] + [v for _, v in rates]})
+            series_rate.append({"label": node, "x": [0.0] + [t for t, _unused in rates],
+                                "y": [rates[0][1] if rates else 0.0] + [v for _unused, v in rates]})
     sec["tables"].append({
         "caption": "Per node: azcopy's result (bytes over the wire are compressed bytes when the blobs are "
                    "gzip-encoded; throughput is over the wire; blank: not in this result)",
@@ -337,7 +337,7 @@ def fsbench_section(results: Mapping[str, Mapping[str, Any]],
                      _f(node_limits["fs_write"]), _f(node_limits["fs_read"]), shape])
     sec["summary"].append(f"{len(results)} node(s); MB/s = 10^6 bytes/s; "
                           + ("thresholds: write >= {}, read >= {}".format(_f(limits["fs_write"]),
-                                                                        _f(limits["fs_read"]))
+                                                                          _f(limits["fs_read"]))
                              if any(v is not None for v in limits.values())
                              else "no threshold for this VM size (reported, not gated)."))
     sec["tables"].append({"caption": "Per node (MB/s)",

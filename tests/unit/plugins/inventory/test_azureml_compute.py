@@ -720,7 +720,7 @@ def test_integral_float_ports_are_accepted_and_fractions_refused(tmp_path):
     f.write_text(json.dumps(nodes))
     data = parse(write_config(tmp_path, {"source": "nodes_file", "cluster": "gpu", "nodes_file": str(f)}))
     ports = sorted(h.vars["ansible_port"] for h in data.hosts.values())
-    assert ports == [50000, 50001, 50002, 50003] and all(type(p) is int for p in ports)
+    assert ports == [50000, 50001, 50002, 50003] and all(type(p) is int for p in ports)  # pylint: disable=unidiomatic-typecheck  (bool is not a port)
     nodes[1]["port"] = 50001.5
     f.write_text(json.dumps(nodes))
     with pytest.raises(AnsibleError, match=r"node 1: 'port' must be an integer 1-65535, not 50001\.5"):
@@ -739,7 +739,7 @@ def test_a_broken_inventory_fails_a_plain_run_with_its_error_once(tmp_path):
     env.update(ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0")
     res = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(path),
                           str(ROOT / "playbooks" / "validate.yml")],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
     out = res.stdout + res.stderr
     assert res.returncode != 0, out
     # One failure, from this plugin (ansible-core renders a warning as a summary line plus its
@@ -772,7 +772,7 @@ def test_cached_facts_follow_the_node_id_not_the_host_name(tmp_path):
 
     def kernels() -> dict[str, str]:
         res = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(path), str(play)],
-                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=180, check=False)
         assert res.returncode == 0, res.stdout + res.stderr
         return dict(re.findall(r"KERNEL (\S+) (\S+)\"", res.stdout))
 

@@ -56,7 +56,7 @@ def test_gone_files_are_this_nodes_and_not_listed_anywhere(tmp_path):
     plan = [ExpectedFile("train/u_a1_000.tfrecord.gz", 1, True)]
     # suffix mode, this node has 000-001: a2_000 and a1_001 have no blob any more; 040 is another node's
     assert find_gone(str(tmp_path), 0, plan, True, suffixes=[0, 1]) == ["train/u_a1_001.tfrecord",
-                                                                       "train/u_a2_000.tfrecord"]
+                                                                        "train/u_a2_000.tfrecord"]
     # a file another node's shard holds now (balanced mode moves files) is not gone
     known = NameSet.of(["train/u_a1_000.tfrecord.gz", "train/u_a2_000.tfrecord.gz"])
     assert find_gone(str(tmp_path), 0, plan, True, suffixes=[0, 1], known=known) == ["train/u_a1_001.tfrecord"]

@@ -230,7 +230,7 @@ def test_fsbench_section_from_the_project_reader_and_elbencho():
     node_vars = [{"inventory_hostname": "nd-0", "healthcheck_fs_bench_run": fs_bench,
                   "healthcheck_elbencho_run": {"skipped": True, "changed": False}},
                  {"inventory_hostname": "nd-1", "healthcheck_elbencho_run": {"stdout": fx("elbencho_write_read.txt"),
-                                                                            "rc": 0},
+                                                                             "rc": 0},
                   "healthcheck_fs_bench_run": {"skipped": True}}]
     results = report_html.fs_results(node_vars)
     limits = health.thresholds_for("Standard_ND96asr_v4")

@@ -284,7 +284,7 @@ def test_v2_failed_job_is_resubmitted_under_a_new_name(capsys, tmp_path, monkeyp
     check = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml", _ansible_check_mode=True))
     assert check["changed"] is True and check["run_id"] == "cf-4x8-r2" and jobs.created == []
     out = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml"))
-    ((job, _),) = jobs.created
+    ((job, _unused),) = jobs.created
     assert job.name == "cf-4x8-r2" and out["run_id"] == "cf-4x8-r2" and out["changed"] is True
     again = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml", _ansible_check_mode=True))
     assert again["changed"] is False and again["run_id"] == "cf-4x8-r2"

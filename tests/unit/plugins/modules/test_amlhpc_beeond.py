@@ -97,9 +97,9 @@ def test_beeond_exit_status_is_not_read_as_already_mounted(monkeypatch, capsys, 
     # beeond itself exits 1 when its status file exists; no exit status means "already running".
     err = ("ERROR: Status file /tmp/beeond.tmp on host 10.0.0.5 already exists. Maybe a session is already "
            "running or the previous session was not properly shut down.")
-    result, _ = run(monkeypatch, capsys, start_args(nodefile), beeond=FakeBeeond(rc=1, err=err), tmp_path=tmp_path)
+    result, _unused = run(monkeypatch, capsys, start_args(nodefile), beeond=FakeBeeond(rc=1, err=err), tmp_path=tmp_path)
     assert result["failed"] and not result["already_mounted"] and "beeond stop" in result["msg"]
-    result, _ = run(monkeypatch, capsys, start_args(nodefile), beeond=FakeBeeond(rc=111), tmp_path=tmp_path)
+    result, _unused = run(monkeypatch, capsys, start_args(nodefile), beeond=FakeBeeond(rc=111), tmp_path=tmp_path)
     assert result["failed"] and result["rc"] == 111
 
 
