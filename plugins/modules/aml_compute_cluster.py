@@ -16,7 +16,7 @@ description:
   - "O(state=scaled_to_zero): sets C(min_nodes) to 0 and a short idle time
     (O(idle_seconds_before_scaledown), 120 s by default here) so AmlCompute releases the nodes
     soon after they are idle (C(max_nodes) stays: the API needs it >= 1); with O(wait) waits
-    until no node is left, otherwise O(msg) says how many are left and when they go."
+    until no node is left, otherwise RV(msg) says how many are left and when they go."
   - An autoscaling cluster (O(min_nodes) != O(max_nodes)) is refused while
     O(beeond_enabled) is true, because a scale-down destroys the BeeOND file system.
   - A cluster that exists with another VM size, admin user, SSH key or remote login setting
