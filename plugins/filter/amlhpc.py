@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.inventory_checks import inventory_problems
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.job_spec import data_scope_for, data_scope_problem
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.report import run_report
 
 
@@ -37,4 +38,6 @@ class FilterModule:
             "amlhpc_cluster_nodes": cluster_nodes,
             "amlhpc_inventory_problems": inventory_problems,
             "amlhpc_run_report": run_report,
+            "amlhpc_data_scope": data_scope_for,
+            "amlhpc_data_scope_problem": data_scope_problem,
         }

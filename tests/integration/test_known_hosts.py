@@ -21,36 +21,28 @@ from pathlib import Path
 import pytest
 import yaml
 
-from containers import _BOOT, ADMIN_USER, ContainerCluster, docker
-
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from twin.cluster import ADMIN_USER, Twin, free_base_port  # noqa: E402
+
 ANSIBLE = str(Path(sys.executable).parent / "ansible")
 
 
 @pytest.fixture()
 def cluster(tmp_path):
-    c = ContainerCluster(2, "inv-kh", tmp_path / "cluster")
+    c = Twin(2, tmp_path / "cluster", prefix="inv-kh", base_port=free_base_port(2))
     try:
         yield c.start()
     finally:
         c.stop()
 
 
-def replace_node(cluster: ContainerCluster, index: int) -> None:
-    """A new machine behind the same NAT port: new container, new host keys."""
-    node = cluster.nodes[index]
-    docker("rm", "-f", node.name)
-    pub = cluster.key.with_suffix(".pub").read_text().strip()
-    docker("run", "-d", "--name", node.name, "--hostname", node.name, "--network", cluster.network,
-           "-p", f"127.0.0.1:{node.port}:22", "-e", f"CONTROLLER_KEY={pub}", "--label", f"amlhpc.test={cluster.prefix}",
-           cluster.image, "bash", "-c", _BOOT.format(user=ADMIN_USER))
-    cluster.wait_for_ssh()
-
-
-def write_inventory(tmp_path: Path, cluster: ContainerCluster, node_ids: list[str]) -> Path:
-    payload = cluster.list_nodes_payload()
-    for record, node_id in zip(payload, node_ids):
-        record["nodeId"] = node_id
+def write_inventory(tmp_path: Path, cluster: Twin, node_ids: dict[int, str] | None = None) -> Path:
+    """The twin's list_nodes(); ``node_ids`` (slot -> id) makes a node claim another id."""
+    payload = cluster.list_nodes()
+    for node, record in zip(cluster.nodes, payload):
+        record["nodeId"] = (node_ids or {}).get(node.slot, record["nodeId"])
     inv = tmp_path / "inventory"
     (inv / "group_vars").mkdir(parents=True, exist_ok=True)
     (inv / "nodes.json").write_text(json.dumps(payload))
@@ -72,30 +64,29 @@ def ping(tmp_path: Path, config: Path) -> subprocess.CompletedProcess:
 
 
 def test_host_keys_follow_the_nodes_with_checking_on(tmp_path, cluster):
-    ids = [n.node_id for n in cluster.nodes]
     known = tmp_path / "controller_known_hosts"
+    node1 = cluster.ranked()[1]  # kh-1
 
-    first = ping(tmp_path, write_inventory(tmp_path, cluster, ids))
+    first = ping(tmp_path, write_inventory(tmp_path, cluster))
     assert first.returncode == 0, first.stdout + first.stderr
     assert first.stdout.count("SUCCESS") == 2
     assert "Are you sure you want to continue connecting" not in first.stdout + first.stderr
     for node in cluster.nodes:
         assert f"[127.0.0.1]:{node.port} ssh-ed25519 " in known.read_text()
-    old_line = [line for line in known.read_text().splitlines() if f":{cluster.nodes[1].port} ssh-ed25519" in line]
+    old_line = [line for line in known.read_text().splitlines() if f":{node1.port} ssh-ed25519" in line]
 
     # AmlCompute replaced node 1: a new machine (new host keys) at the same port, a new node id.
-    replace_node(cluster, 1)
-    ids[1] = "tvmps_replacement_d"
-    second = ping(tmp_path, write_inventory(tmp_path, cluster, ids))
+    new = cluster.replace_node(node1.slot)
+    second = ping(tmp_path, write_inventory(tmp_path, cluster))
     assert second.returncode == 0, second.stdout + second.stderr
     assert second.stdout.count("SUCCESS") == 2
-    assert (f"node kh-1 at [127.0.0.1]:{cluster.nodes[1].port} was replaced by AmlCompute "
-            f"(node id {cluster.nodes[1].node_id} -> tvmps_replacement_d)") in " ".join((second.stderr + second.stdout).split())
+    assert (f"node kh-1 at [127.0.0.1]:{new.port} was replaced by AmlCompute "
+            f"(node id {node1.node_id} -> {new.node_id})") in " ".join((second.stderr + second.stdout).split())
     assert old_line[0] not in known.read_text()
 
     # The key changes again but the node id stays: that is not AmlCompute, ssh refuses the node.
-    replace_node(cluster, 1)
-    third = ping(tmp_path, write_inventory(tmp_path, cluster, ids))
+    newer = cluster.replace_node(new.slot)
+    third = ping(tmp_path, write_inventory(tmp_path, cluster, {newer.slot: new.node_id}))
     assert third.returncode != 0
     out = third.stdout + third.stderr
     assert "kh-0 | SUCCESS" in out and "kh-1 | UNREACHABLE" in out
