@@ -28,7 +28,7 @@ def test_nodes_look_like_amlcompute_nodes(twin):
     assert [n["port"] for n in payload] == [twin.base_port, twin.base_port + 1]
     assert {n["publicIpAddress"] for n in payload} == {"127.0.0.1"}
     assert len({n["privateIpAddress"] for n in payload}) == 2 and all(n["nodeId"].startswith("tvmps_")
-                                                                       for n in payload)
+                                                                      for n in payload)
     # The admin user is not root, has passwordless sudo; /mnt and the scratch point are root's.
     res = twin.ssh(0, "id -un; sudo -n id -un; stat -c %U /mnt /mnt/scratch; touch /mnt/scratch/x")
     out = res.stdout.split()

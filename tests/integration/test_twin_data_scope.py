@@ -57,7 +57,7 @@ def test_every_sample_read_once_per_epoch(beeond, tmp_path):
         inv = user_inventory(twin, tmp_path / "inventory", "scope", group_vars)
         state = azureml_state(twin, tmp_path, audit_reads=True)
         res = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), "site.yml", "--tags", "submit"], cwd=ROOT,
-                             env=twin_env(state), capture_output=True, text=True, timeout=900)
+                             env=twin_env(state), capture_output=True, text=True, timeout=900, check=False)
         logs = Path(json.loads(state.read_text())["jobs"]["cosmoflow"]["logs"]).read_text()
         assert res.returncode == 0, res.stdout[-4000:] + logs[-4000:]
         assert f"{NODES * PROCS} process(es) on {NODES} node(s)" in logs

@@ -14,7 +14,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 from test_multinode import ANSIBLE_PLAYBOOK, ROOT, user_inventory
 
@@ -65,7 +64,7 @@ def test_health_checks_as_the_admin_user(tmp_path):
         }
         inv = user_inventory(twin, tmp_path / "inventory", "hc", group_vars)
         res = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), "site.yml", "--tags", "ssh_trust,healthcheck"],
-                             cwd=ROOT, capture_output=True, text=True, timeout=900)
+                             cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
         out = res.stdout
         (tmp_path / "run.log").write_text(out + res.stderr)
         assert res.returncode == 0, out[-6000:] + res.stderr[-2000:]

@@ -61,7 +61,7 @@ class TwinJobs:
                            timeout=state.get("timeout", 900), audit_reads=state.get("audit_reads", False))
         (runs / "rest.json").write_text(json.dumps(rest, indent=2, default=str))
         (runs / "logs.txt").write_text("\n".join(f"===== node {i} (rc {rc})\n{log}" for i, (rc, log)
-                                                  in enumerate(zip(run.returncodes, run.logs))))
+                                                 in enumerate(zip(run.returncodes, run.logs))))
         (runs / "reads.json").write_text(json.dumps({p: {"count": n, "ranks": sorted(run.readers[p])}
                                                      for p, n in run.reads.items()}, indent=2))
         state.setdefault("jobs", {})[name] = {"status": "Completed" if run.ok else "Failed",

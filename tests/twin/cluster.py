@@ -119,7 +119,7 @@ if _log:
 
 
 def docker(*args: str, check: bool = True, timeout: float = 300) -> str:
-    res = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
+    res = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout, check=False)
     if check and res.returncode != 0:
         raise RuntimeError(f"docker {' '.join(args[:3])} ... failed: {res.stderr.strip()}")
     return res.stdout.strip()
@@ -237,7 +237,7 @@ class Twin:
         ports = [self.base_port + i for i in range(self.size)]
         with ThreadPoolExecutor(max_workers=8) as pool:
             self.nodes = list(pool.map(self._provision, range(self.size), ports,
-                                       [self._allocate_ip() for _ in ports]))
+                                       [self._allocate_ip() for _unused in ports]))
         self._next_slot = self.size
         self.wait_for_ssh(self.nodes)
         return self
@@ -263,7 +263,7 @@ class Twin:
             res = subprocess.run(["docker", "network", "create", "--subnet", subnet, "--gateway", f"10.{a}.{b}.1",
                                   "--label",
                                   f"amlhpc.twin={self.prefix}", self.network], capture_output=True, text=True,
-                                 timeout=60)
+                                 timeout=60, check=False)
             if res.returncode == 0:
                 self._subnet = subnet
                 return
@@ -392,7 +392,7 @@ class Twin:
     def exec(self, which: TwinNode | int, *cmd: str, user: str = "root",
              timeout: float = 120) -> subprocess.CompletedProcess:
         return subprocess.run(["docker", "exec", "-u", user, self._node(which).container, *cmd],
-                              capture_output=True, text=True, timeout=timeout)
+                              capture_output=True, text=True, timeout=timeout, check=False)
 
     def host_key(self, which: TwinNode | int) -> str:
         """The node's ed25519 host key (``ssh-ed25519 AAAA...``)."""
@@ -412,7 +412,7 @@ class Twin:
         return subprocess.run(
             ["ssh", "-i", str(self.key), "-p", str(node.port), "-o", "BatchMode=yes",
              "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={kh}", "-o", "ConnectTimeout=5",
-             f"{self.admin_user}@{self.public_address}", *cmd], capture_output=True, text=True, timeout=timeout)
+             f"{self.admin_user}@{self.public_address}", *cmd], capture_output=True, text=True, timeout=timeout, check=False)
 
     # --- jobs -------------------------------------------------------------------------------
     def run_job(self, spec: dict[str, Any], source_dir: Path, *, python: str, name: str, outputs: Path,
@@ -479,7 +479,7 @@ class Twin:
         except subprocess.TimeoutExpired:
             returncodes = [124] * len(containers)
         logs = [subprocess.run(["docker", "logs", c], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               timeout=60).stdout for c in containers]
+                               timeout=60, check=False).stdout for c in containers]
         docker("rm", "-f", *containers, check=False)
         head_outputs = jobdir / "node0" / "wd" / "outputs"
         if outputs.exists():
@@ -498,7 +498,7 @@ class Twin:
             for rank in range(len(nodes)):
                 log = jobdir / f"node{rank}" / "wd" / ".twin-reads.log"
                 for line in log.read_text().splitlines() if log.exists() else []:
-                    who, _, path = line.split(" ", 2)
+                    who, _unused, path = line.split(" ", 2)
                     run.reads[path] += 1
                     run.readers.setdefault(path, set()).add(who)
         return run

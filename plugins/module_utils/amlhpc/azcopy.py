@@ -51,6 +51,9 @@ from .azcopy_sync import StageError, find_gone, plan_sync, shard_is_staged, stag
 
 # What the workload, the modules and the tests import from here.
 __all__ = [
+    "AUTH_MODES",
+    "AZCOPY_TEMP_PREFIX",
+    "AzcopyMessage",
     "auth_env",
     "blob_url",
     "copy_download_command",

@@ -745,7 +745,9 @@ def test_a_broken_inventory_fails_a_plain_run_with_its_error_once(tmp_path):
     # One failure, from this plugin (ansible-core renders a warning as a summary line plus its
     # "caused by" detail, so the sentence itself is printed in both parts of that one warning).
     assert out.count("Failed to parse inventory with") == 2, out
-    assert out.count("Failed to parse inventory with 'azureml_compute' plugin") == 2, out
+    # ansible-core names a collection's plugin by its load name.
+    assert out.count("Failed to parse inventory with "
+                     "'ansible_collections.amlhpc.azureml.plugins.inventory.azureml_compute' plugin") == 2, out
     assert "node 2: 'port' must be an integer 1-65535, not 50002.5" in out
     for other in ("'yaml' plugin", "'ini' plugin", "'auto' plugin", "'constructed' plugin", "PLAY ["):
         assert other not in out, out

@@ -314,8 +314,8 @@ def test_nccl_settings_and_data_scope_reach_both_services():
               "-v", "/etc/amlhpc/nccl.env:/etc/amlhpc/nccl.env:ro",
               "-v", "/opt/microsoft/ndv4/topo.xml:/opt/microsoft/ndv4/topo.xml:ro"]
     kw = dict(environment_variables=NCCL["environment_variables"], mounts=NCCL["mounts"], data_scope="node")
-    src, _ = aml_job.v1_objects(build_spec(request("azureml_core", **kw)), DOCKERFILE.read_text(),
-                                str(ROOT / "workload"))
+    src, _unused = aml_job.v1_objects(build_spec(request("azureml_core", **kw)), DOCKERFILE.read_text(),
+                                      str(ROOT / "workload"))
     payload = v1_payload(src)
     assert payload["docker"]["arguments"] == mounts
     assert payload["environmentVariables"] == NCCL["environment_variables"]
