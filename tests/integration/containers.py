@@ -8,7 +8,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from twin.cluster import Twin, docker, free_base_port  # noqa: E402,F401  # pylint: disable=unused-import  (re-exported)
+# docker is re-exported for the tests that import it from here.
+from twin.cluster import Twin, docker, free_base_port  # noqa: E402,F401  # pylint: disable=unused-import
 
 
 def ContainerCluster(size: int, prefix: str, workdir: Path) -> Twin:  # noqa: N802 - the old class name

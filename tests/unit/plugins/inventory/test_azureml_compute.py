@@ -720,7 +720,8 @@ def test_integral_float_ports_are_accepted_and_fractions_refused(tmp_path):
     f.write_text(json.dumps(nodes))
     data = parse(write_config(tmp_path, {"source": "nodes_file", "cluster": "gpu", "nodes_file": str(f)}))
     ports = sorted(h.vars["ansible_port"] for h in data.hosts.values())
-    assert ports == [50000, 50001, 50002, 50003] and all(type(p) is int for p in ports)  # pylint: disable=unidiomatic-typecheck  (bool is not a port)
+    # type() on purpose: a bool is an int to isinstance(), and not a port.
+    assert ports == [50000, 50001, 50002, 50003] and all(type(p) is int for p in ports)  # pylint: disable=unidiomatic-typecheck
     nodes[1]["port"] = 50001.5
     f.write_text(json.dumps(nodes))
     with pytest.raises(AnsibleError, match=r"node 1: 'port' must be an integer 1-65535, not 50001\.5"):
