@@ -76,51 +76,10 @@ changed_files:
 
 import os
 import pwd
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.amlhpc.files import ensure_dir, ensure_file, read_text
 from ansible.module_utils.amlhpc.ssh_trust import authorized_keys_text, managed_block_text
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read()
-    except FileNotFoundError:
-        return None
-
-
-def _ensure_dir(module: AnsibleModule, path: str, uid: int, gid: int, mode: int, changed: list[str]) -> None:
-    if os.path.isdir(path):
-        return
-    changed.append(path)
-    if not module.check_mode:
-        os.makedirs(path, mode=mode)
-        os.chown(path, uid, gid)
-        os.chmod(path, mode)
-
-
-def _ensure_file(module: AnsibleModule, path: str, text: str, uid: int, gid: int, mode: int,
-                 changed: list[str], diffs: list[dict]) -> None:
-    before = _read(path)
-    st = os.stat(path) if before is not None else None
-    if before == text and st is not None and (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (uid, gid, mode):
-        return
-    changed.append(path)
-    if before != text:
-        diffs.append({"before_header": path, "after_header": path, "before": before or "", "after": text})
-    if module.check_mode:
-        return
-    if before == text:
-        os.chown(path, uid, gid)
-        os.chmod(path, mode)
-        return
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".amlhpc-")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.chown(tmp, uid, gid)
-    os.chmod(tmp, mode)
-    module.atomic_move(tmp, path, unsafe_writes=False)
 
 
 def main() -> None:
@@ -146,29 +105,20 @@ def main() -> None:
         except KeyError:
             module.fail_json(msg=f"user {p['user']!r} does not exist on this node")
         ssh_dir = os.path.join(user.pw_dir, ".ssh")
-        _ensure_dir(module, ssh_dir, user.pw_uid, user.pw_gid, 0o700, changed)
+        ensure_dir(module, ssh_dir, user.pw_uid, user.pw_gid, 0o700, changed, enforce=False)
         ak = os.path.join(ssh_dir, "authorized_keys")
         try:
-            text = authorized_keys_text(_read(ak) or "", p["authorized_key"])
+            text = authorized_keys_text(read_text(ak) or "", p["authorized_key"])
         except ValueError as exc:
             module.fail_json(msg=f"authorized_key: {exc}")
-        _ensure_file(module, ak, text, user.pw_uid, user.pw_gid, 0o600, changed, diffs)
+        ensure_file(module, ak, text, user.pw_uid, user.pw_gid, 0o600, changed, diffs)
 
-    nodefile_dir = os.path.dirname(p["nodefile"])
-    if os.path.isdir(nodefile_dir):
-        st = os.stat(nodefile_dir)
-        if (st.st_uid, st.st_gid, st.st_mode & 0o7777) != (0, 0, 0o755):
-            changed.append(nodefile_dir)
-            if not module.check_mode:
-                os.chown(nodefile_dir, 0, 0)
-                os.chmod(nodefile_dir, 0o755)
-    else:
-        _ensure_dir(module, nodefile_dir, 0, 0, 0o755, changed)
-    _ensure_file(module, p["nodefile"], "\n".join(p["nodefile_lines"]) + "\n", 0, 0, 0o644, changed, diffs)
+    ensure_dir(module, os.path.dirname(p["nodefile"]), 0, 0, 0o755, changed)
+    ensure_file(module, p["nodefile"], "\n".join(p["nodefile_lines"]) + "\n", 0, 0, 0o644, changed, diffs)
 
-    _ensure_dir(module, os.path.dirname(p["known_hosts"]), 0, 0, 0o755, changed)
-    kh = managed_block_text(_read(p["known_hosts"]) or "", p["known_hosts_marker"], p["known_hosts_lines"])
-    _ensure_file(module, p["known_hosts"], kh, 0, 0, 0o644, changed, diffs)
+    ensure_dir(module, os.path.dirname(p["known_hosts"]), 0, 0, 0o755, changed, enforce=False)
+    kh = managed_block_text(read_text(p["known_hosts"]) or "", p["known_hosts_marker"], p["known_hosts_lines"])
+    ensure_file(module, p["known_hosts"], kh, 0, 0, 0o644, changed, diffs)
 
     module.exit_json(changed=bool(changed), changed_files=changed, diff=diffs)
 
