@@ -109,6 +109,7 @@ def main() -> int:
                         help="print the N slowest tasks of each second run (ansible.posix.profile_tasks)")
     parser.add_argument("--project", default=str(ROOT), metavar="DIR",
                         help="run the playbook from this checkout (e.g. a git worktree of an older commit)")
+    parser.add_argument("--prefix", default="perf-bench", help="name prefix of the bench's containers and network")
     parser.add_argument("--no-pssh", action="store_true", help="skip the parallel-ssh side")
     parser.add_argument("-e", "--extra", action="append", default=[], metavar="KEY=VALUE",
                         help="group var for the bench inventory (YAML value)")
@@ -136,7 +137,7 @@ def main() -> int:
     for size in sizes:
         with tempfile.TemporaryDirectory(prefix="amlhpc-bench-") as tmp:
             tmp_path = Path(tmp)
-            cluster = ContainerCluster(size, "perf-bench", tmp_path / "cluster")
+            cluster = ContainerCluster(size, args.prefix, tmp_path / "cluster")
             cluster.start()
             try:
                 inv = write_inventory(cluster, size, tmp_path, extra)
