@@ -65,6 +65,9 @@ def ensure_file(module: Any, path: str, text: str, uid: int, gid: int, mode: int
     os.chown(tmp, uid, gid)
     os.chmod(tmp, mode)
     module.atomic_move(tmp, path, unsafe_writes=False)
+    # atomic_move gives a new file the umask's mode, not the temporary file's
+    os.chown(path, uid, gid)
+    os.chmod(path, mode)
     return made
 
 

@@ -44,8 +44,11 @@ def test_files_written_once_then_unchanged_and_check_mode_writes_nothing(tmp_pat
                       {"path": str(stale), "state": "absent"}]}
     check = run(amlhpc_files, args, capsys, check_mode=True)
     assert check["changed"] is True and not (tmp_path / "etc").exists()
+    args["files"].append({"path": str(tmp_path / "etc" / "key"), "content": "k\n", "mode": "0600", **OWNER})
     first = run(amlhpc_files, args, capsys)
-    assert first["changed_files"] == [str(tmp_path / "etc"), str(conf)]
+    assert oct((tmp_path / "etc" / "key").stat().st_mode & 0o7777) == "0o600"
+    args["files"].pop()
+    assert first["changed_files"][:2] == [str(tmp_path / "etc"), str(conf)]
     assert conf.read_text() == "A=1\n" and oct(conf.stat().st_mode & 0o7777) == "0o644"
     assert run(amlhpc_files, args, capsys)["changed"] is False
     # A stale file goes; a replaced content is shown as a diff and backed up when asked.
