@@ -76,15 +76,18 @@ class Measured:
     returncode: int
     stdout: str
     stderr: str
+    masters: float = 0.0  # of cpu: the ssh ControlPersist masters still alive at the end
 
 
 def run(argv: list[str], **kwargs) -> Measured:
     before = snapshot()
+    masters_before = _orphans_cpu(set())
     start = time.monotonic()
     res = subprocess.run(argv, capture_output=True, text=True, **kwargs)
     wall = time.monotonic() - start
+    masters = _orphans_cpu(set()) - masters_before
     cpu = snapshot() - before
-    return Measured(wall, cpu, res.returncode, res.stdout, res.stderr)
+    return Measured(wall, cpu, res.returncode, res.stdout, res.stderr, max(masters, 0.0))
 
 
 def cpu_name() -> str:

@@ -160,6 +160,7 @@ def main() -> int:
                     rows[run].append((size, m.cpu, m.wall))
                     line = (f"{size:>5} {run:>6} {m.wall:>7.1f} {m.cpu:>7.1f} {m.cpu / size:>8.2f} {tasks:>6} "
                             f"{1000 * m.cpu / max(tasks, 1):>7.0f} {changed:>7}")
+                    masters = f"  (ssh masters {m.masters:.1f} s of it)"
                     if run == "second" and not args.no_pssh:
                         p = cpumeter.run([sys.executable, str(ROOT / "bench" / "pssh_nodes.py"),
                                           "--nodes-file", str(tmp_path / "nodes.json"), "--key", str(cluster.key)],
@@ -169,7 +170,7 @@ def main() -> int:
                         pchanged = yaml.safe_load(p.stdout.strip().splitlines()[-1])["changed_files"]
                         line += (f" | {p.wall:>9.1f} {p.cpu:>8.2f} {m.cpu / max(p.cpu, 1e-3):>8.0f}x"
                                  f"  (pssh changed {pchanged} files; wall ratio {m.wall / max(p.wall, 1e-3):.1f}x)")
-                    print(line, flush=True)
+                    print(line + masters, flush=True)
                     if run == "second":
                         for task in changed_tasks(m.stdout):
                             print(f"      changed again: {task}", flush=True)
