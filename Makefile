@@ -14,6 +14,12 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PYTHONDONTWRITEBYTECODE := 1
 # A broken inventory fails instead of warning (CI and tests alike).
 export ANSIBLE_INVENTORY_UNPARSED_FAILED := true
+# Optional: `make run MITOGEN=1` runs the plays with Mitogen for Ansible (mitogen_linear;
+# pip install -r requirements-bench.txt first). See README, "Controller cost".
+ifeq ($(MITOGEN),1)
+export ANSIBLE_STRATEGY_PLUGINS := $(shell $(VENV)/bin/python -c 'import ansible_mitogen, os; print(os.path.dirname(ansible_mitogen.__file__) + "/plugins/strategy")')
+export ANSIBLE_STRATEGY := mitogen_linear
+endif
 
 MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
@@ -76,8 +82,9 @@ test-vm: setup  ## nvme_raid for real: a qemu VM (TCG) with 8 emulated NVMe disk
 	@.ci/sysdeps vm
 	$(PYTEST) tests/vm
 
-bench: setup  ## Benchmarks under bench/ (print numbers)
-	@for b in bench/*.py; do echo "=== $$b"; $(VENV)/bin/python $$b || exit 1; done
+bench: setup  ## Benchmarks under bench/ (print numbers); parallel-ssh and mitogen from requirements-bench.txt
+	@$(VENV)/bin/python -m pip install -q -r requirements-bench.txt
+	@for b in bench/*_bench.py bench/shard_imbalance.py; do echo "=== $$b"; $(VENV)/bin/python $$b || exit 1; done
 
 clean:  ## Remove venvs, tools and caches
 	rm -rf .venv .venv-lint .venv-workload .venv-bench .tools .cache .scratch
