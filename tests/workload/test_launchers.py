@@ -41,19 +41,43 @@ def test_two_processes_with_gloo_through_torchrun(tiny_data, tmp_path):
     _check(out, 2)
 
 
-def test_two_processes_with_openmpi_variables(tiny_data, tmp_path):
-    """What mpirun exports (no MPI library is needed by the training itself)."""
-    out, port = tmp_path / "outputs", free_port()
-    procs = []
-    for rank in range(2):
-        env = _env() | {"OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": "2",
-                        "OMPI_COMM_WORLD_LOCAL_RANK": str(rank), "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+def _mpirun_shaped(data_dirs, out, *extra):
+    """Two processes with what mpirun exports (no MPI library is needed by the training itself)."""
+    port, procs = free_port(), []
+    for rank, data_dir in enumerate(data_dirs):
+        env = _env() | {"OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": str(len(data_dirs)),
+                        "OMPI_COMM_WORLD_LOCAL_RANK": str(rank),
+                        "OMPI_COMM_WORLD_LOCAL_SIZE": str(len(data_dirs)),
                         "AZ_BATCH_MASTER_NODE": f"127.0.0.1:{port}"}
         procs.append(subprocess.Popen(
-            [sys.executable, TRAIN, "--data-dir", str(tiny_data), "--epochs", "2", "--batch-size", "4",
-             "--output-dir", str(out), *TINY_MODEL], env=env, stdout=subprocess.PIPE,
+            [sys.executable, TRAIN, "--data-dir", str(data_dir), "--epochs", "2", "--batch-size", "4",
+             "--output-dir", str(out), *TINY_MODEL, *extra], env=env, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True))
     outputs = [p.communicate(timeout=240)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-3000:] for o in outputs)
+    return [p.returncode for p in procs], outputs
+
+
+def test_two_processes_with_openmpi_variables(tiny_data, tmp_path):
+    out = tmp_path / "outputs"
+    codes, outputs = _mpirun_shaped([tiny_data, tiny_data], out)
+    assert codes == [0, 0], "\n".join(o[-3000:] for o in outputs)
     assert "via openmpi" in outputs[0]
     _check(out, 2)
+
+
+def test_ranks_that_see_different_files_stop_before_training(tiny_data, tmp_path):
+    """Node-local shards read in global scope (issue 10 defect 1): today each rank would train on
+    a part of its part; the start-up partition check stops every rank with one sentence."""
+    shards = [tmp_path / "node0", tmp_path / "node1"]
+    for split in ("train", "validation"):
+        files = sorted((tiny_data / split).iterdir())
+        for k, shard in enumerate(shards):
+            (shard / split).mkdir(parents=True)
+            for f in files[k::2]:
+                (shard / split / f.name).symlink_to(f)
+    codes, outputs = _mpirun_shaped(shards, tmp_path / "outputs", "--data-scope", "global")
+    assert codes[0] != 0 and codes[1] != 0
+    for output in outputs:
+        assert "train: data scope global needs every rank to see the same files, but rank 0 (node 0) lacks 32:" \
+            in output, output[-3000:]
+        assert "use --data-scope node" in output

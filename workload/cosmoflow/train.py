@@ -33,6 +33,7 @@ from torch.nn.parallel import DistributedDataParallel
 from cosmoflow import data as cdata
 from cosmoflow import dist as cdist
 from cosmoflow.model import CosmoFlow, ModelConfig, parameter_count
+from cosmoflow.partition import check_partition
 from cosmoflow.sas import resolve_sas, scrub
 
 
@@ -41,8 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
     d = p.add_argument_group("data")
     d.add_argument("--data-dir", help="data set root holding train/ and validation/ (no staging)")
     d.add_argument("--data-scope", choices=("global", "node"), default="global",
-                   help="global: every node sees every file (shared FS such as BeeOND), ranks shard "
-                        "the whole set; node: each node sees its own files, its local ranks shard them")
+                   help="global: shared storage (BeeOND), every rank sees every file, ranks shard the "
+                        "whole set by global rank; node: node-local staging, each node holds its own "
+                        "shard and its ranks shard it by local rank. Checked at start-up: the ranks' "
+                        "lists must form a partition of the data set")
     d.add_argument("--cube", type=int, default=128, help="cube edge of the samples")
     d.add_argument("--channels", type=int, default=4)
     d.add_argument("--records-per-file", type=int, default=1)
@@ -182,6 +185,12 @@ def stage(args: argparse.Namespace, layout: cdist.Layout, device: torch.device, 
     return args.stage_dir
 
 
+def _all_gather(obj: Any) -> list[Any]:
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
 def loaders(args: argparse.Namespace, data_dir: str, layout: cdist.Layout, device: torch.device):
     if args.data_scope == "global":
         shard, shards = layout.rank, layout.world_size
@@ -190,6 +199,10 @@ def loaders(args: argparse.Namespace, data_dir: str, layout: cdist.Layout, devic
     out = []
     for split, limit, shuffle in (("train", args.n_train, True), ("validation", args.n_valid, False)):
         files = cdata.list_files(data_dir, split)
+        problem = check_partition(split, [os.path.basename(f) for f in files], args.data_scope,
+                                  layout.node_rank, layout.local_rank, _all_gather)
+        if problem:
+            raise SystemExit(problem)
         ds = cdata.CosmoFlowDataset(files, args.cube, args.channels, args.apply_log, args.records_per_file)
         size = min(len(ds), limit) if limit else len(ds)
         per_rank = torch.tensor([size // shards], dtype=torch.int64, device=device)
