@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Controller cost of the nodes phase (playbooks/nodes.yml: ssh_trust, nvme_raid,
-gpu_clocks, nccl) on N Docker containers that stand in for AmlCompute nodes (sshd on
-127.0.0.1:<port>, admin user with sudo, private IPs on their own network, read through the
-azureml_compute inventory plugin's nodes_file source), side by side with a parallel-ssh
+gpu_clocks, nccl) on N nodes of the AmlCompute twin (tests/twin/cluster.py: Docker containers, one public
+address with a NAT port per node, a non-root admin user with sudo, private IPs on their own
+network, read through the azureml_compute inventory plugin's nodes_file source; host key
+checking on, against the NAT endpoints' keys), side by side with a parallel-ssh
 script doing the same checks and writes on the same nodes (bench/pssh_nodes.py).
 
 For each size: wall time and controller CPU seconds (user+sys of the ansible-playbook
@@ -23,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,11 +32,11 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "integration"))
+sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import cpumeter  # noqa: E402
-from containers import ContainerCluster  # noqa: E402
+from twin.cluster import Twin, free_base_port  # noqa: E402
 
 BIN = Path(sys.executable).parent
 ANSIBLE_PLAYBOOK = str(BIN / "ansible-playbook")
@@ -83,7 +83,7 @@ def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return my - slope * mx, slope
 
 
-def write_inventory(cluster: ContainerCluster, size: int, tmp: Path, extra: dict) -> Path:
+def write_inventory(cluster: Twin, size: int, tmp: Path, extra: dict) -> Path:
     inv_dir = tmp / "inventory"
     (inv_dir / "group_vars").mkdir(parents=True, exist_ok=True)
     nodes_file = cluster.write_nodes_file(tmp / "nodes.json")
@@ -93,8 +93,8 @@ def write_inventory(cluster: ContainerCluster, size: int, tmp: Path, extra: dict
                                    "admin_user": "azureuser", "min_nodes": size, "max_nodes": size}))
     (inv_dir / "group_vars" / "all.yml").write_text(yaml.safe_dump({
         "ansible_ssh_private_key_file": str(cluster.key),
-        "ansible_ssh_common_args": "-o StrictHostKeyChecking=accept-new "
-                                   f"-o UserKnownHostsFile={tmp / 'known_hosts'}",
+        # host key checking on (ansible.cfg), against the NAT endpoints' keys
+        "ansible_ssh_common_args": f"-o UserKnownHostsFile={cluster.known_hosts(tmp / 'known_hosts')}",
         **extra}))
     return inv
 
@@ -138,17 +138,10 @@ def main() -> int:
     for size in sizes:
         with tempfile.TemporaryDirectory(prefix="amlhpc-bench-") as tmp:
             tmp_path = Path(tmp)
-            cluster = ContainerCluster(size, args.prefix, tmp_path / "cluster")
+            cluster = Twin(size, tmp_path / "cluster", prefix=args.prefix, base_port=free_base_port(size))
             cluster.start()
             try:
                 inv = write_inventory(cluster, size, tmp_path, extra)
-                if args.mitogen:
-                    # Mitogen enforces host key checking (host_key_checking = true) and does
-                    # not take ssh's accept-new: the nodes' NAT endpoints are scanned first.
-                    with open(tmp_path / "known_hosts", "w") as fh:
-                        for n in cluster.nodes:
-                            fh.write(subprocess.run(["ssh-keyscan", "-p", str(n.port), "127.0.0.1"], capture_output=True,
-                                                    text=True, timeout=60).stdout)
                 argv = [ANSIBLE_PLAYBOOK, "-i", str(inv), args.playbook]
                 for run in ("first", "second"):
                     m = cpumeter.run(argv, cwd=project, env=env, timeout=3600)
@@ -163,7 +156,8 @@ def main() -> int:
                     masters = f"  (ssh masters {m.masters:.1f} s of it)"
                     if run == "second" and not args.no_pssh:
                         p = cpumeter.run([sys.executable, str(ROOT / "bench" / "pssh_nodes.py"),
-                                          "--nodes-file", str(tmp_path / "nodes.json"), "--key", str(cluster.key)],
+                                          "--nodes-file", str(tmp_path / "nodes.json"), "--key", str(cluster.key), "--user", cluster.admin_user,
+                                          "--address", cluster.public_address],
                                          cwd=ROOT, timeout=900)
                         if p.returncode != 0:
                             sys.exit(f"pssh_nodes.py failed:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
