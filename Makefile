@@ -14,12 +14,6 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PYTHONDONTWRITEBYTECODE := 1
 # A broken inventory fails instead of warning (CI and tests alike).
 export ANSIBLE_INVENTORY_UNPARSED_FAILED := true
-# Optional: `make run MITOGEN=1` runs the plays with Mitogen for Ansible (mitogen_linear;
-# pip install -r requirements-bench.txt first). See README, "Controller cost".
-ifeq ($(MITOGEN),1)
-export ANSIBLE_STRATEGY_PLUGINS := $(shell $(VENV)/bin/python -c 'import ansible_mitogen, os; print(os.path.dirname(ansible_mitogen.__file__) + "/plugins/strategy")')
-export ANSIBLE_STRATEGY := mitogen_linear
-endif
 
 MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
