@@ -11,6 +11,7 @@ if _MODULE_UTILS not in sys.path:
     sys.path.insert(0, _MODULE_UTILS)
 
 from amlhpc.inventory_checks import inventory_problems  # noqa: E402
+from amlhpc.job_spec import data_scope_for, data_scope_problem  # noqa: E402
 from amlhpc.report import run_report  # noqa: E402
 
 
@@ -41,4 +42,6 @@ class FilterModule:
             "amlhpc_cluster_nodes": cluster_nodes,
             "amlhpc_inventory_problems": inventory_problems,
             "amlhpc_run_report": run_report,
+            "amlhpc_data_scope": data_scope_for,
+            "amlhpc_data_scope_problem": data_scope_problem,
         }

@@ -4,6 +4,7 @@ amlhpc_nccl_topology(vm_size)        -> {"name", "gpu", "xml"} of the VM size's 
 amlhpc_nccl_conf(settings, topo)     -> /etc/nccl.conf text
 amlhpc_nccl_env(env, ld_path, pinning, topo) -> the job environment file text
 amlhpc_gpu_pinning(topo_m_text, vm_size)     -> GPU-to-NUMA pinning facts (measured, else the table)
+amlhpc_nccl_job(env_file_b64, conf_path, env_path) -> {"environment_variables", "mounts"} for the job
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ if _MODULE_UTILS not in sys.path:
 
 from amlhpc.nccl import (  # noqa: E402
     choose_pinning,
+    job_settings,
     nccl_conf_content,
     nccl_env_content,
     render_topology_xml,
@@ -62,6 +64,17 @@ def gpu_pinning(topo_text: Optional[str], vm_size: Optional[str] = None) -> dict
     return choose_pinning(measured, vm_size)
 
 
+def nccl_job(env_file_b64: Optional[str], conf_path: str, env_path: str) -> dict[str, Any]:
+    """From the node's env file (as ansible.builtin.slurp returns it, base64) to the job's
+    environment variables and read-only mounts."""
+    import base64
+    text = base64.b64decode(env_file_b64).decode("utf-8") if env_file_b64 else None
+    try:
+        return job_settings(text, conf_path, env_path)
+    except ValueError as exc:
+        raise AnsibleFilterError(f"{env_path}: {exc}") from exc
+
+
 class FilterModule:
     """nccl filters."""
 
@@ -71,4 +84,5 @@ class FilterModule:
             "amlhpc_nccl_conf": nccl_conf,
             "amlhpc_nccl_env": nccl_env,
             "amlhpc_gpu_pinning": gpu_pinning,
+            "amlhpc_nccl_job": nccl_job,
         }

@@ -19,6 +19,8 @@ description:
     stable while the node set is unchanged."
   - Nodes in state unusable, leaving or preempted are left out by default, with a warning
     that names them.
+  - "Cached facts are tied to node ids: when the node behind a host name changed (a node
+    replaced, ranks shifted), the host's cached facts are dropped and gathered again."
   - "Host vars: C(ansible_host) (public IP), C(ansible_port) (the node's public SSH port),
     C(ansible_user) (the cluster's admin user), C(aml_cluster), C(aml_node_rank),
     C(aml_private_ip), C(aml_public_ip), C(aml_public_port), C(aml_node_id),
@@ -164,9 +166,49 @@ options:
     type: int
     default: 22
   allow_empty:
-    description: A cluster without (usable) nodes is a warning instead of an error.
+    description:
+      - A cluster none of whose nodes is left after O(exclude_states) and O(node_filter) is a
+        warning instead of an error.
+      - "A cluster that does not exist yet, or has no nodes (scaled to 0), is always a warning
+        and reads as empty, so that C(playbooks/cluster.yml) (first in C(site.yml)) can create
+        or scale it and read the inventory again (C(meta: refresh_inventory)); the validate
+        play then refuses a run left without nodes. Such a read is not cached."
     type: bool
     default: false
+  known_hosts:
+    description:
+      - Manage the controller's known_hosts for the nodes, so that SSH host key checking stays
+        on without a prompt. On every read, each node's endpoint (C([address]:port)) not known
+        yet is scanned with C(ssh-keyscan) and recorded with the node's C(nodeId); when
+        AmlCompute replaced a node (same endpoint, another C(nodeId)) its old keys are dropped,
+        the new node's scanned, and a warning names the node; endpoints gone from the cluster
+        are dropped. A key that changes while the C(nodeId) stays is refused by ssh.
+      - Every host gets C(ansible_ssh_common_args) C(-o UserKnownHostsFile=<file>
+        -o StrictHostKeyChecking=yes) (ssh never asks, it refuses an unknown key) and
+        C(aml_known_hosts_file). Put ssh options of your own in O(ssh_common_args).
+      - C(false) leaves host keys to you (an SSH certificate authority, your own known_hosts).
+    type: bool
+    default: true
+    env:
+      - name: AMLHPC_KNOWN_HOSTS
+  known_hosts_file:
+    description:
+      - The controller's known_hosts file for the nodes; the record of which node id each
+        entry belongs to lies beside it (C(<file>.nodes.json)).
+      - Default C(.cache/known_hosts) next to the C(ansible.cfg) in use (the project's), or
+        next to this configuration file when there is none. A relative path is relative to
+        the folder of this configuration file.
+    type: path
+    env:
+      - name: AMLHPC_KNOWN_HOSTS_FILE
+  known_hosts_scan_timeout:
+    description: Seconds C(ssh-keyscan) waits for a node.
+    type: int
+    default: 5
+  ssh_common_args:
+    description: Further ssh options, appended to the C(ansible_ssh_common_args) this plugin sets.
+    type: str
+    default: ""
 """
 
 EXAMPLES = r"""
@@ -230,6 +272,7 @@ from amlhpc.aml_nodes import (  # noqa: E402
     AmlNodesError,
     ClusterInfo,
     apply_filter,
+    cluster_not_created,
     left_out_warning,
     load_nodes_file,
     no_nodes,
@@ -239,6 +282,18 @@ from amlhpc.aml_nodes import (  # noqa: E402
     resolve_auth,
     split_by_state,
     subscription_from,
+)
+from amlhpc.known_hosts import (  # noqa: E402
+    Endpoint,
+    NodeRecord,
+    endpoint_pattern,
+    plan_known_hosts,
+    replaced_warning,
+    rewrite_known_hosts,
+    scan_failed_warning,
+    scan_keys,
+    ssh_common_args,
+    stale_fact_hosts,
 )
 
 _TEMPLATED = ("subscription_id", "resource_group", "workspace_name", "client_id", "secret", "tenant")
@@ -328,8 +383,10 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             name = config["name"]
             info = client.cluster(name)
             if info is None:
-                from amlhpc.aml_nodes import cluster_not_found
-                raise AmlNodesError(cluster_not_found(name, options["workspace_name"]))
+                # Not created yet: an empty cluster, so that cluster.yml can create it.
+                out["clusters"][name] = {"records": [], "properties": {}, "where": f"cluster '{name}' ({source})",
+                                         "missing": cluster_not_created(name, options["workspace_name"] or "")}
+                continue
             props = {k: getattr(info, k) for k in _PROPERTY_KEYS if getattr(info, k) is not None}
             out["clusters"][name] = {"records": client.list_nodes(name), "properties": props,
                                      "where": f"cluster '{name}' ({source})"}
@@ -340,6 +397,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         predicate = self._node_predicate()
         excluded = self.get_option("exclude_states") or []
         strict = self.get_option("strict")
+        endpoints: list[Endpoint] = []
+        alive: list[str] = []
         for config in configs:
             name = config["name"]
             fetched = data["clusters"].get(name)
@@ -350,14 +409,20 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 if config.get(key) is not None:
                     props[key] = config[key]
             info = ClusterInfo(name=name, **props)
+            if fetched.get("missing"):
+                self.display.warning(fetched["missing"])
+                continue
             nodes = nodes_from_records(fetched["records"], name, fetched["where"])
             if not nodes:
-                self._empty(no_nodes(name))
+                self.display.warning(no_nodes(name))
                 continue
             kept, dropped = split_by_state(nodes, excluded)
             if dropped:
                 self.display.warning(left_out_warning(name, dropped))
             kept = apply_filter(kept, predicate)
+            kept_ids = {n.node_id for n in kept}
+            alive.extend(endpoint_pattern(n.public_ip, n.port) for n in nodes
+                         if n.node_id not in kept_ids and n.public_ip)
             if not kept:
                 self._empty(none_left(name, len(nodes)))
                 continue
@@ -373,10 +438,83 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                     self.inventory.add_child(group, host.name)
                 for key, value in host.vars.items():
                     self.inventory.set_variable(host.name, key, value)
+                endpoints.append(Endpoint(host.vars["ansible_host"], host.vars["ansible_port"],
+                                          host.vars["aml_node_id"], host.name, name))
+                if self.get_option("known_hosts"):
+                    args = " ".join(a for a in (ssh_common_args(self._known_hosts_file()),
+                                                self.get_option("ssh_common_args")) if a)
+                    self.inventory.set_variable(host.name, "ansible_ssh_common_args", args)
+                    self.inventory.set_variable(host.name, "aml_known_hosts_file", self._known_hosts_file())
                 hostvars = self.inventory.get_host(host.name).get_vars()
                 self._set_composite_vars(self.get_option("compose"), hostvars, host.name, strict=strict)
                 self._add_host_to_composed_groups(self.get_option("groups"), hostvars, host.name, strict=strict)
                 self._add_host_to_keyed_groups(self.get_option("keyed_groups"), hostvars, host.name, strict=strict)
+
+        self._follow_nodes(endpoints, alive, [c["name"] for c in configs])
+
+    # Known hosts and cached facts, tied to node ids ---------------------------------------
+    def _known_hosts_file(self) -> str:
+        path = self.get_option("known_hosts_file")
+        if path:
+            path = os.path.expanduser(str(path))
+            return path if os.path.isabs(path) else os.path.join(self._basedir, path)
+        from ansible import constants
+        base = os.path.dirname(os.path.abspath(constants.CONFIG_FILE)) if constants.CONFIG_FILE else self._basedir
+        return os.path.join(base, ".cache", "known_hosts")
+
+    def _follow_nodes(self, endpoints: list[Endpoint], alive: list[str], clusters: list[str]) -> None:
+        """Bring the known_hosts file and the fact cache in line with the nodes read now."""
+        path = self._known_hosts_file()
+        with NodeRecord(path).locked() as record:
+            text = None
+            if self.get_option("known_hosts"):
+                text = self._update_known_hosts(record, path, endpoints, alive, clusters)
+            current = {e.host: e.node_id for e in endpoints}
+            stale = stale_fact_hosts(current, record.hosts)
+            if stale:
+                self._forget_facts(stale)
+            record.hosts.update(current)
+            record.save(text)
+
+    def _update_known_hosts(self, record: NodeRecord, path: str, endpoints: list[Endpoint], alive: list[str],
+                            clusters: list[str]) -> str:
+        from amlhpc.known_hosts import patterns_in
+        plan = plan_known_hosts(endpoints, record.endpoints, patterns_in(record.text), clusters, alive)
+        scanned = scan_keys(plan.to_scan, timeout=self.get_option("known_hosts_scan_timeout"))
+        drop = set(plan.remove) | {e.pattern for e, _, _ in plan.replaced}
+        add: list[str] = []
+        for pattern in plan.remove:
+            record.endpoints.pop(pattern, None)
+        for endpoint, old_id, old_host in plan.replaced:
+            self.display.warning(replaced_warning(endpoint, old_id, old_host, path))
+            record.endpoints.pop(endpoint.pattern, None)
+        for endpoint in plan.to_scan:
+            lines, error = scanned[endpoint.pattern]
+            if not lines:
+                self.display.warning(scan_failed_warning(endpoint, error))
+                continue
+            add.extend(lines)
+            record.endpoints[endpoint.pattern] = {"node_id": endpoint.node_id, "cluster": endpoint.cluster,
+                                                  "host": endpoint.host}
+        for endpoint in plan.adopt + plan.keep:
+            record.endpoints[endpoint.pattern] = {"node_id": endpoint.node_id, "cluster": endpoint.cluster,
+                                                  "host": endpoint.host}
+        return rewrite_known_hosts(record.text, drop, add)
+
+    def _forget_facts(self, hosts: list[str]) -> None:
+        """Drop the cached facts of host names that now stand for another node."""
+        from ansible import constants
+        from ansible.plugins.loader import cache_loader
+        try:
+            cache = cache_loader.get(constants.CACHE_PLUGIN)
+        except Exception as exc:  # a broken fact cache is the fact cache's problem, reported there
+            self.display.vvv(f"azureml_compute: fact cache not opened: {exc}")
+            return
+        if cache is None:
+            return
+        for host in hosts:
+            cache.delete(host)
+        self.display.vvv(f"azureml_compute: dropped the cached facts of {', '.join(hosts)} (node id changed)")
 
     def _empty(self, sentence: str) -> None:
         if not self.get_option("allow_empty"):
@@ -401,7 +539,9 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                     data = None
             if data is None:
                 data = self._fetch(configs)
-                if use_cache:
+                # A cluster without nodes (not created yet, scaled to 0) is about to change:
+                # cluster.yml creates or scales it and reads the inventory again.
+                if use_cache and all(c["records"] for c in data["clusters"].values()):
                     # Round-trip through JSON so the cached and the fresh runs see the same types.
                     self._cache[cache_key] = json.loads(json.dumps(data))
             self._populate(configs, data)

@@ -133,6 +133,22 @@ options:
     description: Environment of the training processes (NCCL settings, for instance). No secrets.
     type: dict
     default: {}
+  mounts:
+    description:
+      - Files or folders of every node handed to the job container read-only, as C(NODE_PATH:JOB_PATH)
+        (added to the docker arguments as C(-v NODE_PATH:JOB_PATH:ro), on either SDK).
+      - The submit play passes the node's NCCL set-up this way (C(/etc/nccl.conf), the topology file,
+        C(/etc/amlhpc/nccl.env)).
+    type: list
+    elements: str
+    default: []
+  data_scope:
+    description:
+      - How the ranks split the data files they see (C(--data-scope) of the training script).
+        C(global) when every node sees the whole data set (shared scratch, BeeOND); C(node) when
+        each node holds only its own shard (node-local scratch). Omitted - the script's default.
+    type: str
+    choices: [global, node]
   max_run_seconds:
     description: Wall-clock limit of the run (0 - the service default).
     type: int
@@ -481,7 +497,8 @@ def request_from(p: dict[str, Any]) -> JobRequest:
         shard_mode=p["shard_mode"], sas_secret_name=p["sas_secret_name"] or "",
         sas_keyvault_url=p["sas_keyvault_url"] or "", train_args=p["train_args"],
         environment_variables=p["environment_variables"], max_run_seconds=p["max_run_seconds"],
-        output_dir=out if p["backend"] == "local" else "outputs")
+        output_dir=out if p["backend"] == "local" else "outputs", data_scope=p["data_scope"] or "",
+        mounts=p["mounts"])
 
 
 def main() -> None:
@@ -517,6 +534,8 @@ def main() -> None:
             sas_keyvault_url=dict(type="str", no_log=False),
             train_args=dict(type="dict", default={}),
             environment_variables=dict(type="dict", default={}),
+            mounts=dict(type="list", elements="str", default=[]),
+            data_scope=dict(type="str", choices=["global", "node"]),
             max_run_seconds=dict(type="int", default=0),
             wait=dict(type="bool", default=True),
             force=dict(type="bool", default=False),

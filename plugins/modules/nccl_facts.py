@@ -36,6 +36,17 @@ options:
     description: The nvidia-smi executable (name on PATH or full path).
     type: str
     default: nvidia-smi
+  vm_size:
+    description: The VM size when the inventory knows it (else the one instance metadata gives).
+    type: str
+    default: ""
+  image_topo_files:
+    description:
+      - Topology files the image may ship, C({name}) standing for the VM size's topology
+        (ndv4, ndv5, ndv2); the first that exists is returned as RV(image_topo_file).
+    type: list
+    elements: str
+    default: []
 author: amlhpc
 """
 
@@ -62,6 +73,10 @@ topo_m:
   description: C(rc) and C(stdout) of C(nvidia-smi topo -m) (rc -1 when nvidia-smi is absent).
   type: dict
   returned: always
+image_topo_file:
+  description: The first of O(image_topo_files) that exists for this VM size, else empty.
+  type: str
+  returned: always
 """
 
 import json
@@ -69,6 +84,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
+from ansible.module_utils.amlhpc.nccl import topology_for_vm_size
 
 
 def _imds(url: str, timeout: int) -> dict:
@@ -91,6 +107,8 @@ def main() -> None:
             "imds_timeout": {"type": "int", "default": 3},
             "sharp_plugin_dirs": {"type": "list", "elements": "str", "default": []},
             "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+            "vm_size": {"type": "str", "default": ""},
+            "image_topo_files": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
@@ -102,7 +120,16 @@ def main() -> None:
     if smi:
         rc, out, _ = module.run_command([smi, "topo", "-m"])
         topo = {"rc": rc, "stdout": out}
-    module.exit_json(changed=False, imds=imds, sharp_plugin_dirs_found=found, topo_m=topo)
+    vm_size = p["vm_size"]
+    if not vm_size and imds["status"] == 200:
+        vm_size = str((imds.get("json") or {}).get("compute", {}).get("vmSize", ""))
+    topology = topology_for_vm_size(vm_size) if vm_size else None
+    image_file = ""
+    if topology is not None:
+        image_file = next((f for f in (t.replace("{name}", topology.name) for t in p["image_topo_files"])
+                           if os.path.exists(f)), "")
+    module.exit_json(changed=False, imds=imds, sharp_plugin_dirs_found=found, topo_m=topo,
+                     image_topo_file=image_file)
 
 
 if __name__ == "__main__":

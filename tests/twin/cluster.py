@@ -260,7 +260,8 @@ class Twin:
         for attempt in range(64):
             a, b = 100 + (seed + attempt) % 100, (seed // 100 + attempt * 7) % 250
             subnet = f"10.{a}.{b}.0/24"
-            res = subprocess.run(["docker", "network", "create", "--subnet", subnet, "--label",
+            res = subprocess.run(["docker", "network", "create", "--subnet", subnet, "--gateway", f"10.{a}.{b}.1",
+                                  "--label",
                                   f"amlhpc.twin={self.prefix}", self.network], capture_output=True, text=True,
                                  timeout=60)
             if res.returncode == 0:

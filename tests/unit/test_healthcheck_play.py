@@ -80,6 +80,8 @@ def cluster(tmp_path):
             "hosts": hosts,
             "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
                      "aml_cluster": "gpu", "aml_vm_size": "Standard_ND96asr_v4",
+                     # Ansible runs here as root already, with no sudo to become through.
+                     "healthcheck_become": False,
                      "healthcheck_kernel_log_command": f"cat {FIX / 'dmesg_clean.txt'}",
                      "healthcheck_nodefile": str(nodefile), "healthcheck_fs_path": str(scratch),
                      "healthcheck_fs_files": 4, "healthcheck_fs_file_size_mb": 4, "healthcheck_fs_parallel": 2,

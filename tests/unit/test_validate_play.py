@@ -45,3 +45,48 @@ def test_bad_inventory_fails_with_the_sentence(tmp_path):
     bad = run_validate(tmp_path, hosts)
     assert bad.returncode != 0
     assert "cluster 'gpu' autoscales (min 0, max 4); BeeOND needs min_nodes == max_nodes" in bad.stdout
+
+
+def _two_nodes(**extra) -> dict:
+    return {f"n{i}": {"aml_cluster": "gpu", "aml_node_rank": i, "aml_private_ip": f"10.0.0.{4 + i}",
+                      "aml_cluster_min_nodes": 2, "aml_cluster_max_nodes": 2, **extra} for i in range(2)}
+
+
+def test_data_scope_that_contradicts_the_storage_layout_is_refused(tmp_path):
+    # Node-local scratch (BeeOND off) holds each node's shard only: a global scope reads 1/N.
+    bad = run_validate(tmp_path, _two_nodes(aml_job_data_scope="global"))
+    assert bad.returncode != 0
+    assert "aml_job_data_scope is 'global' but the data set is staged onto node-local scratch" in bad.stdout
+    # BeeOND shows every node the whole set: a node scope reads every file N times.
+    bad = run_validate(tmp_path, _two_nodes(aml_job_data_scope="node", beeond_enabled=True))
+    assert bad.returncode != 0
+    assert "aml_job_data_scope is 'node' but BeeOND gives every node the whole data set" in bad.stdout
+    # Agreeing, or left to follow the layout: fine.
+    for extra in ({"aml_job_data_scope": "node"}, {"aml_job_data_scope": "global", "beeond_enabled": True}, {}):
+        ok = run_validate(tmp_path, _two_nodes(**extra))
+        assert ok.returncode == 0, ok.stdout + ok.stderr
+
+
+def test_unknown_profile_is_refused_in_one_sentence(tmp_path):
+    hosts = {"n0": {"aml_cluster": "gpu", "aml_node_rank": 0, "aml_private_ip": "10.0.0.4",
+                    "amlhpc_profile": "azure"}}
+    bad = run_validate(tmp_path, hosts)
+    assert bad.returncode != 0
+    assert ("amlhpc_profile 'azure' is not a profile: use 'azureml' (AmlCompute nodes, the default) or 'local'"
+            in bad.stdout)
+
+
+def test_beeond_on_a_cluster_of_unknown_size_is_refused(tmp_path):
+    hosts = {f"n{i}": {"aml_cluster": "gpu", "aml_node_rank": i, "aml_private_ip": f"10.0.0.{4 + i}",
+                       "beeond_enabled": True} for i in range(2)}
+    bad = run_validate(tmp_path, hosts)
+    assert bad.returncode != 0
+    assert "cluster 'gpu': its min/max node counts are unknown" in bad.stdout
+
+
+def test_an_inventory_without_nodes_is_refused(tmp_path):
+    """A cluster not created or scaled to 0 reads as empty (so cluster.yml can act); a run that
+    is still without nodes after cluster.yml stops here instead of doing nothing."""
+    res = run_validate(tmp_path, {})
+    assert res.returncode != 0, res.stdout
+    assert "the inventory has no hosts in group 'aml_nodes'" in res.stdout

@@ -173,6 +173,8 @@ def node_from_record(record: Mapping[str, Any], cluster: str, where: str) -> Aml
     port = record.get("port")
     if isinstance(port, str) and port.isdigit():
         port = int(port)
+    if isinstance(port, float) and port.is_integer():
+        port = int(port)  # azureml-core's REST model types the port as a float (50001.0)
     if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
         raise AmlNodesError(f"{where}: 'port' must be an integer 1-65535, not {port!r}")
     if state not in NODE_STATES:
@@ -344,9 +346,16 @@ def auth_failed(source: str, requested: str, detail: str) -> str:
             "(check the credentials, or pick another auth_source)")
 
 
+def cluster_not_created(cluster: str, workspace: str) -> str:
+    """The warning for a cluster that does not exist yet (the inventory reads as empty)."""
+    return (f"cluster '{cluster}' was not found in workspace '{workspace}': playbooks/cluster.yml creates it "
+            "(site.yml runs it first), or fix the cluster name")
+
+
 def no_nodes(cluster: str) -> str:
-    return (f"cluster '{cluster}' has no nodes: scale it up (ansible-playbook playbooks/cluster.yml) and wait "
-            "until its nodes are idle, or set allow_empty: true")
+    """The warning for a cluster without nodes (scaled to 0; the inventory reads as empty)."""
+    return (f"cluster '{cluster}' has no nodes: playbooks/cluster.yml scales it up (site.yml runs it first) "
+            "and waits until its nodes are idle")
 
 
 def none_left(cluster: str, total: int) -> str:

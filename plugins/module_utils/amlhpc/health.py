@@ -198,11 +198,12 @@ def parse_xids(kernel_log: str) -> list[dict[str, Any]]:
 
 
 def gpu_checks(gpu_query: str, remap_query: str | None, kernel_log: str | None,
-               expected_gpus: int | None, vm_size: str = "") -> list[dict[str, Any]]:
+               expected_gpus: int | None, vm_size: str = "", kernel_log_error: str = "") -> list[dict[str, Any]]:
     """GPU count and health of one node.
 
     ``remap_query`` None: the driver cannot report row remapping (pre-Ampere), not gated.
-    ``kernel_log`` None: the kernel log could not be read, XIDs not gated.
+    ``kernel_log`` None: the kernel log could not be read (``kernel_log_error`` says why, as the
+    command said it), XIDs not gated.
     """
     try:
         gpus = parse_gpu_query(gpu_query)
@@ -243,7 +244,8 @@ def gpu_checks(gpu_query: str, remap_query: str | None, kernel_log: str | None,
                         f"{len(problems)} problem(s)", "0 problems", "; ".join(problems)))
 
     if kernel_log is None:
-        checks.append(skipped("gpu_xid", "kernel log not readable (dmesg needs root here)"))
+        why = " ".join((kernel_log_error or "").split())[:200] or "no output"
+        checks.append(skipped("gpu_xid", f"kernel log not readable, XIDs not checked: {why}"))
     else:
         fatal = [x for x in parse_xids(kernel_log) if x["xid"] in CRITICAL_XIDS]
         seen = sorted({(x["pci"], x["xid"]) for x in fatal})

@@ -12,6 +12,20 @@ from typing import Any
 # Node states in which a node can take part in a job (AmlCompute nodeState values).
 USABLE_STATES = frozenset({"idle", "running", "preparing"})
 
+# amlhpc_profile values: what the roles know how to run on.
+PROFILES = {
+    "azureml": "AmlCompute nodes, the default",
+    "local": "this machine as a one-node cluster, inventory/local.yml",
+}
+
+
+def profile_problem(profile: str) -> str | None:
+    """The sentence refusing an ``amlhpc_profile`` the roles do not know (None: known)."""
+    if profile in PROFILES:
+        return None
+    choices = " or ".join(f"'{name}' ({what})" for name, what in PROFILES.items())
+    return f"amlhpc_profile '{profile}' is not a profile: use {choices}"
+
 
 def _nodes_by_cluster(nodes: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
     clusters: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
@@ -20,12 +34,16 @@ def _nodes_by_cluster(nodes: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapp
     return dict(clusters)
 
 
-def inventory_problems(nodes: Iterable[Mapping[str, Any]], beeond_enabled: bool = False) -> list[str]:
+def inventory_problems(nodes: Iterable[Mapping[str, Any]], beeond_enabled: bool = False,
+                       profile: str = "azureml") -> list[str]:
     """Return a sentence for each thing wrong with the cluster nodes of an inventory.
 
     ``nodes`` holds one mapping per host: its hostvars plus ``inventory_hostname``.
     """
     problems: list[str] = []
+    wrong_profile = profile_problem(str(profile))
+    if wrong_profile:
+        return [wrong_profile]
     nodes = list(nodes)
     if not nodes:
         return ["the inventory has no hosts in group 'aml_nodes': point -i at a "
@@ -58,7 +76,13 @@ def inventory_problems(nodes: Iterable[Mapping[str, Any]], beeond_enabled: bool 
         if beeond_enabled:
             low = members[0].get("aml_cluster_min_nodes")
             high = members[0].get("aml_cluster_max_nodes")
-            if low is not None and high is not None and low != high:
+            if low is None or high is None:
+                # Fail closed: a cluster that might autoscale would lose BeeOND on a scale-down.
+                problems.append(f"cluster '{cluster}': its min/max node counts are unknown, so nothing "
+                                "shows that it cannot scale down under BeeOND: set min_nodes and "
+                                "max_nodes in its *.azureml_compute.yml file (the SDK sources read "
+                                "them from the cluster), or set beeond_enabled: false")
+            elif low != high:
                 problems.append(f"cluster '{cluster}' autoscales (min {low}, max {high}); BeeOND "
                                 "needs min_nodes == max_nodes: fix the cluster size or set "
                                 "beeond_enabled: false")

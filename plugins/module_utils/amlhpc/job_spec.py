@@ -27,13 +27,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 BACKENDS = ("azureml_core", "azure_ai_ml", "local")
+DATA_SCOPES = ("global", "node")
 DEFAULT_DOCKER_ARGS = ("-v", "/mnt/scratch:/data")
 SAS_ENV = "AMLHPC_STAGE_SAS"
 _SAS_LIKE = re.compile(r"(^|[?&])(sig|se|sv|sp|sr)=", re.IGNORECASE)
 _KV_NAME = re.compile(r"^[0-9A-Za-z-]{1,127}$")
 _OPTION = re.compile(r"^[a-z][a-z0-9_-]*$")
 # Options that the spec sets itself from its own fields: not accepted in train_args.
-_RESERVED = {"account", "container", "prefix", "sas", "stage_dir", "shard_mode", "data_dir", "output_dir"}
+_RESERVED = {"account", "container", "prefix", "sas", "stage_dir", "shard_mode", "data_dir", "output_dir",
+             "data_scope"}
 
 
 class JobSpecError(ValueError):
@@ -69,6 +71,38 @@ class JobRequest:
     environment_variables: Mapping[str, str] = field(default_factory=dict)
     max_run_seconds: int = 0
     output_dir: str = "outputs"
+    # How the ranks split the files they see: "global" (every node sees every file: shared
+    # scratch such as BeeOND), "node" (each node sees its own shard: node-local scratch);
+    # "" leaves the script's default. See data_scope_for().
+    data_scope: str = ""
+    # Files of the node handed to the job read-only at the same path (NCCL's nccl.conf, topology
+    # file and environment file): "-v PATH:PATH:ro" in the docker arguments of either SDK.
+    mounts: Sequence[str] = ()
+
+
+def data_scope_for(shared_scratch: bool) -> str:
+    """The data scope that follows the storage layout: on a shared scratch (BeeOND) every node
+    sees the whole data set and the ranks split it globally; on node-local scratch each node
+    holds only its staged shard and its local ranks split that."""
+    return "global" if shared_scratch else "node"
+
+
+def data_scope_problem(requested: str | None, shared_scratch: bool) -> str | None:
+    """One sentence when an explicitly requested data scope contradicts the storage layout."""
+    if not requested:
+        return None
+    if requested not in DATA_SCOPES:
+        return f"aml_job_data_scope must be one of {', '.join(DATA_SCOPES)}, got {requested!r}"
+    wanted = data_scope_for(shared_scratch)
+    if requested == wanted:
+        return None
+    if shared_scratch:
+        return ("aml_job_data_scope is 'node' but BeeOND gives every node the whole data set (shared "
+                "scratch): every node would read every file; drop aml_job_data_scope (it follows "
+                "beeond_enabled) or set it to 'global'")
+    return ("aml_job_data_scope is 'global' but the data set is staged onto node-local scratch "
+            "(beeond_enabled is false): the ranks would read only 1/N of it; drop aml_job_data_scope "
+            "(it follows beeond_enabled) or set it to 'node'")
 
 
 def train_arguments(options: Mapping[str, Any]) -> list[str]:
@@ -112,6 +146,11 @@ def _check(req: JobRequest) -> None:
     if req.sas_secret_name and not _KV_NAME.match(req.sas_secret_name):
         raise JobSpecError(f"sas_secret_name {req.sas_secret_name!r} is not a Key Vault secret name "
                            "(1-127 letters, digits and hyphens)")
+    if req.data_scope and req.data_scope not in DATA_SCOPES:
+        raise JobSpecError(f"data_scope must be one of {', '.join(DATA_SCOPES)}, got {req.data_scope!r}")
+    for mount in req.mounts:
+        if not str(mount).startswith("/") or str(mount).count(":") != 1 or not str(mount).split(":")[1].startswith("/"):
+            raise JobSpecError(f"mount {mount!r} is not HOST_PATH:JOB_PATH (both absolute)")
     reserved = sorted(set(k.replace("-", "_") for k in req.train_args) & _RESERVED)
     if reserved:
         raise JobSpecError(f"train_args may not set {', '.join(reserved)}: they are options of the job itself")
@@ -140,12 +179,23 @@ def script_arguments(req: JobRequest) -> list[str]:
             args += ["--prefix", req.prefix]
     else:
         args += ["--data-dir", req.data_dir]
+    if req.data_scope:
+        args += ["--data-scope", req.data_scope]
     args += ["--output-dir", req.output_dir]
     return args + train_arguments(req.train_args)
 
 
 def _environment_variables(req: JobRequest) -> dict[str, str]:
     return {str(k): str(v) for k, v in sorted(req.environment_variables.items())}
+
+
+def docker_arguments(req: JobRequest) -> list[str]:
+    """The docker run arguments of every node's job container: the request's, then one
+    read-only bind mount per entry of ``mounts``."""
+    args = list(req.docker_args)
+    for mount in req.mounts:
+        args += ["-v", f"{mount}:ro"]
+    return args
 
 
 def v1_spec(req: JobRequest) -> dict[str, Any]:
@@ -161,7 +211,7 @@ def v1_spec(req: JobRequest) -> dict[str, Any]:
         "arguments": args,
         "environment": {"name": req.environment_name, "dockerfile": req.dockerfile,
                         "user_managed_dependencies": True},
-        "docker": {"use_docker": True, "arguments": list(req.docker_args), "shm_size": req.shm_size},
+        "docker": {"use_docker": True, "arguments": docker_arguments(req), "shm_size": req.shm_size},
         "distribution": {"type": "mpi", "node_count": req.node_count,
                          "process_count_per_node": req.process_count_per_node},
         "environment_variables": _environment_variables(req),
@@ -185,7 +235,7 @@ def v2_spec(req: JobRequest) -> dict[str, Any]:
                                   "dockerfile_path": os.path.basename(req.dockerfile)}},
         "distribution": {"type": "mpi", "process_count_per_instance": req.process_count_per_node},
         "resources": {"instance_count": req.node_count, "shm_size": req.shm_size,
-                      "docker_args": " ".join(shlex.quote(a) for a in req.docker_args)},
+                      "docker_args": " ".join(shlex.quote(a) for a in docker_arguments(req))},
         "environment_variables": _environment_variables(req),
         "secrets": ({"sas": {"store": "keyvault", "url": req.sas_keyvault_url}} if req.account else {}),
     }

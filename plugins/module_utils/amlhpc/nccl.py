@@ -225,3 +225,41 @@ def nccl_env_content(env: Mapping[str, Any], ld_library_path: Sequence[str] = ()
         joined = ":".join(shlex.quote(p) for p in ld_library_path)
         lines.append(f'export LD_LIBRARY_PATH={joined}"${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"\n')
     return "".join(lines)
+
+
+# ---------------------------------------------------------------------------------------
+# What a containerised job needs of the node's NCCL set-up
+
+def parse_env_file(text: str) -> dict[str, str]:
+    """The ``export KEY=VALUE`` lines of an environment file written by :func:`nccl_env_content`
+    (values shell-quoted). Lines that expand other variables (LD_LIBRARY_PATH) are left out:
+    they name folders of the node, not of the job's image."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith("export ") or "$" in line:
+            continue
+        key, sep, value = line[len("export "):].partition("=")
+        if not sep:
+            continue
+        words = shlex.split(value)
+        out[_check_key(key.strip())] = words[0] if words else ""
+    return out
+
+
+def job_settings(env_text: Optional[str], conf_path: str, env_path: str,
+                 image_topo_file: Optional[str] = None) -> dict[str, Any]:
+    """Environment variables and read-only mounts that carry the node's NCCL set-up into a job
+    that runs in a container (AzureML runs every job in one): the variables of the env file,
+    and the files themselves (nccl.conf, the env file, the topology file) at the same paths.
+
+    ``env_text`` None (no env file on the node): nothing to pass."""
+    if env_text is None:
+        return {"environment_variables": {}, "mounts": []}
+    env = parse_env_file(env_text)
+    files = [conf_path, env_path]
+    topo = env.get("NCCL_TOPO_FILE") or image_topo_file
+    if topo:
+        env["NCCL_TOPO_FILE"] = topo
+        files.append(topo)
+    return {"environment_variables": env, "mounts": [f"{f}:{f}" for f in dict.fromkeys(files) if f]}

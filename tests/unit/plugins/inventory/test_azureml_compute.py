@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +34,35 @@ def clean_env(monkeypatch):
     for name in ("AZURE_CLIENT_ID", "AZURE_SECRET", "AZURE_CLIENT_SECRET", "AZURE_TENANT", "AZURE_TENANT_ID",
                  "AZURE_SUBSCRIPTION_ID", "IDENTITY_ENDPOINT", "MSI_ENDPOINT", "ANSIBLE_AZURE_AUTH_SOURCE"):
         monkeypatch.delenv(name, raising=False)
+
+
+FAKE_KEYSCAN = r"""#!/bin/sh
+# ssh-keyscan -T <s> -p <port> <address>: answers with the key in $FAKE_KEYSCAN_KEYS/<port>
+# (default: a key named after the port), or fails like an unreachable node for "refuse".
+port=$4 address=$5
+key="AAAAC3key$port"
+[ -f "$FAKE_KEYSCAN_KEYS/$port" ] && key=$(cat "$FAKE_KEYSCAN_KEYS/$port")
+if [ "$key" = refuse ]; then echo "$address port $port: Connection refused" >&2; exit 1; fi
+echo "# $address:$port SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u6"
+echo "[$address]:$port ssh-ed25519 $key"
+"""
+
+
+@pytest.fixture(autouse=True)
+def fake_keyscan(tmp_path, monkeypatch):
+    """ssh-keyscan answering for the fixtures' made-up addresses (the real one: tests/integration),
+    and a known_hosts file of the test's own."""
+    bindir = tmp_path / "fakebin"
+    bindir.mkdir()
+    script = bindir / "ssh-keyscan"
+    script.write_text(FAKE_KEYSCAN)
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("AMLHPC_KNOWN_HOSTS_FILE", str(tmp_path / "ssh" / "known_hosts"))
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    monkeypatch.setenv("FAKE_KEYSCAN_KEYS", str(keys))
+    return keys
 
 
 @pytest.fixture()
@@ -386,12 +416,28 @@ def test_workspace_not_found(tmp_path, monkeypatch, world, source):
 
 
 @pytest.mark.parametrize("source", SDKS)
-def test_cluster_not_found(tmp_path, monkeypatch, world, source):
-    world.add("gpu", make_nodes(2))
+def test_a_cluster_not_created_yet_is_an_empty_inventory_until_cluster_yml_creates_it(
+        tmp_path, monkeypatch, world, warnings, source):
+    """Strict parsing (unparsed_is_failed) must not stop site.yml before cluster.yml can create
+    the cluster; cluster.yml's meta: refresh_inventory then sees its nodes."""
+    world.add("other", make_nodes(2, "other"))
     fake(monkeypatch, world, source)
-    with pytest.raises(AnsibleError, match=f"cluster 'gpo' was not found in workspace '{WS}': create it with "
-                                           "playbooks/cluster.yml or fix the cluster name"):
-        parse(write_config(tmp_path, sdk_config(source, clusters=["gpo"])))
+    inv = load(write_config(tmp_path, sdk_config(source, clusters=["gpu"], cache=True,
+                                                 cache_plugin="ansible.builtin.jsonfile",
+                                                 cache_connection=str(tmp_path / "cache"), cache_timeout=600)))
+    assert inv.groups["all"].get_hosts() == []
+    assert warnings == [f"cluster 'gpu' was not found in workspace '{WS}': playbooks/cluster.yml creates it "
+                        "(site.yml runs it first), or fix the cluster name"]
+    world.create("gpu", "STANDARD_ND96ASR_V4", 2, 2, "azureuser", None, "Enabled")  # what cluster.yml does
+    inv.refresh_inventory()  # meta: refresh_inventory
+    assert sorted(h.name for h in inv.groups["aml_nodes"].get_hosts()) == ["gpu-0", "gpu-1"]
+    # The empty answer was not cached: a later run with the cache sees the nodes too.
+    assert len(load(inv._sources[0]).groups["aml_nodes"].get_hosts()) == 2
+
+
+def test_cluster_yml_refreshes_the_inventory_after_creating_the_cluster():
+    tasks = yaml.safe_load((ROOT / "playbooks" / "cluster.yml").read_text())[0]["post_tasks"]
+    assert {"ansible.builtin.meta": "refresh_inventory"}.items() <= tasks[-1].items()
 
 
 @pytest.mark.parametrize("source", SDKS)
@@ -417,12 +463,14 @@ def test_service_principal_without_its_parts(tmp_path):
 
 @pytest.mark.parametrize("source", SDKS)
 def test_cluster_without_nodes(tmp_path, monkeypatch, world, warnings, source):
+    """A cluster scaled to 0 (after teardown) reads as empty with a warning, so that cluster.yml
+    (in site.yml) can scale it up again; validate refuses a run left without nodes."""
     world.add("gpu", [], min_nodes=0, max_nodes=4)
     fake(monkeypatch, world, source)
-    with pytest.raises(AnsibleError, match="cluster 'gpu' has no nodes: scale it up"):
-        parse(write_config(tmp_path, sdk_config(source, clusters=["gpu"])))
-    data = parse(write_config(tmp_path, sdk_config(source, clusters=["gpu"], allow_empty=True)))
-    assert not data.hosts and any("has no nodes" in w for w in warnings)
+    data = parse(write_config(tmp_path, sdk_config(source, clusters=["gpu"])))
+    assert not data.hosts
+    assert warnings == ["cluster 'gpu' has no nodes: playbooks/cluster.yml scales it up (site.yml runs it first) "
+                        "and waits until its nodes are idle"]
 
 
 def test_every_node_filtered_out(tmp_path):
@@ -586,3 +634,150 @@ def test_vault_encrypted_secret(tmp_path, monkeypatch, world, source):
     (cred,) = world.credentials
     got = cred._service_principal_password if source == "azureml-core" else cred._client_credential
     assert got == "from-vault"
+
+
+# ---------------------------------------------------------------------------------------
+# The controller's known_hosts and the fact cache, tied to node ids
+
+
+def _two_nodes(tmp_path: Path, second_id: str = "node-b", second_port: int = 50001) -> Path:
+    f = tmp_path / "two.json"
+    f.write_text(json.dumps([
+        {"nodeId": "node-a", "privateIpAddress": "10.0.0.4", "publicIpAddress": "20.1.2.3", "port": 50000,
+         "nodeState": "idle"},
+        {"nodeId": second_id, "privateIpAddress": "10.0.0.5", "publicIpAddress": "20.1.2.3", "port": second_port,
+         "nodeState": "idle"}]))
+    return write_config(tmp_path, {"source": "nodes_file", "cluster": "gpu", "nodes_file": str(f)})
+
+
+def test_known_hosts_are_scanned_once_and_follow_node_ids(tmp_path, fake_keyscan, warnings):
+    known = tmp_path / "ssh" / "known_hosts"
+    inv = load(_two_nodes(tmp_path))
+    assert known.read_text() == ("[20.1.2.3]:50000 ssh-ed25519 AAAAC3key50000\n"
+                                 "[20.1.2.3]:50001 ssh-ed25519 AAAAC3key50001\n")
+    assert hv(inv, "gpu-1")["ansible_ssh_common_args"] == (f"-o UserKnownHostsFile={known} "
+                                                           "-o StrictHostKeyChecking=yes")
+    assert warnings == []
+    # The same node ids: nothing is scanned again, so a key that changed is not taken in
+    # (ssh refuses it: a man in the middle looks like that).
+    (fake_keyscan / "50000").write_text("AAAAmitm")
+    load(_two_nodes(tmp_path))
+    assert "AAAAmitm" not in known.read_text() and warnings == []
+    # AmlCompute replaced node 1 at the same port: its keys are replaced, with a warning naming it.
+    (fake_keyscan / "50001").write_text("AAAAnew")
+    load(_two_nodes(tmp_path, second_id="node-c"))
+    assert known.read_text() == ("[20.1.2.3]:50000 ssh-ed25519 AAAAC3key50000\n"
+                                 "[20.1.2.3]:50001 ssh-ed25519 AAAAnew\n")
+    assert len(warnings) == 1
+    assert "node gpu-1 at [20.1.2.3]:50001 was replaced by AmlCompute (node id node-b -> node-c)" in warnings[0]
+    # The node went away and came back at another port: the old entry goes, the new one is scanned.
+    load(_two_nodes(tmp_path, second_id="node-d", second_port=50007))
+    assert known.read_text() == ("[20.1.2.3]:50000 ssh-ed25519 AAAAC3key50000\n"
+                                 "[20.1.2.3]:50007 ssh-ed25519 AAAAC3key50007\n")
+
+
+def test_a_node_that_does_not_answer_is_named_and_scanned_on_the_next_read(tmp_path, fake_keyscan, warnings):
+    (fake_keyscan / "50001").write_text("refuse")
+    load(_two_nodes(tmp_path))
+    known = tmp_path / "ssh" / "known_hosts"
+    assert "50001" not in known.read_text()
+    assert len(warnings) == 1 and "could not read the SSH host keys of gpu-1 at [20.1.2.3]:50001" in warnings[0]
+    (fake_keyscan / "50001").unlink()
+    load(_two_nodes(tmp_path))
+    assert "[20.1.2.3]:50001 ssh-ed25519 AAAAC3key50001" in known.read_text()
+
+
+def test_known_hosts_can_be_left_to_the_user(tmp_path, monkeypatch):
+    monkeypatch.setenv("AMLHPC_KNOWN_HOSTS", "false")
+    inv = load(_two_nodes(tmp_path))
+    assert "ansible_ssh_common_args" not in hv(inv, "gpu-0")
+    assert not (tmp_path / "ssh" / "known_hosts").exists()
+
+
+def test_known_hosts_file_defaults_to_the_project_cache(tmp_path, monkeypatch):
+    monkeypatch.delenv("AMLHPC_KNOWN_HOSTS_FILE")
+    plugin = inventory_loader.get("azureml_compute")
+    path = _two_nodes(tmp_path)
+    plugin.loader = DataLoader()
+    plugin._read_config_data(str(path))
+    plugin._basedir = str(tmp_path)
+    assert plugin._known_hosts_file() == str(ROOT / ".cache" / "known_hosts")
+
+
+# ---------------------------------------------------------------------------------------
+# Ports as azureml-core's REST model types them (float)
+
+
+def test_integral_float_ports_are_accepted_and_fractions_refused(tmp_path):
+    nodes = json.loads(FIXTURE.read_text())
+    for node in nodes:
+        node["port"] = float(node["port"])  # what azureml-core's AmlComputeNodeInformation says
+    f = tmp_path / "float.json"
+    f.write_text(json.dumps(nodes))
+    data = parse(write_config(tmp_path, {"source": "nodes_file", "cluster": "gpu", "nodes_file": str(f)}))
+    ports = sorted(h.vars["ansible_port"] for h in data.hosts.values())
+    assert ports == [50000, 50001, 50002, 50003] and all(type(p) is int for p in ports)
+    nodes[1]["port"] = 50001.5
+    f.write_text(json.dumps(nodes))
+    with pytest.raises(AnsibleError, match=r"node 1: 'port' must be an integer 1-65535, not 50001\.5"):
+        parse(write_config(tmp_path, {"source": "nodes_file", "cluster": "gpu", "nodes_file": str(f)}))
+
+
+def test_a_broken_inventory_fails_a_plain_run_with_its_error_once(tmp_path):
+    """ansible-playbook -i x.azureml_compute.yml, no environment variable of ours: the run stops
+    at the inventory, and only this plugin's sentence is shown (no other plugin attempts the file)."""
+    nodes = json.loads(FIXTURE.read_text())
+    nodes[2]["port"] = 50002.5
+    (tmp_path / "nodes.json").write_text(json.dumps(nodes))
+    path = write_config(tmp_path, {"source": "nodes_file", "cluster": "gpu", "nodes_file": "nodes.json"},
+                        name="x.azureml_compute.yml")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_INVENTORY")}
+    env.update(ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0")
+    res = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(path),
+                          str(ROOT / "playbooks" / "validate.yml")],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0, out
+    # One failure, from this plugin (ansible-core renders a warning as a summary line plus its
+    # "caused by" detail, so the sentence itself is printed in both parts of that one warning).
+    assert out.count("Failed to parse inventory with") == 2, out
+    assert out.count("Failed to parse inventory with 'azureml_compute' plugin") == 2, out
+    assert "node 2: 'port' must be an integer 1-65535, not 50002.5" in out
+    for other in ("'yaml' plugin", "'ini' plugin", "'auto' plugin", "'constructed' plugin", "PLAY ["):
+        assert other not in out, out
+
+
+def test_cached_facts_follow_the_node_id_not_the_host_name(tmp_path):
+    """gpu-1 is a host name (rank by port); when AmlCompute replaces the node behind it, the
+    facts cached for gpu-1 (its kernel, which BeeOND's headers follow) must not be reused."""
+    import platform
+    nodes = sorted(json.loads(FIXTURE.read_text()), key=lambda n: n["port"])[:2]  # gpu-0, gpu-1
+    f = tmp_path / "nodes.json"
+    f.write_text(json.dumps(nodes))
+    path = write_config(tmp_path, {"source": "nodes_file", "cluster": "gpu", "nodes_file": "nodes.json",
+                                   "compose": {"ansible_connection": "'local'",
+                                               "ansible_python_interpreter": repr(sys.executable)}},
+                        name="f.azureml_compute.yml")
+    play = tmp_path / "kernel.yml"
+    play.write_text(yaml.safe_dump([{"name": "Show kernels", "hosts": "aml_nodes", "gather_facts": True,
+                                     "tasks": [{"name": "Show the kernel", "ansible.builtin.debug": {
+                                         "msg": "KERNEL {{ inventory_hostname }} {{ ansible_facts.kernel }}"}}]}]))
+    facts = tmp_path / "facts"
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_CACHE_PLUGIN="jsonfile",
+               ANSIBLE_CACHE_PLUGIN_CONNECTION=str(facts), ANSIBLE_FORCE_COLOR="0")
+
+    def kernels() -> dict[str, str]:
+        res = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(path), str(play)],
+                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+        assert res.returncode == 0, res.stdout + res.stderr
+        return dict(re.findall(r"KERNEL (\S+) (\S+)\"", res.stdout))
+
+    real = platform.release()
+    assert kernels() == {"gpu-0": real, "gpu-1": real}
+    for host in ("gpu-0", "gpu-1"):  # facts a predecessor left in the cache
+        (entry,) = facts.glob(f"*{host}")  # ansible-core prefixes the key with its schema version
+        entry.write_text(entry.read_text().replace(real, "5.4.0-predecessor"))
+    assert kernels() == {"gpu-0": "5.4.0-predecessor", "gpu-1": "5.4.0-predecessor"}  # same nodes: cache used
+    nodes[1]["nodeId"] = "tvmps_replacement_d"  # AmlCompute replaced the node at gpu-1's port
+    f.write_text(json.dumps(nodes))
+    assert kernels() == {"gpu-0": "5.4.0-predecessor", "gpu-1": real}

@@ -229,3 +229,11 @@ def test_report_names_failing_nodes_and_unreachable_ones():
 def test_report_all_pass():
     r = health.report({"a": [health.check("fs_write", "pass", "1.0 MB/s")]})
     assert r["failing"] == [] and r["message"] == ""
+
+
+def test_unreadable_kernel_log_says_what_the_command_answered():
+    c = by_name(health.gpu_checks(fx("nvsmi_gpu_ndv4_ok.csv"), None, None, 8, "Standard_ND96asr_v4",
+                                  "dmesg: read kernel buffer failed: Operation not permitted\n"))
+    assert c["gpu_xid"]["status"] == "skip"
+    assert c["gpu_xid"]["reason"] == ("kernel log not readable, XIDs not checked: "
+                                      "dmesg: read kernel buffer failed: Operation not permitted")

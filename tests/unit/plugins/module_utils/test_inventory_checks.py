@@ -47,3 +47,22 @@ def test_autoscaling_cluster_refused_only_with_beeond():
 def test_clusters_are_checked_separately():
     nodes = [node("a0", 0, "10.0.0.4", cluster="a"), node("b0", 0, "10.0.0.4", cluster="b")]
     assert inventory_problems(nodes) == []
+
+
+def test_beeond_on_a_cluster_of_unknown_size_is_refused():
+    nodes = [node(f"n{i}", i, f"10.0.0.{i}") for i in range(2)]
+    assert inventory_problems(nodes) == []
+    (problem,) = inventory_problems(nodes, beeond_enabled=True)
+    assert problem.startswith("cluster 'gpu': its min/max node counts are unknown")
+    assert "set min_nodes and max_nodes" in problem and "beeond_enabled: false" in problem
+    half = [node(f"n{i}", i, f"10.0.0.{i}", aml_cluster_max_nodes=2) for i in range(2)]
+    assert inventory_problems(half, beeond_enabled=True) == [problem]
+
+
+def test_unknown_profile_is_one_sentence():
+    nodes = [node("n0", 0, "10.0.0.4")]
+    for good in ("local", "azureml"):
+        assert inventory_problems(nodes, profile=good) == []
+    (problem,) = inventory_problems(nodes, profile="azure")
+    assert problem == ("amlhpc_profile 'azure' is not a profile: use 'azureml' (AmlCompute nodes, the default) "
+                       "or 'local' (this machine as a one-node cluster, inventory/local.yml)")

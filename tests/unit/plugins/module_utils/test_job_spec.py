@@ -140,3 +140,39 @@ def test_dockerfile_installs_exactly_the_image_requirements():
     assert installed == wanted
     assert re.search(r"^FROM nvcr\.io/nvidia/pytorch:", text, re.MULTILINE)
     assert not re.search(r"^\s*(COPY|ADD)\s", text, re.MULTILINE)  # self-contained: v1 sends the text alone
+
+
+def test_data_scope_follows_the_storage_layout():
+    from amlhpc.job_spec import data_scope_for, data_scope_problem
+    assert data_scope_for(shared_scratch=True) == "global"
+    assert data_scope_for(shared_scratch=False) == "node"
+    assert data_scope_problem(None, False) is None and data_scope_problem("node", False) is None
+    assert "node-local scratch" in data_scope_problem("global", False)
+    assert "BeeOND gives every node the whole data set" in data_scope_problem("node", True)
+    assert "must be one of global, node" in data_scope_problem("rack", True)
+
+
+@pytest.mark.parametrize("backend", ["azureml_core", "azure_ai_ml", "local"])
+def test_data_scope_reaches_the_script(backend):
+    req = staged(backend, node_count=1 if backend == "local" else 4, data_scope="node")
+    spec = build_spec(req, python="python")
+    args = spec.get("arguments") or spec.get("command")
+    args = args if isinstance(args, list) else args.split()
+    assert args[args.index("--data-scope") + 1] == "node"
+    with pytest.raises(JobSpecError, match="data_scope must be one of"):
+        build_spec(staged(backend, node_count=1, data_scope="rack"), python="python")
+
+
+NCCL_MOUNTS = ["/etc/nccl.conf:/etc/nccl.conf", "/etc/amlhpc/nccl.env:/etc/amlhpc/nccl.env",
+               "/opt/microsoft/ndv4/topo.xml:/opt/microsoft/ndv4/topo.xml"]
+
+
+def test_mounts_become_read_only_docker_args_on_both_sdks():
+    v1 = build_spec(staged("azureml_core", mounts=NCCL_MOUNTS))
+    assert v1["docker"]["arguments"] == ["-v", "/mnt/scratch:/data", "-v", "/etc/nccl.conf:/etc/nccl.conf:ro",
+                                         "-v", "/etc/amlhpc/nccl.env:/etc/amlhpc/nccl.env:ro",
+                                         "-v", "/opt/microsoft/ndv4/topo.xml:/opt/microsoft/ndv4/topo.xml:ro"]
+    v2 = build_spec(staged("azure_ai_ml", dockerfile="workload/Dockerfile", mounts=NCCL_MOUNTS))
+    assert v2["resources"]["docker_args"] == " ".join(v1["docker"]["arguments"])
+    with pytest.raises(JobSpecError, match="is not HOST_PATH:JOB_PATH"):
+        build_spec(staged("azureml_core", mounts=["etc/nccl.conf"]))

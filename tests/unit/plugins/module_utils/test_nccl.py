@@ -125,3 +125,30 @@ def test_env_file_is_valid_shell_and_sets_what_it_says(tmp_path):
 def test_env_file_without_plugin_or_pinning_leaves_them_out():
     text = nccl_env_content({"NCCL_DEBUG": "WARN"}, pinning={"known": False})
     assert "LD_LIBRARY_PATH" not in text and "AMLHPC_" not in text
+
+
+def test_job_settings_carry_the_env_file_and_files_into_the_container():
+    from amlhpc.nccl import job_settings, nccl_env_content
+    text = nccl_env_content({"NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "WARN", "NCCL_IB_AR_THRESHOLD": 0},
+                            ["/usr/local/nccl-rdma-sharp-plugins/lib"], None, "/etc/amlhpc/nccl-topo.xml")
+    job = job_settings(text, "/etc/nccl.conf", "/etc/amlhpc/nccl.env")
+    assert job["environment_variables"] == {"NCCL_DEBUG": "WARN", "NCCL_IB_AR_THRESHOLD": "0",
+                                            "NCCL_SOCKET_IFNAME": "eth0",
+                                            "NCCL_TOPO_FILE": "/etc/amlhpc/nccl-topo.xml"}
+    assert job["mounts"] == ["/etc/nccl.conf:/etc/nccl.conf", "/etc/amlhpc/nccl.env:/etc/amlhpc/nccl.env",
+                             "/etc/amlhpc/nccl-topo.xml:/etc/amlhpc/nccl-topo.xml"]
+    # A value with spaces survives the shell quoting; no env file on the node: nothing to pass.
+    spaced = nccl_env_content({"AMLHPC_MPIRUN_BIND_FLAGS": "--bind-to numa --map-by ppr:8:node"})
+    assert job_settings(spaced, "/etc/nccl.conf", "/e")["environment_variables"] == {
+        "AMLHPC_MPIRUN_BIND_FLAGS": "--bind-to numa --map-by ppr:8:node"}
+    assert job_settings(None, "/etc/nccl.conf", "/e") == {"environment_variables": {}, "mounts": []}
+
+
+def test_ndv4_topology_matches_the_azure_hpc_image():
+    """roles/nccl/files/ndv4-topo.xml is byte for byte the file Azure/azhpc-images ships as
+    topology/ndv4-topo.xml (checked against that repository); GPUs in PCI bus order sit on
+    NUMA nodes 1,1,0,0,3,3,2,2, as Azure documents for ND A100 v4."""
+    from amlhpc.nccl import TOPOLOGIES, render_topology_xml
+    shipped = (Path(ROOT) / "roles" / "nccl" / "files" / "ndv4-topo.xml").read_text()
+    assert render_topology_xml(TOPOLOGIES["ndv4"]) == shipped
+    assert TOPOLOGIES["ndv4"].numa_of_gpu() == {0: 1, 1: 1, 2: 0, 3: 0, 4: 3, 5: 3, 6: 2, 7: 2}

@@ -236,3 +236,28 @@ def test_v2_submit_builds_the_command_job_streams_and_downloads(capsys, tmp_path
     assert out["metrics"]["steps"] == [{"step": 1, "loss": 0.5}]
     again = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml"))
     assert again["changed"] is False and len(jobs.created) == 1
+
+
+NCCL = {"environment_variables": {"NCCL_SOCKET_IFNAME": "eth0", "NCCL_TOPO_FILE": "/opt/microsoft/ndv4/topo.xml"},
+        "mounts": ["/etc/nccl.conf:/etc/nccl.conf", "/etc/amlhpc/nccl.env:/etc/amlhpc/nccl.env",
+                   "/opt/microsoft/ndv4/topo.xml:/opt/microsoft/ndv4/topo.xml"]}
+
+
+def test_nccl_settings_and_data_scope_reach_both_services():
+    """The node's NCCL files reach the job container read-only and its variables its
+    environment; the data scope reaches the script, on either SDK as the service sees it."""
+    mounts = ["-v", "/mnt/scratch:/data", "-v", "/etc/nccl.conf:/etc/nccl.conf:ro",
+              "-v", "/etc/amlhpc/nccl.env:/etc/amlhpc/nccl.env:ro",
+              "-v", "/opt/microsoft/ndv4/topo.xml:/opt/microsoft/ndv4/topo.xml:ro"]
+    kw = dict(environment_variables=NCCL["environment_variables"], mounts=NCCL["mounts"], data_scope="node")
+    src, _ = aml_job.v1_objects(build_spec(request("azureml_core", **kw)), DOCKERFILE.read_text(),
+                                str(ROOT / "workload"))
+    payload = v1_payload(src)
+    assert payload["docker"]["arguments"] == mounts
+    assert payload["environmentVariables"] == NCCL["environment_variables"]
+    assert payload["arguments"][payload["arguments"].index("--data-scope") + 1] == "node"
+    rest = aml_job.v2_job(build_spec(request("azure_ai_ml", **kw)), str(ROOT / "workload"))
+    rest = rest._to_job()._to_rest_object().as_dict()["properties"]
+    assert rest["resources"]["dockerArgs"] == " ".join(mounts)
+    assert rest["environmentVariables"] == NCCL["environment_variables"]
+    assert "--data-scope node" in rest["command"]

@@ -1,0 +1,93 @@
+"""The controller's known_hosts for AmlCompute nodes, with real sshd and real ssh-keyscan.
+
+Two sshd containers stand in for the nodes (one address, a NAT port each). Host key checking
+stays on (ansible.cfg); the azureml_compute plugin keeps the known_hosts file:
+
+* first run: no prompt (stdin closed, nothing answers a question), every node reached;
+* AmlCompute replaced a node (a new container, new host keys, the same port, a new node id):
+  a warning names the node and the run reaches it;
+* the host key changed while the node id did not (what a man in the middle looks like): ssh
+  refuses the node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from twin.cluster import ADMIN_USER, Twin, free_base_port  # noqa: E402
+
+ANSIBLE = str(Path(sys.executable).parent / "ansible")
+
+
+@pytest.fixture()
+def cluster(tmp_path):
+    c = Twin(2, tmp_path / "cluster", prefix="inv-kh", base_port=free_base_port(2))
+    try:
+        yield c.start()
+    finally:
+        c.stop()
+
+
+def write_inventory(tmp_path: Path, cluster: Twin, node_ids: dict[int, str] | None = None) -> Path:
+    """The twin's list_nodes(); ``node_ids`` (slot -> id) makes a node claim another id."""
+    payload = cluster.list_nodes()
+    for node, record in zip(cluster.nodes, payload):
+        record["nodeId"] = (node_ids or {}).get(node.slot, record["nodeId"])
+    inv = tmp_path / "inventory"
+    (inv / "group_vars").mkdir(parents=True, exist_ok=True)
+    (inv / "nodes.json").write_text(json.dumps(payload))
+    # What a user writes: the plugin file and the key to log in with. Nothing about host keys.
+    (inv / "group_vars" / "all.yml").write_text(yaml.safe_dump({"ansible_ssh_private_key_file": str(cluster.key)}))
+    config = inv / "kh.azureml_compute.yml"
+    config.write_text(yaml.safe_dump({"plugin": "azureml_compute", "source": "nodes_file", "cluster": "kh",
+                                      "nodes_file": "nodes.json", "admin_user": ADMIN_USER,
+                                      "known_hosts_file": str(tmp_path / "controller_known_hosts")}))
+    return config
+
+
+def ping(tmp_path: Path, config: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
+               ANSIBLE_SSH_CONTROL_PATH_DIR=str(tmp_path / "cp"))
+    # stdin closed: a host key prompt would fail the run (under ansible-runner it hangs).
+    return subprocess.run([ANSIBLE, "-i", str(config), "aml_nodes", "-m", "ansible.builtin.ping"], cwd=ROOT,
+                          env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180)
+
+
+def test_host_keys_follow_the_nodes_with_checking_on(tmp_path, cluster):
+    known = tmp_path / "controller_known_hosts"
+    node1 = cluster.ranked()[1]  # kh-1
+
+    first = ping(tmp_path, write_inventory(tmp_path, cluster))
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert first.stdout.count("SUCCESS") == 2
+    assert "Are you sure you want to continue connecting" not in first.stdout + first.stderr
+    for node in cluster.nodes:
+        assert f"[127.0.0.1]:{node.port} ssh-ed25519 " in known.read_text()
+    old_line = [line for line in known.read_text().splitlines() if f":{node1.port} ssh-ed25519" in line]
+
+    # AmlCompute replaced node 1: a new machine (new host keys) at the same port, a new node id.
+    new = cluster.replace_node(node1.slot)
+    second = ping(tmp_path, write_inventory(tmp_path, cluster))
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert second.stdout.count("SUCCESS") == 2
+    assert (f"node kh-1 at [127.0.0.1]:{new.port} was replaced by AmlCompute "
+            f"(node id {node1.node_id} -> {new.node_id})") in " ".join((second.stderr + second.stdout).split())
+    assert old_line[0] not in known.read_text()
+
+    # The key changes again but the node id stays: that is not AmlCompute, ssh refuses the node.
+    newer = cluster.replace_node(new.slot)
+    third = ping(tmp_path, write_inventory(tmp_path, cluster, {newer.slot: new.node_id}))
+    assert third.returncode != 0
+    out = third.stdout + third.stderr
+    assert "kh-0 | SUCCESS" in out and "kh-1 | UNREACHABLE" in out
+    assert "REMOTE HOST IDENTIFICATION HAS CHANGED" in out or "Host key verification failed" in out
