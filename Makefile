@@ -87,8 +87,9 @@ test-vm: setup  ## nvme_raid for real: a qemu VM (TCG) with 8 emulated NVMe disk
 	@.ci/sysdeps vm
 	$(PYTEST) tests/vm
 
-bench: setup  ## Benchmarks under bench/ (print numbers)
-	@for b in bench/*.py; do echo "=== $$b"; $(VENV)/bin/python $$b || exit 1; done
+bench: setup  ## Benchmarks under bench/ (print numbers); parallel-ssh and mitogen from requirements-bench.txt
+	@$(VENV)/bin/python -m pip install -q -r requirements-bench.txt
+	@for b in bench/*_bench.py bench/shard_imbalance.py; do echo "=== $$b"; $(VENV)/bin/python $$b || exit 1; done
 
 clean:  ## Remove venvs, tools and caches
 	rm -rf .venv .venv-lint .venv-workload .venv-bench .tools .cache .scratch

@@ -1,18 +1,30 @@
 #!/usr/bin/env python3
-"""Wall time of the nodes phase (playbooks/nodes.yml: ssh_trust, nvme_raid, gpu_clocks, nccl)
-on 1, 4, 16 and 32 Docker containers that stand in for AmlCompute nodes (sshd on
-127.0.0.1:<port>, private IPs on their own network, read through the azureml_compute
-inventory plugin's nodes_file source). First run and second (idempotent) run.
+"""Controller cost of the nodes phase (playbooks/nodes.yml: ssh_trust, nvme_raid,
+gpu_clocks, nccl) on N nodes of the AmlCompute twin (tests/twin/cluster.py: Docker containers, one public
+address with a NAT port per node, a non-root admin user with sudo, private IPs on their own
+network, read through the azureml_compute inventory plugin's nodes_file source; host key
+checking on, against the NAT endpoints' keys), side by side with a parallel-ssh
+script doing the same checks and writes on the same nodes (bench/pssh_nodes.py).
 
-    .venv/bin/python bench/nodes_phase_bench.py [--sizes 1,4,16,32]
+For each size: wall time and controller CPU seconds (user+sys of the ansible-playbook
+process tree: its forks, the ssh clients and the ssh ControlPersist masters; see
+bench/cpumeter.py) of a first run on fresh nodes and a second (idempotent) run, the number
+of host-task results (PLAY RECAP ok+failed+skipped+unreachable), CPU per node and per
+host-task; then the marginal CPU per added node (least squares over the sizes), the
+projection to 512 nodes on a 4-core controller, and the ratio to parallel-ssh.
+
+    .venv/bin/python bench/nodes_phase_bench.py [--sizes 1,4,16,32] [--playbook playbooks/nodes.yml]
+        [--mitogen] [--label text] [--profile-tasks N]
+
+Figures are CPU time because wall time on shared cores says more about the neighbours.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -21,23 +33,28 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "integration"))
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
 
-from containers import ContainerCluster  # noqa: E402
+import cpumeter  # noqa: E402
+from twin.cluster import Twin, free_base_port  # noqa: E402
 
-ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
+BIN = Path(sys.executable).parent
+ANSIBLE_PLAYBOOK = str(BIN / "ansible-playbook")
+PROJECTED_NODES = 512
+PROJECTED_CORES = 4
 
 
-def run_nodes_phase(inv: Path, env: dict) -> tuple[float, int, int]:
-    start = time.monotonic()
-    res = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), "playbooks/nodes.yml"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=3600)
-    wall = time.monotonic() - start
-    if res.returncode != 0:
-        sys.exit(f"nodes.yml failed:\n{res.stdout[-4000:]}")
-    changed = sum(int(c) for c in re.findall(r"changed=(\d+)", res.stdout.split("PLAY RECAP")[-1]))
-    hosts = len(re.findall(r"^\S+\s+: ok=", res.stdout.split("PLAY RECAP")[-1], re.M))
-    return wall, changed, hosts, changed_tasks(res.stdout)
+def recap(output: str) -> dict[str, dict[str, int]]:
+    out = {}
+    for host, counters in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", output.split("PLAY RECAP")[-1], re.M):
+        out[host] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", counters)}
+    return out
+
+
+def host_tasks(rc: dict[str, dict[str, int]]) -> int:
+    return sum(c.get("ok", 0) + c.get("failed", 0) + c.get("skipped", 0) + c.get("unreachable", 0)
+               for c in rc.values())
 
 
 def changed_tasks(output: str) -> list[str]:
@@ -51,42 +68,133 @@ def changed_tasks(output: str) -> list[str]:
     return out
 
 
+def slowest_tasks(output: str, n: int) -> list[str]:
+    """The profile_tasks callback's lines (task name ... seconds), slowest first."""
+    lines = re.findall(r"^(.+?) -+ (\d+\.\d+)s$", output, re.M)
+    return [f"{float(s):7.2f}s  {name.strip()}" for name, s in sorted(lines, key=lambda x: -float(x[1]))[:n]]
+
+
+def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Least-squares (intercept, slope); slope 0 with one point."""
+    if len(xs) < 2:
+        return ys[0], 0.0
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    return my - slope * mx, slope
+
+
+def write_inventory(cluster: Twin, size: int, tmp: Path, extra: dict) -> Path:
+    inv_dir = tmp / "inventory"
+    (inv_dir / "group_vars").mkdir(parents=True, exist_ok=True)
+    nodes_file = cluster.write_nodes_file(tmp / "nodes.json")
+    inv = inv_dir / "bench.azureml_compute.yml"
+    inv.write_text(yaml.safe_dump({"plugin": "amlhpc.azureml.azureml_compute", "source": "nodes_file",
+                                   "cluster": "bench", "nodes_file": str(nodes_file),
+                                   "admin_user": "azureuser", "min_nodes": size, "max_nodes": size}))
+    (inv_dir / "group_vars" / "all.yml").write_text(yaml.safe_dump({
+        "ansible_ssh_private_key_file": str(cluster.key),
+        # host key checking on (ansible.cfg), against the NAT endpoints' keys
+        "ansible_ssh_common_args": f"-o UserKnownHostsFile={cluster.known_hosts(tmp / 'known_hosts')}",
+        **extra}))
+    return inv
+
+
+def start_twin(size: int, workdir: Path, prefix: str) -> Twin:
+    """A twin on NAT ports of its own: benches running side by side race for ports, so a
+    start that lost the race is tried again further up."""
+    start = 50000 + int(hashlib.sha256(prefix.encode()).hexdigest(), 16) % 8000
+    for attempt in range(6):
+        cluster = Twin(size, workdir, prefix=prefix, base_port=free_base_port(size, start=start + attempt * 97))
+        try:
+            return cluster.start()
+        except RuntimeError as exc:
+            cluster.stop()
+            if "port is already allocated" not in str(exc) or attempt == 5:
+                raise
+    raise AssertionError("unreachable")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1,4,16,32")
+    parser.add_argument("--playbook", default="playbooks/nodes.yml")
+    parser.add_argument("--mitogen", action="store_true",
+                        help="run ansible-playbook with the Mitogen strategy (ANSIBLE_STRATEGY=mitogen_linear)")
+    parser.add_argument("--label", default="", help="a name for this configuration in the output")
+    parser.add_argument("--profile-tasks", type=int, default=0, metavar="N",
+                        help="print the N slowest tasks of each second run (ansible.posix.profile_tasks)")
+    parser.add_argument("--project", default=str(ROOT), metavar="DIR",
+                        help="run the playbook from this checkout (e.g. a git worktree of an older commit)")
+    parser.add_argument("--prefix", default="perf-bench", help="name prefix of the bench's containers and network")
+    parser.add_argument("--no-pssh", action="store_true", help="skip the parallel-ssh side")
+    parser.add_argument("-e", "--extra", action="append", default=[], metavar="KEY=VALUE",
+                        help="group var for the bench inventory (YAML value)")
     args = parser.parse_args()
-    print(f"{'nodes':>5} {'start (s)':>10} {'first run (s)':>14} {'changed':>8} {'second run (s)':>15} {'changed':>8}")
-    for size in (int(s) for s in args.sizes.split(",")):
+    sizes = [int(s) for s in args.sizes.split(",")]
+    extra = {k: yaml.safe_load(v) for k, v in (e.split("=", 1) for e in args.extra)}
+
+    reaper = cpumeter.become_subreaper()
+    print(f"controller: {cpumeter.cpu_name()}")
+    print(f"CPU = user+sys of the ansible-playbook process tree (forks, ssh clients{', ssh ControlPersist masters' if reaper else ''}),"
+          " from getrusage(RUSAGE_CHILDREN) and /proc; nodes' CPU not counted")
+    project = Path(args.project).resolve()
+    print(f"playbook: {args.playbook} in {project}{' (mitogen_linear)' if args.mitogen else ''} {args.label}")
+    env = dict(os.environ, ANSIBLE_INVENTORY_UNPARSED_FAILED="true", ANSIBLE_FORCE_COLOR="0",
+               PYTHONDONTWRITEBYTECODE="1")
+    if args.mitogen:
+        import ansible_mitogen
+        env["ANSIBLE_STRATEGY_PLUGINS"] = str(Path(ansible_mitogen.__file__).parent / "plugins" / "strategy")
+        env["ANSIBLE_STRATEGY"] = "mitogen_linear"
+
+    head = (f"{'nodes':>5} {'run':>6} {'wall s':>7} {'CPU s':>7} {'CPU/node':>8} {'tasks':>6} "
+            f"{'ms/task':>7} {'changed':>7} | {'pssh wall':>9} {'pssh CPU':>8} {'CPU ratio':>9}")
+    print(head)
+    rows: dict[str, list[tuple[int, float, float]]] = {"first": [], "second": []}
+    for size in sizes:
         with tempfile.TemporaryDirectory(prefix="amlhpc-bench-") as tmp:
             tmp_path = Path(tmp)
-            cluster = ContainerCluster(size, "amlhpc-bench", tmp_path / "cluster")
-            t0 = time.monotonic()
-            cluster.start()
-            started = time.monotonic() - t0
+            cluster = start_twin(size, tmp_path / "cluster", args.prefix)
             try:
-                inv_dir = tmp_path / "inventory"
-                (inv_dir / "group_vars").mkdir(parents=True)
-                nodes_file = cluster.write_nodes_file(tmp_path / "nodes.json")
-                inv = inv_dir / "bench.azureml_compute.yml"
-                inv.write_text(yaml.safe_dump({"plugin": "amlhpc.azureml.azureml_compute", "source": "nodes_file",
-                                               "cluster": "bench", "nodes_file": str(nodes_file),
-                                               "admin_user": "azureuser", "min_nodes": size, "max_nodes": size}))
-                (inv_dir / "group_vars" / "all.yml").write_text(yaml.safe_dump({
-                    "ansible_ssh_private_key_file": str(cluster.key),
-                    "ansible_ssh_common_args": "-o StrictHostKeyChecking=accept-new "
-                                               f"-o UserKnownHostsFile={tmp_path / 'known_hosts'}",
-                    # the control paths of 32 nodes must stay short and private to this run
-                    "ansible_ssh_pipelining": True}))
-                env = dict(os.environ, ANSIBLE_INVENTORY_UNPARSED_FAILED="true", ANSIBLE_FORCE_COLOR="0")
-                first, changed1, hosts, _ = run_nodes_phase(inv, env)
-                second, changed2, _, again = run_nodes_phase(inv, env)
-                assert hosts == size, f"{hosts} hosts in the recap, expected {size}"
-                print(f"{size:>5} {started:>10.1f} {first:>14.1f} {changed1:>8} {second:>15.1f} {changed2:>8}",
-                      flush=True)
-                for task in again:
-                    print(f"      changed again: {task}", flush=True)
+                inv = write_inventory(cluster, size, tmp_path, extra)
+                argv = [ANSIBLE_PLAYBOOK, "-i", str(inv), args.playbook]
+                for run in ("first", "second"):
+                    m = cpumeter.run(argv, cwd=project, env=env, timeout=3600)
+                    if m.returncode != 0:
+                        sys.exit(f"{args.playbook} failed ({run} run, {size} nodes):\n{m.stdout[-4000:]}{m.stderr[-2000:]}")
+                    rc = recap(m.stdout)
+                    tasks = host_tasks(rc)
+                    changed = sum(c.get("changed", 0) for c in rc.values())
+                    rows[run].append((size, m.cpu, m.wall))
+                    line = (f"{size:>5} {run:>6} {m.wall:>7.1f} {m.cpu:>7.1f} {m.cpu / size:>8.2f} {tasks:>6} "
+                            f"{1000 * m.cpu / max(tasks, 1):>7.0f} {changed:>7}")
+                    masters = f"  (ssh masters {m.masters:.1f} s of it)"
+                    if run == "second" and not args.no_pssh:
+                        p = cpumeter.run([sys.executable, str(ROOT / "bench" / "pssh_nodes.py"),
+                                          "--nodes-file", str(tmp_path / "nodes.json"), "--key", str(cluster.key), "--user", cluster.admin_user,
+                                          "--address", cluster.public_address],
+                                         cwd=ROOT, timeout=900)
+                        if p.returncode != 0:
+                            sys.exit(f"pssh_nodes.py failed:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
+                        pchanged = yaml.safe_load(p.stdout.strip().splitlines()[-1])["changed_files"]
+                        line += (f" | {p.wall:>9.1f} {p.cpu:>8.2f} {m.cpu / max(p.cpu, 1e-3):>8.0f}x"
+                                 f"  (pssh changed {pchanged} files; wall ratio {m.wall / max(p.wall, 1e-3):.1f}x)")
+                    print(line + masters, flush=True)
+                    if run == "second":
+                        for task in changed_tasks(m.stdout):
+                            print(f"      changed again: {task}", flush=True)
+                        for task in slowest_tasks(m.stdout, args.profile_tasks):
+                            print(f"      {task}", flush=True)
             finally:
                 cluster.stop()
+                cpumeter.close_orphans()
+    for run in ("first", "second"):
+        xs = [float(s) for s, _, _ in rows[run]]
+        b, slope = fit(xs, [c for _, c, _ in rows[run]])
+        projected = b + slope * PROJECTED_NODES
+        print(f"{run} run: marginal controller CPU {slope:.2f} s per added node (fixed {b:.1f} s); "
+              f"{PROJECTED_NODES} nodes: {projected / 60:.1f} CPU min, at best {projected / PROJECTED_CORES / 60:.1f} min "
+              f"of wall time on a {PROJECTED_CORES}-core controller")
     return 0
 
 

@@ -18,7 +18,7 @@ MB/s counts the samples' int16 payload (16 MiB a sample), so every column measur
 data. The tf.data column needs tensorflow-cpu in ``.venv-bench`` (or the Python named by
 ``$AMLHPC_BENCH_PYTHON``); build it once with::
 
-    python3.12 -m venv .venv-bench && .venv-bench/bin/pip install -r requirements-bench.txt
+    python3.12 -m venv .venv-bench && .venv-bench/bin/pip install -r requirements-bench-tf.txt
 
 Without it the column says so and how to build it.
 
@@ -39,7 +39,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKLOAD_PY = os.path.join(ROOT, ".venv-workload", "bin", "python")
 BENCH_VENV = os.path.join(ROOT, ".venv-bench")
-REQUIREMENTS = os.path.join(ROOT, "requirements-bench.txt")
+REQUIREMENTS = os.path.join(ROOT, "requirements-bench-tf.txt")
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
               "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
 
@@ -158,7 +158,7 @@ def bench_python() -> tuple[str | None, str]:
     """The interpreter with tensorflow-cpu for the tf.data column, or (None, why not)."""
     py = os.environ.get("AMLHPC_BENCH_PYTHON") or os.path.join(BENCH_VENV, "bin", "python")
     how = ("build it once: python3.12 -m venv .venv-bench && .venv-bench/bin/pip install -r "
-           "requirements-bench.txt (or point AMLHPC_BENCH_PYTHON at a Python with tensorflow-cpu)")
+           "requirements-bench-tf.txt (or point AMLHPC_BENCH_PYTHON at a Python with tensorflow-cpu)")
     if not os.path.exists(py):
         return None, f"{py} is missing; {how}"
     proc = subprocess.run([py, "-c", "import tensorflow as tf; print(tf.__version__)"], capture_output=True,

@@ -90,3 +90,68 @@ def known_hosts_block(output: str, expected_hosts: Iterable[str],
         "lines": [" ".join(e) for e in entries],
         "missing": [h for h in expected if h not in found],
     }
+
+
+def cluster_plan(nodes: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per cluster: its head (the node of lowest rank) and its nodefile lines.
+
+    ``nodes`` are hostvars of the nodes of one or more clusters (as ``amlhpc_cluster_nodes``
+    returns them). Computed once per run on the controller, so each host reads its cluster's
+    entry instead of walking every node's hostvars itself (N hosts x N nodes).
+    """
+    by_cluster: dict[str, list[Mapping[str, Any]]] = {}
+    for n in nodes:
+        by_cluster.setdefault(str(n.get("aml_cluster", "")), []).append(n)
+    plan = {}
+    for cluster, members in sorted(by_cluster.items()):
+        ranked = sorted(members, key=lambda n: n.get("aml_node_rank", 0))
+        plan[cluster] = {"head": ranked[0]["inventory_hostname"], "ips": nodefile_lines(ranked),
+                         "hosts": [n["inventory_hostname"] for n in ranked]}
+    return plan
+
+
+def _key_blob(line: str) -> str | None:
+    """The base64 key of an authorized_keys line (options and comment aside), or None."""
+    parts = line.split()
+    for i, part in enumerate(parts):
+        if part.startswith(("ssh-", "ecdsa-sha2-", "sk-")) and i + 1 < len(parts):
+            return parts[i + 1]
+    return None
+
+
+def authorized_keys_text(current: str, key_line: str) -> str:
+    """``current`` authorized_keys with ``key_line`` present exactly once.
+
+    A line holding the same key (whatever its options or comment) is replaced in place,
+    further copies of it are dropped; otherwise the line is appended. Other lines stay.
+    """
+    blob = _key_blob(key_line)
+    if blob is None:
+        raise ValueError("not an OpenSSH public key line")
+    out, placed = [], False
+    for line in current.splitlines():
+        if not line.lstrip().startswith("#") and _key_blob(line) == blob:
+            if not placed:
+                out.append(key_line)
+                placed = True
+            continue
+        out.append(line)
+    if not placed:
+        out.append(key_line)
+    return "\n".join(out) + "\n"
+
+
+def managed_block_text(current: str, marker: str, lines: Iterable[str]) -> str:
+    """``current`` with the block between ``# BEGIN <marker>`` and ``# END <marker>`` set to
+    ``lines`` (appended at the end when absent; no lines: the block goes), as
+    ansible.builtin.blockinfile writes it."""
+    begin, end = f"# BEGIN {marker}", f"# END {marker}"
+    lines = list(lines)
+    block = [begin, *lines, end] if lines else []
+    old = current.splitlines()
+    if begin in old and end in old and old.index(begin) < old.index(end):
+        i, j = old.index(begin), old.index(end)
+        new = old[:i] + block + old[j + 1:]
+    else:
+        new = old + block
+    return "\n".join(new) + "\n" if new else ""

@@ -75,3 +75,41 @@ def test_known_hosts_block_names_the_silent_node_and_ignores_strangers():
     block = known_hosts_block(SCAN + "10.9.9.9 ssh-rsa AAAAstranger\n", ["10.0.0.4", "10.0.0.6"])
     assert block["missing"] == ["10.0.0.6"]
     assert not any(line.startswith("10.9.9.9") or line.startswith("10.0.0.5") for line in block["lines"])
+
+
+def test_cluster_plan_names_each_clusters_head_by_rank():
+    from amlhpc.ssh_trust import cluster_plan
+    plan = cluster_plan([node("b1", 1, "10.0.1.5", "cpu"), node("a2", 2, "10.0.0.6"), node("a1", 1, "10.0.0.5"),
+                         node("b0", 0, "10.0.1.4", "cpu")])
+    assert plan == {"cpu": {"head": "b0", "ips": ["10.0.1.4", "10.0.1.5"], "hosts": ["b0", "b1"]},
+                    "gpu": {"head": "a1", "ips": ["10.0.0.5", "10.0.0.6"], "hosts": ["a1", "a2"]}}
+    with pytest.raises(ValueError, match="repeats"):
+        cluster_plan([node("a", 0, "10.0.0.4"), node("b", 0, "10.0.0.5")])
+
+
+def test_authorized_keys_line_is_added_once_and_replaced_in_place():
+    from amlhpc.ssh_trust import authorized_keys_text
+    line = "ssh-rsa AAAAB3key amlhpc-head@gpu"
+    other = "ssh-ed25519 AAAAC3other admin@laptop"
+    assert authorized_keys_text("", line) == line + "\n"
+    assert authorized_keys_text(other + "\n", line) == f"{other}\n{line}\n"
+    assert authorized_keys_text(f"{other}\n{line}\n", line) == f"{other}\n{line}\n"
+    # Same key with other options or comment: replaced where it was; a second copy goes.
+    old = f'from="10.0.0.0/8" ssh-rsa AAAAB3key old-comment\n{other}\nssh-rsa AAAAB3key dup\n'
+    assert authorized_keys_text(old, line) == f"{line}\n{other}\n"
+    with pytest.raises(ValueError):
+        authorized_keys_text("", "not a key")
+
+
+def test_managed_block_is_written_like_blockinfile():
+    from amlhpc.ssh_trust import managed_block_text
+    marker = "amlhpc ssh_trust: cluster gpu"
+    keys = ["10.0.0.4 ssh-ed25519 AAAA4", "10.0.0.5 ssh-ed25519 AAAA5"]
+    first = managed_block_text("other-host ssh-rsa AAAAx\n", marker, keys)
+    assert first == ("other-host ssh-rsa AAAAx\n# BEGIN amlhpc ssh_trust: cluster gpu\n"
+                     "10.0.0.4 ssh-ed25519 AAAA4\n10.0.0.5 ssh-ed25519 AAAA5\n# END amlhpc ssh_trust: cluster gpu\n")
+    assert managed_block_text(first, marker, keys) == first
+    replaced = managed_block_text(first + "tail ssh-rsa AAAAy\n", marker, keys[:1])
+    assert replaced == ("other-host ssh-rsa AAAAx\n# BEGIN amlhpc ssh_trust: cluster gpu\n"
+                        "10.0.0.4 ssh-ed25519 AAAA4\n# END amlhpc ssh_trust: cluster gpu\ntail ssh-rsa AAAAy\n")
+    assert managed_block_text(first, marker, []) == "other-host ssh-rsa AAAAx\n"

@@ -1,0 +1,123 @@
+"""Controller CPU seconds of a command and everything it starts (forks, ssh clients, and
+the ssh ControlPersist masters that outlive it).
+
+``resource.getrusage(RUSAGE_CHILDREN)`` counts a child's user+sys time once it is waited
+for, including its own waited-for descendants. ssh's ControlPersist master forks itself into
+the background and is re-parented away from ansible-playbook, so it would be missed: this
+process makes itself a *child subreaper* (Linux prctl), so those masters become its
+children; their CPU is read from /proc while they live and from RUSAGE_CHILDREN once they
+are reaped. The nodes' own CPU (sshd and the modules on the containers) is not counted.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import resource
+import subprocess
+import time
+from dataclasses import dataclass
+
+PR_SET_CHILD_SUBREAPER = 36
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def become_subreaper() -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _orphans_cpu(exclude: set[int]) -> float:
+    """user+sys (own and waited-for children) of this process's live children."""
+    total = 0.0
+    pids: set[int] = set()
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/children") as fh:
+                pids.update(int(p) for p in fh.read().split())
+        except OSError:
+            continue
+    for pid in pids - exclude:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # fields[0] is the state (field 3): utime, stime, cutime, cstime are fields 14-17.
+        total += sum(int(x) for x in fields[11:15]) / _TICK
+    return total
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def snapshot() -> float:
+    """CPU seconds used so far by every descendant of this process, dead or alive."""
+    _reap()
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime + _orphans_cpu(set())
+
+
+@dataclass
+class Measured:
+    wall: float
+    cpu: float
+    returncode: int
+    stdout: str
+    stderr: str
+    masters: float = 0.0  # of cpu: the ssh ControlPersist masters still alive at the end
+
+
+def run(argv: list[str], **kwargs) -> Measured:
+    before = snapshot()
+    masters_before = _orphans_cpu(set())
+    start = time.monotonic()
+    res = subprocess.run(argv, capture_output=True, text=True, **kwargs)
+    wall = time.monotonic() - start
+    masters = _orphans_cpu(set()) - masters_before
+    cpu = snapshot() - before
+    return Measured(wall, cpu, res.returncode, res.stdout, res.stderr, max(masters, 0.0))
+
+
+def cpu_name() -> str:
+    model = platform.processor() or "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} cores (shared), load average {os.getloadavg()[0]:.1f}"
+
+
+def close_orphans() -> None:
+    """End the ssh masters left behind (children of this subreaper) and reap them."""
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/children") as fh:
+                pids = [int(p) for p in fh.read().split()]
+        except OSError:
+            continue
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/comm") as fh:
+                    if fh.read().strip() != "ssh":
+                        continue
+                os.kill(pid, 15)
+            except OSError:
+                continue
+    time.sleep(0.5)
+    _reap()

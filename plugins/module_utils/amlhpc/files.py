@@ -1,0 +1,82 @@
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
+"""Idempotent file writes for modules that set several files in one call (one module run
+on the controller per node instead of a copy/file task per file, each of which costs two).
+
+Runs on the node (shipped by AnsiballZ); plain stdlib plus the AnsibleModule it is given.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+
+def read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        return None
+
+
+def ensure_dir(module: Any, path: str, uid: int, gid: int, mode: int, changed: list[str],
+               enforce: bool = True) -> None:
+    """``path`` a directory; owner and mode set when ``enforce`` (as ansible.builtin.file
+    state=directory does), else only when it is made."""
+    if os.path.isdir(path):
+        if not enforce:
+            return
+        st = os.stat(path)
+        if (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (uid, gid, mode):
+            return
+        changed.append(path)
+        if not module.check_mode:
+            os.chown(path, uid, gid)
+            os.chmod(path, mode)
+        return
+    changed.append(path)
+    if not module.check_mode:
+        os.makedirs(path, mode=mode)
+        os.chown(path, uid, gid)
+        os.chmod(path, mode)
+
+
+def ensure_file(module: Any, path: str, text: str, uid: int, gid: int, mode: int,
+                changed: list[str], diffs: list[dict[str, str]], backup: bool = False) -> str | None:
+    """``path`` holds ``text`` with this owner and mode; written atomically only when not.
+    Returns the backup file made (``backup`` and the content changed), else None."""
+    before = read_text(path)
+    st = os.stat(path) if before is not None else None
+    if before == text and st is not None and (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (uid, gid, mode):
+        return None
+    changed.append(path)
+    if before != text:
+        diffs.append({"before_header": path, "after_header": path, "before": before or "", "after": text})
+    if module.check_mode:
+        return None
+    if before == text:
+        os.chown(path, uid, gid)
+        os.chmod(path, mode)
+        return None
+    made = module.backup_local(path) if backup and before is not None else None
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".amlhpc-")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.chown(tmp, uid, gid)
+    os.chmod(tmp, mode)
+    module.atomic_move(tmp, path, unsafe_writes=False)
+    # atomic_move gives a new file the umask's mode, not the temporary file's
+    os.chown(path, uid, gid)
+    os.chmod(path, mode)
+    return made
+
+
+def ensure_absent(module: Any, path: str, changed: list[str], diffs: list[dict[str, str]]) -> None:
+    if not os.path.lexists(path):
+        return
+    changed.append(path)
+    diffs.append({"before_header": path, "after_header": path, "before": read_text(path) or "", "after": ""})
+    if not module.check_mode:
+        os.remove(path)
