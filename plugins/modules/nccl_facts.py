@@ -130,7 +130,7 @@ def main() -> None:
     smi = p["nvidia_smi"] if os.path.sep in p["nvidia_smi"] else module.get_bin_path(p["nvidia_smi"])
     topo = {"rc": -1, "stdout": ""}
     if smi:
-        rc, out, _ = module.run_command([smi, "topo", "-m"])
+        rc, out, _unused = module.run_command([smi, "topo", "-m"])
         topo = {"rc": rc, "stdout": out}
     vm_size = p["vm_size"]
     if not vm_size and imds["status"] == 200:
