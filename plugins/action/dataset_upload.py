@@ -1,49 +1,12 @@
 # Copyright: (c) 2026, amlhpc contributors
 # MIT License (see LICENSE or https://opensource.org/licenses/MIT)
-"""Action plugin for the dataset_upload module: run it pipelined on every connection, or not at all.
-
-The module's arguments carry a secret (a SAS token, an account key or a client secret).
-Without pipelining Ansible writes the module payload with its arguments to a file on the
-target (``AnsiballZ_dataset_upload.py``) for the length of the task: the local connection
-does so too unless pipelining is on for it, and ``[ssh_connection] pipelining`` in
-ansible.cfg applies to ssh only. This plugin turns pipelining on for the task's connection
-and refuses to run when it still cannot be used (a become method or connection without
-pipelining, ``ANSIBLE_KEEP_REMOTE_FILES``, or async), so the payload only ever travels on
-the interpreter's stdin.
-"""
+"""Action plugin for the dataset_upload module: its arguments carry a secret, so it runs pipelined on
+every connection or not at all (see plugins/plugin_utils/pipelined.py)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from ansible.errors import AnsibleActionFail, AnsibleError
-from ansible.plugins.action import ActionBase
+from ansible_collections.amlhpc.azureml.plugins.plugin_utils.pipelined import PipelinedOnlyAction
 
 
-class ActionModule(ActionBase):
-    """Run the module pipelined."""
-
-    TRANSFERS_FILES = False
-
-    def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        result = super().run(tmp, task_vars)
-        del tmp
-        wrap_async = bool(self._task.async_val)
-        if self._connection.has_pipelining:
-            try:
-                self._connection.set_option("pipelining", True)
-            except (KeyError, AnsibleError):
-                # A connection that declares no option of its own (community.docker's docker)
-                # looks it up in the global config on first use and caches it in _options.
-                self._connection._options["pipelining"] = True  # pylint: disable=protected-access
-                self._connection._origins["pipelining"] = "action plugin"  # pylint: disable=protected-access
-        if not self._is_pipelining_enabled("new", wrap_async):
-            raise AnsibleActionFail(
-                "dataset_upload carries a secret and runs only pipelined (module and arguments on the interpreter's "
-                f"stdin, never in a file): connection {self._connection.transport!r}"
-                + (f" with become method {self._play_context.become_method!r}" if self._play_context.become else "")
-                + " cannot pipeline here (async, ANSIBLE_KEEP_REMOTE_FILES, or a become method without "
-                "pipelining such as su). Run it without async, or with become_method sudo.")
-        result.update(self._execute_module(module_name=self._task.action, module_args=self._task.args,
-                                           task_vars=task_vars, wrap_async=wrap_async))
-        return result
+class ActionModule(PipelinedOnlyAction):
+    """dataset_upload, pipelined only."""

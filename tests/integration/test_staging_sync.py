@@ -221,11 +221,11 @@ def test_identity_modes_hand_azcopy_no_sig_and_its_auto_login(tmp_path, auth, op
     fake.chmod(0o755)
     record = tmp_path / "record.jsonl"
     playbook = tmp_path / "pb.yml"
-    task = {"amlhpc.azureml.azcopy_stage": {"azcopy": str(fake), "account_url": "https://acct.blob.core.windows.net",
-                             "container": "cosmoflow", "auth": auth, "dest": str(tmp_path / "stage"), "rank": 0,
-                             "shard": {"mode": "suffix", "include_pattern": "*_000.tfrecord", "suffixes": ["000"]},
-                             **dict(options)},
-            "register": "r"}
+    args = {"azcopy": str(fake), "account_url": "https://acct.blob.core.windows.net",
+            "container": "cosmoflow", "auth": auth, "dest": str(tmp_path / "stage"), "rank": 0,
+            "shard": {"mode": "suffix", "include_pattern": "*_000.tfrecord", "suffixes": ["000"]},
+            **dict(options)}
+    task = {"amlhpc.azureml.azcopy_stage": args, "register": "r"}
     playbook.write_text(json.dumps([{"hosts": "local-0", "gather_facts": False,
                                      "tasks": [task, {"ansible.builtin.debug": {"var": "r.changed"}}]}]))
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), FAKE_AZCOPY_RECORD=str(record),
