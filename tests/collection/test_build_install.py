@@ -72,8 +72,12 @@ def test_the_local_default_runs_from_the_installed_collection(tarball, tmp_path)
     """A project folder with its own ansible.cfg (collections_path), the tools the local
     default needs (azurite, azcopy, a Python with torch) and nothing of the checkout."""
     collections = tmp_path / "collections"
+    # A user's own home: a copy of the collection elsewhere on this machine (~/.ansible) would
+    # make the install say "already installed" and the run use that copy.
+    home = tmp_path / "home"
+    home.mkdir()
     run([str(BIN / "ansible-galaxy"), "collection", "install", "--offline", "--no-deps", "-p",
-         str(collections), str(tarball)], cwd=tmp_path)
+         str(collections), str(tarball)], cwd=tmp_path, HOME=str(home))
     installed = collections / "ansible_collections" / "amlhpc" / "azureml"
     assert (installed / "MANIFEST.json").is_file()
     project = tmp_path / "project"
@@ -82,7 +86,7 @@ def test_the_local_default_runs_from_the_installed_collection(tarball, tmp_path)
     (project / ".venv-workload").symlink_to(ROOT / ".venv-workload")
     (project / "ansible.cfg").write_text(f"[defaults]\ncollections_path = {collections}\n"
                                          "home = .cache/ansible-home\nlocal_tmp = .cache/ansible-local\n")
-    env = {"ANSIBLE_CONFIG": str(project / "ansible.cfg"),
+    env = {"ANSIBLE_CONFIG": str(project / "ansible.cfg"), "HOME": str(home),
            "PATH": f"{BIN}{os.pathsep}{ROOT / '.tools' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
     res = run([str(BIN / "ansible-playbook"), "-i", str(installed / "inventory" / "local.yml"), "amlhpc.azureml.site",
                "-e", f"local_blob_port={free_port()}"], cwd=project, timeout=1200, **env)
