@@ -35,6 +35,7 @@ from amlhpc.azcopy import blob_url, stage_shard  # noqa: E402
 from amlhpc.azcopy_model import Rates, predict  # noqa: E402
 from amlhpc.cosmoflow_data import generate, sample_name  # noqa: E402
 from amlhpc.dataset_prep import compress_all, upload_prepared  # noqa: E402
+from staging_bench import _port, _upload_plain  # noqa: E402  (bench/ is on sys.path: the script's folder)
 
 ACCOUNT = "devstoreaccount1"
 KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="  # Azurite's public key
@@ -67,24 +68,6 @@ def seeds() -> None:
         out = predict([int(1.1e12 / nodes)] * nodes, [int(5.1e12 / nodes)] * nodes, rates)
         print(f"  {nodes} nodes, gzip-encoded: {out['minutes']:.1f} min, {out['bottleneck']}")
     print()
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _upload_plain(root: str, endpoint: str, container: str) -> None:
-    from azure.storage.blob import ContainerClient
-    client = ContainerClient(endpoint, container, credential={"account_name": ACCOUNT, "account_key": KEY})
-    client.create_container()
-    for dirpath, _, files in os.walk(root):
-        for name in files:
-            path = os.path.join(dirpath, name)
-            with open(path, "rb") as f:
-                client.upload_blob(os.path.relpath(path, root), f, overwrite=True)
-    client.close()
 
 
 def _sas(container: str) -> str:
