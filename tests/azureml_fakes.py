@@ -91,6 +91,8 @@ class World:
     calls: Counter = field(default_factory=Counter)
     credentials: list[Any] = field(default_factory=list)
     waits: list[Any] = field(default_factory=list)  # timeout_in_minutes of v1 wait_for_completion calls
+    # The workspace's default Key Vault (v1 Workspace.get_default_keyvault().set_secret).
+    secrets: dict[str, str] = field(default_factory=dict)
     # Nodes a created or scaled cluster gets (a real cluster takes minutes; here at once).
     grow_on_scale: bool = True
     # A scale-down leaves the nodes listed for this many more node listings (AmlCompute
@@ -182,6 +184,12 @@ def install_v1(monkeypatch, world: World) -> None:
             if (subscription_id, resource_group, workspace_name) != (SUB, RG, world.workspace):
                 raise ProjectSystemException("Workspace not found.")
             self.subscription_id, self.resource_group, self.name = subscription_id, resource_group, workspace_name
+
+        def get_default_keyvault(self):
+            class Keyvault:
+                def set_secret(self, name, value):
+                    world.secrets[name] = value
+            return Keyvault()
 
     class FakeAmlCompute:
         provisioning_configuration = staticmethod(RealAmlCompute.provisioning_configuration)
@@ -338,6 +346,12 @@ def _transport(world: World):
                 if name not in world.clusters:
                     return not_found(request, f"computes/{name}")
                 return respond(request, 200, world.clusters[name]["compute"])
+            job = re.search(r"/jobs/([^/?]+)$", path)
+            if job and method == "GET":
+                # No job history in this workspace: every job name is free (azure-ai-ml's
+                # jobs.get raises ResourceNotFoundError).
+                world.calls["v2 GET job"] += 1
+                return not_found(request, f"jobs/{job.group(1)}")
             if ws and path.endswith(f"/workspaces/{world.workspace}"):
                 world.calls["v2 GET workspace"] += 1
                 return respond(request, 200, {

@@ -21,6 +21,7 @@ aml_job = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(aml_job)
 
 from amlhpc.job_spec import JobRequest, build_spec  # noqa: E402
+from azureml_fakes import RG, SUB, WS, World, install_v1, install_v2  # noqa: E402
 
 SAS = "sv=2024-11-04&ss=b&srt=co&sp=rl&se=2026-12-01T00%3A00%3A00Z&sig=FAKE-test-signature%3D"
 DOCKERFILE = ROOT / "workload" / "Dockerfile"
@@ -325,3 +326,124 @@ def test_nccl_settings_and_data_scope_reach_both_services():
     assert rest["resources"]["dockerArgs"] == " ".join(mounts)
     assert rest["environmentVariables"] == NCCL["environment_variables"]
     assert "--data-scope node" in rest["command"]
+
+
+# --- authentication: the same plan as the inventory plugin and aml_compute_cluster ---------
+
+AUTH_ENV = ("AZURE_CLIENT_ID", "AZURE_SECRET", "AZURE_CLIENT_SECRET", "AZURE_TENANT", "AZURE_TENANT_ID",
+            "AZURE_SUBSCRIPTION_ID", "IDENTITY_ENDPOINT", "MSI_ENDPOINT")
+
+# (auth options of the task, environment of the controller)
+AUTH_CASES = {
+    "env, azure-identity's variable names": (
+        {"auth_source": "env"}, {"AZURE_CLIENT_ID": "app", "AZURE_CLIENT_SECRET": "s3", "AZURE_TENANT_ID": "tn"}),
+    "env ignores the task's client_id": (
+        {"auth_source": "env", "client_id": "other"}, {"AZURE_CLIENT_ID": "app", "AZURE_SECRET": "s3",
+                                                       "AZURE_TENANT": "tn"}),
+    "auto, half options half environment": (
+        {"auth_source": "auto", "client_id": "app"}, {"AZURE_SECRET": "s3", "AZURE_TENANT": "tn"}),
+    "auto, a principal in the environment": (
+        {"auth_source": "auto"}, {"AZURE_CLIENT_ID": "app", "AZURE_SECRET": "s3", "AZURE_TENANT": "tn"}),
+    "auto, a principal in the options": (
+        {"auth_source": "auto", "client_id": "app", "secret": "s3", "tenant": "tn"}, {}),
+    "auto on a managed identity host": (
+        {"auth_source": "auto"}, {"IDENTITY_ENDPOINT": "http://169.254.169.254/msi"}),
+    "msi, the client id from the environment": (
+        {"auth_source": "msi"}, {"AZURE_CLIENT_ID": "uami"}),
+    "service_principal, the tenant from azure-identity's variable": (
+        {"auth_source": "service_principal", "client_id": "app", "secret": "s3"}, {"AZURE_TENANT_ID": "tn"}),
+    "cli": ({"auth_source": "cli"}, {}),
+}
+
+
+def _v1_credential(cred) -> tuple:
+    """The v1 fakes record their keyword arguments: the credential as built."""
+    return type(cred).__name__, sorted(vars(cred).items())
+
+
+def _v2_credential(cred) -> tuple:
+    inner = getattr(cred, "_credential", None)
+    return (type(cred).__name__, getattr(cred, "_tenant_id", None), getattr(cred, "_client_id", None),
+            getattr(cred, "_client_credential", None), type(inner).__name__ if inner else None)
+
+
+@pytest.fixture()
+def auth_env(monkeypatch):
+    for name in AUTH_ENV:
+        monkeypatch.delenv(name, raising=False)
+
+    def put(env):
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+    return put
+
+
+@pytest.mark.parametrize("case", list(AUTH_CASES))
+def test_v1_workspace_credential_is_the_shared_auth_plans(case, capsys, tmp_path, monkeypatch, auth_env):
+    """aml_job builds the azureml-core credential exactly as aml_compute_cluster and the
+    inventory plugin do (aml_sdk's plan) for every auth option combination."""
+    from amlhpc import aml_sdk
+    from amlhpc.aml_nodes import resolve_auth, subscription_from
+    import azureml.core
+
+    options, env = AUTH_CASES[case]
+    auth_env(env)
+    world = World()
+    install_v1(monkeypatch, world)
+    monkeypatch.setattr(azureml.core, "Experiment", FakeV1().experiment)
+    params = {"subscription_id": SUB, "resource_group": RG, "workspace_name": WS, **options}
+    import os
+    aml_sdk.connect("azureml-core", subscription_from(params, os.environ), RG, WS,
+                    resolve_auth(params["auth_source"], params, os.environ)).workspace()
+    monkeypatch.chdir(tmp_path)
+    out = run_module(capsys, module_args(tmp_path, _ansible_check_mode=True, **params))
+    assert not out.get("failed"), out
+    expected, built = world.credentials
+    assert _v1_credential(built) == _v1_credential(expected)
+
+
+@pytest.mark.parametrize("case", list(AUTH_CASES))
+def test_v2_client_credential_is_the_shared_auth_plans(case, capsys, tmp_path, monkeypatch, auth_env):
+    from amlhpc import aml_sdk
+    from amlhpc.aml_nodes import resolve_auth
+    import os
+
+    options, env = AUTH_CASES[case]
+    auth_env(env)
+    world = World()
+    install_v2(monkeypatch, world)
+    params = {"subscription_id": SUB, "resource_group": RG, "workspace_name": WS, **options}
+    aml_sdk.connect("azure-ai-ml", SUB, RG, WS, resolve_auth(params["auth_source"], params, os.environ)).client()
+    monkeypatch.chdir(tmp_path)
+    out = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml", _ansible_check_mode=True, **params))
+    assert not out.get("failed"), out
+    assert out["run_id"] == "cf-4x8" and "would submit" in out["msg"]
+    expected, built = world.credentials
+    assert _v2_credential(built) == _v2_credential(expected)
+
+
+def test_service_principal_without_its_secret_is_refused_in_the_shared_words(capsys, tmp_path, monkeypatch,
+                                                                            auth_env):
+    monkeypatch.chdir(tmp_path)
+    out = run_module(capsys, module_args(tmp_path, _ansible_check_mode=True, auth_source="service_principal",
+                                         client_id="app", tenant="tn"))
+    assert out["failed"] is True
+    assert out["msg"] == "auth_source service_principal needs secret (or AZURE_SECRET), which is not set"
+
+
+@pytest.mark.parametrize("backend", ["azureml_core", "azure_ai_ml"])
+def test_a_refused_login_is_one_sentence_naming_the_auth_source(backend, capsys, tmp_path, monkeypatch,
+                                                               auth_env):
+    import azureml.core
+    world = World()
+    world.auth_error = "AADSTS700016: Application with identifier 'app' was not found in the directory."
+    install_v1(monkeypatch, world)
+    install_v2(monkeypatch, world)
+    monkeypatch.setattr(azureml.core, "Experiment", FakeV1().experiment)
+    monkeypatch.chdir(tmp_path)
+    out = run_module(capsys, module_args(tmp_path, backend=backend, _ansible_check_mode=True,
+                                         subscription_id=SUB, resource_group=RG, workspace_name=WS))
+    assert out["failed"] is True
+    assert out["msg"].startswith("Azure authentication failed with auth_source cli, chosen by auth_source auto: "
+                                 "AADSTS700016"), out["msg"]
+    assert "Traceback" not in out["msg"]
