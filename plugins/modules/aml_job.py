@@ -1,7 +1,12 @@
 #!/usr/bin/python
 # Copyright: (c) 2026, amlhpc contributors
 # MIT License (see LICENSE or https://opensource.org/licenses/MIT)
-"""Submit the CosmoFlow training job to AzureML (either SDK) or run it here with torchrun."""
+"""Submit the CosmoFlow training job to AzureML (either SDK) or run it here with torchrun.
+
+The wrapper: options, documentation and dispatch. The backends live in module_utils
+(``aml_job_v1``, ``aml_job_v2``, ``aml_job_local``), the job spec in ``job_spec``, the
+attempt logic in ``job_runs``, the workspace and credential in ``aml_sdk`` (the auth plan
+the inventory plugin and aml_compute_cluster use too)."""
 
 from __future__ import annotations
 
@@ -10,6 +15,9 @@ module: aml_job
 short_description: Run the CosmoFlow training job on AzureML or on this machine
 description:
   - Builds the job from C(plugins/module_utils/amlhpc/job_spec.py) and submits it.
+  - The AzureML backends connect to the workspace the way the inventory plugin
+    M(amlhpc.azureml.aml_compute_cluster) does (the same O(auth_source) rules, environment
+    variables and error messages).
   - C(azureml_core) (SDK v1) - an C(Environment) from the project's Dockerfile, a
     C(ScriptRunConfig) with C(MpiConfiguration) (nodes x processes per node) and docker run
     arguments that bind the BeeOND mount into the container (C(-v /mnt/scratch:/data)).
@@ -257,305 +265,33 @@ log_path:
   type: str
 """
 
-import contextlib
 import os
 import shutil
 import sys
-import socket
-import subprocess
-import time
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.job_runs import FAILED, attempt_name, decide
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_job_local import run_local
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_job_v1 import run_v1
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_job_v2 import run_v2
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_nodes import (
+    AmlNodesError,
+    auth_argument_spec,
+    resolve_auth,
+    subscription_from,
+)
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_sdk import AmlClient, connect
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.job_runs import FAILED, log_tail
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.job_spec import (
-    SAS_ENV,
     JobRequest,
     JobSpecError,
     build_spec,
-    find_outputs,
     leaks,
-    read_metrics,
     snapshot_source,
 )
 
-
-# --- SDK objects (what the tests check at the SDK boundary) --------------------------------
-
-def v1_objects(spec: dict[str, Any], dockerfile_text: str, source_directory: str | None = None):
-    """azureml-core ``(ScriptRunConfig, Environment)`` for a v1 spec."""
-    from azureml.core import Environment, ScriptRunConfig
-    from azureml.core.runconfig import DockerConfiguration, MpiConfiguration
-
-    env = Environment.from_dockerfile(name=spec["environment"]["name"], dockerfile=dockerfile_text)
-    env.python.user_managed_dependencies = spec["environment"]["user_managed_dependencies"]
-    docker = spec["docker"]
-    dist = spec["distribution"]
-    src = ScriptRunConfig(
-        source_directory=source_directory or spec["source_directory"], script=spec["script"],
-        arguments=list(spec["arguments"]), compute_target=spec["compute_target"], environment=env,
-        distributed_job_config=MpiConfiguration(process_count_per_node=dist["process_count_per_node"],
-                                                node_count=dist["node_count"]),
-        docker_runtime_config=DockerConfiguration(use_docker=docker["use_docker"], arguments=list(docker["arguments"]),
-                                                  shm_size=docker["shm_size"]),
-        max_run_duration_seconds=spec["max_run_duration_seconds"])
-    src.run_config.environment_variables = dict(spec["environment_variables"])
-    return src, env
-
-
-def v2_job(spec: dict[str, Any], code: str | None = None):
-    """azure-ai-ml command job for a v2 spec."""
-    from azure.ai.ml import MpiDistribution, command
-    from azure.ai.ml.entities import BuildContext, Environment
-
-    build = spec["environment"]["build"]
-    env = Environment(name=spec["environment"]["name"],
-                      build=BuildContext(path=build["path"], dockerfile_path=build["dockerfile_path"]))
-    res = spec["resources"]
-    kwargs: dict[str, Any] = {}
-    if spec.get("timeout"):
-        kwargs["timeout"] = spec["timeout"]
-    return command(
-        name=spec["display_name"], display_name=spec["display_name"], experiment_name=spec["experiment_name"],
-        code=code or spec["code"], command=spec["command"], environment=env, compute=spec["compute"],
-        environment_variables=dict(spec["environment_variables"]),
-        distribution=MpiDistribution(process_count_per_instance=spec["distribution"]["process_count_per_instance"]),
-        instance_count=res["instance_count"], shm_size=res["shm_size"], docker_args=res["docker_args"], **kwargs)
-
-
-# --- authentication -------------------------------------------------------------------------
-
-def _auth_kind(p: dict[str, Any]) -> str:
-    kind = p["auth_source"]
-    if kind == "auto":
-        if (p["client_id"] or os.environ.get("AZURE_CLIENT_ID")) and (p["secret"] or os.environ.get("AZURE_SECRET")):
-            return "service_principal"
-        if os.environ.get("IDENTITY_ENDPOINT") or os.environ.get("MSI_ENDPOINT"):
-            return "msi"
-        return "cli"
-    return "service_principal" if kind == "env" else kind
-
-
-def _sp(p: dict[str, Any]) -> tuple[str, str, str]:
-    values = (p["tenant"] or os.environ.get("AZURE_TENANT", ""), p["client_id"] or os.environ.get("AZURE_CLIENT_ID", ""),
-              p["secret"] or os.environ.get("AZURE_SECRET", ""))
-    if not all(values):
-        raise JobSpecError("service principal authentication needs tenant, client_id and secret "
-                           "(or AZURE_TENANT, AZURE_CLIENT_ID, AZURE_SECRET)")
-    return values
-
-
-def v1_workspace(p: dict[str, Any]):
-    from azureml.core import Workspace
-    from azureml.core import authentication as a
-    kind = _auth_kind(p)
-    if kind == "service_principal":
-        tenant, client, secret = _sp(p)
-        auth = a.ServicePrincipalAuthentication(tenant_id=tenant, service_principal_id=client,
-                                                service_principal_password=secret)
-    elif kind == "msi":
-        auth = a.MsiAuthentication(identity_config={"client_id": p["client_id"]} if p["client_id"] else None)
-    else:
-        auth = a.AzureCliAuthentication()
-    return Workspace(_subscription(p), p["resource_group"], p["workspace_name"], auth=auth)
-
-
-def v2_client(p: dict[str, Any]):
-    from azure.ai.ml import MLClient
-    from azure import identity
-    kind = _auth_kind(p)
-    if kind == "service_principal":
-        tenant, client, secret = _sp(p)
-        cred = identity.ClientSecretCredential(tenant, client, secret)
-    elif kind == "msi":
-        cred = identity.ManagedIdentityCredential(client_id=p["client_id"]) if p["client_id"] \
-            else identity.ManagedIdentityCredential()
-    else:
-        cred = identity.AzureCliCredential()
-    return MLClient(cred, _subscription(p), p["resource_group"], p["workspace_name"])
-
-
-def _subscription(p: dict[str, Any]) -> str:
-    sub = p["subscription_id"] or os.environ.get("AZURE_SUBSCRIPTION_ID")
-    if not (sub and p["resource_group"] and p["workspace_name"]):
-        raise JobSpecError("AzureML backends need subscription_id (or AZURE_SUBSCRIPTION_ID), resource_group "
-                           "and workspace_name")
-    return sub
-
-
-# --- backends -----------------------------------------------------------------------------
-
-@contextlib.contextmanager
-def _quiet(log_path: str | None):
-    """SDK chatter (and streamed logs) go to the log file (None: nowhere, in check mode):
-    module stdout is JSON only."""
-    if log_path:
-        os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
-    with open(log_path or os.devnull, "a", encoding="utf-8") as log, contextlib.redirect_stdout(log), \
-            contextlib.redirect_stderr(log):
-        yield log
-
-
-def _check_result(verdict: dict[str, Any], existing: Any, status: str | None, run_id: str | None) -> dict:
-    """What check mode reports: the run that would be reused, or the one that would be submitted."""
-    result: dict[str, Any] = {"changed": verdict["action"] == "submit"}
-    if verdict["previous"]:
-        result["previous_run"] = verdict["previous"]
-    if verdict["action"] == "reuse":
-        result.update(run_id=run_id, status=status, msg=verdict["msg"])
-    else:
-        result.update(run_id=verdict["run_name"], status="NotSubmitted (check mode)",
-                      msg=f"would submit {verdict['run_name']}: {verdict['msg']}")
-    return result
-
-
-def _finish(result: dict[str, Any], download_dir: str | None) -> dict[str, Any]:
-    outputs = find_outputs(download_dir) if download_dir else None
-    if outputs:
-        result["outputs_dir"] = outputs
-        result["metrics"] = read_metrics(outputs)
-    return result
-
-
-def _v1_attempts(exp: Any, name: str) -> dict[str, Any]:
-    """The v1 runs of job ``name`` by attempt name (the newest run of each attempt)."""
-    runs: dict[str, Any] = {}
-    for run in exp.get_runs(tags={"amlhpc_run": name}):  # newest first
-        tags = run.tags or {}
-        try:
-            attempt = int(tags.get("amlhpc_attempt") or 1)
-        except ValueError:
-            continue
-        runs.setdefault(attempt_name(name, attempt), run)
-    return runs
-
-
-def run_v1(module: AnsibleModule, spec: dict[str, Any], req: JobRequest, prepare: Any, log_path: str | None) -> dict:
-    p = module.params
-    from azureml.core import Experiment
-    with _quiet(log_path):
-        ws = v1_workspace(p)
-        exp = Experiment(ws, spec["experiment"])
-        runs = _v1_attempts(exp, req.name)
-        statuses = {n: r.get_status() for n, r in runs.items()}
-        verdict = decide(req.name, statuses.items(), p["force"])
-        if module.check_mode:
-            run = runs.get(verdict["run_name"])
-            return _check_result(verdict, run, statuses.get(verdict["run_name"]), run.id if run else None)
-        if verdict["action"] == "reuse":
-            run, changed = runs[verdict["run_name"]], False
-        else:
-            with open(p["dockerfile"], encoding="utf-8") as f:
-                dockerfile_text = f.read()
-            if p["sas"]:
-                ws.get_default_keyvault().set_secret(name=req.sas_secret_name, value=p["sas"])
-            src, _unused = v1_objects(spec, dockerfile_text, prepare())
-            run = exp.submit(src, tags={"amlhpc_run": req.name, "amlhpc_attempt": str(verdict["attempt"])})
-            run.display_name = verdict["run_name"]
-            changed = True
-        if p["wait"]:
-            run.wait_for_completion(show_output=True, raise_on_error=False)
-        status = run.get_status()
-        result = {"changed": changed, "run_id": run.id, "status": status, "portal_url": run.get_portal_url(),
-                  "msg": verdict["msg"]}
-        if verdict["previous"]:
-            result["previous_run"] = verdict["previous"]
-        if p["wait"] and p["download_dir"]:
-            run.download_files(prefix="outputs", output_directory=p["download_dir"])
-    return _finish(result, p["download_dir"] if p["wait"] else None)
-
-
-def _v2_attempts(client: Any, name: str) -> dict[str, Any]:
-    """The v2 jobs of job ``name`` by attempt name: ``name``, ``name-r2``, ... until one is missing."""
-    jobs: dict[str, Any] = {}
-    attempt = 1
-    while True:
-        try:
-            jobs[attempt_name(name, attempt)] = client.jobs.get(attempt_name(name, attempt))
-        except Exception as exc:  # ResourceNotFoundError: no such attempt
-            if "NotFound" not in type(exc).__name__ and "not found" not in str(exc).lower():
-                raise
-            return jobs
-        attempt += 1
-
-
-def run_v2(module: AnsibleModule, spec: dict[str, Any], req: JobRequest, prepare: Any, log_path: str | None) -> dict:
-    p = module.params
-    with _quiet(log_path):
-        client = v2_client(p)
-        jobs = _v2_attempts(client, req.name)
-        verdict = decide(req.name, ((n, j.status) for n, j in jobs.items()), p["force"])
-        if module.check_mode:
-            job = jobs.get(verdict["run_name"])
-            return _check_result(verdict, job, job.status if job else None, job.name if job else None)
-        changed = verdict["action"] == "submit"
-        if changed:
-            snapshot, build = prepare()
-            spec["environment"]["build"] = build
-            job = client.jobs.create_or_update(v2_job({**spec, "display_name": verdict["run_name"]}, snapshot),
-                                               experiment_name=spec["experiment_name"])
-        else:
-            job = jobs[verdict["run_name"]]
-        if p["wait"]:
-            client.jobs.stream(job.name)
-            job = client.jobs.get(job.name)
-        result = {"changed": changed, "run_id": job.name, "status": job.status, "portal_url": job.studio_url,
-                  "msg": verdict["msg"]}
-        if verdict["previous"]:
-            result["previous_run"] = verdict["previous"]
-        if p["wait"] and p["download_dir"]:
-            client.jobs.download(job.name, download_path=p["download_dir"], all=True)
-    return _finish(result, p["download_dir"] if p["wait"] else None)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def run_local(module: AnsibleModule, req: JobRequest, log_path: str) -> dict:
-    p = module.params
-    summary = os.path.join(req.output_dir, "summary.json")
-    if os.path.exists(summary) and not p["force"]:
-        return {"changed": False, "run_id": req.name, "status": "Completed", "outputs_dir": req.output_dir,
-                "metrics": read_metrics(req.output_dir), "spec": build_spec(req, p["python"])}
-    if module.check_mode:
-        return {"changed": True, "run_id": req.name, "status": "NotSubmitted (check mode)",
-                "spec": build_spec(req, p["python"])}
-    spec = build_spec(req, p["python"], _free_port())
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_", "OMPI_"))}
-    env.update(spec["environment_variables"])
-    if req.account:
-        if not p["sas"]:
-            raise JobSpecError("local staging needs sas (it is handed to the job in its environment only)")
-        env[SAS_ENV] = p["sas"]
-    os.makedirs(req.output_dir, exist_ok=True)
-    started = time.monotonic()
-    with open(log_path, "a", encoding="utf-8") as log:
-        try:
-            # The training job's output goes to the log file as it runs, under a timeout:
-            # run_command holds it in memory and has no timeout.
-            proc = subprocess.run(spec["command"], env=env,  # pylint: disable=ansible-bad-function
-                                  stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                  timeout=p["timeout"], check=False)
-            rc = proc.returncode
-        except subprocess.TimeoutExpired:
-            rc = None
-    status = "Completed" if rc == 0 else ("TimedOut" if rc is None else "Failed")
-    result = {"changed": True, "run_id": req.name, "status": status, "rc": rc, "spec": spec,
-              "elapsed_s": round(time.monotonic() - started, 1), "outputs_dir": req.output_dir,
-              "metrics": read_metrics(req.output_dir)}
-    return result
-
-
-def _tail(path: str, lines: int = 30) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return "".join(f.readlines()[-lines:])
-    except OSError:
-        return ""
+# The SDK of each AzureML backend (aml_sdk's client names).
+SDKS = {"azureml_core": "azureml-core", "azure_ai_ml": "azure-ai-ml"}
 
 
 def request_from(p: dict[str, Any]) -> JobRequest:
@@ -574,19 +310,51 @@ def request_from(p: dict[str, Any]) -> JobRequest:
         mounts=p["mounts"])
 
 
+def workspace_client(p: dict[str, Any]) -> AmlClient:
+    """The workspace through the backend's SDK, with the credential the shared auth plan picks."""
+    auth = resolve_auth(p["auth_source"], p, os.environ)
+    return connect(SDKS[p["backend"]], subscription_from(p, os.environ), p["resource_group"], p["workspace_name"],
+                   auth, who=f"backend {p['backend']}", alternative="use backend: local")
+
+
+def run_azureml(module: AnsibleModule, spec: dict[str, Any], req: JobRequest, work: str,
+                log_path: str | None) -> dict[str, Any]:
+    p = module.params
+
+    def prepare_v1() -> str:
+        return snapshot_source(p["source_dir"], os.path.join(work, "src"), p["packages"])
+
+    def prepare_v2() -> tuple[str, dict[str, str]]:
+        # The Dockerfile alone is the build context (it copies nothing in).
+        build = os.path.join(work, "docker")
+        os.makedirs(build, exist_ok=True)
+        shutil.copyfile(p["dockerfile"], os.path.join(build, "Dockerfile"))
+        return prepare_v1(), {"path": build, "dockerfile_path": "Dockerfile"}
+
+    client = workspace_client(p)
+    try:
+        if p["backend"] == "azureml_core":
+            result = run_v1(client, p, module.check_mode, spec, req, prepare_v1, log_path)
+        else:
+            result = run_v2(client, p, module.check_mode, spec, req, prepare_v2, log_path)
+    except (AmlNodesError, JobSpecError, ImportError):
+        raise
+    except Exception as exc:  # an SDK call refused the credential: the shared one sentence
+        refused = client.auth_failure(exc)
+        if refused is None:
+            raise
+        raise refused from None
+    result["spec"] = spec
+    return result
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
             backend=dict(type="str", default="azureml_core", choices=["azureml_core", "azure_ai_ml", "local"]),
             name=dict(type="str", required=True),
             experiment=dict(type="str", default="cosmoflow"),
-            subscription_id=dict(type="str"),
-            resource_group=dict(type="str"),
-            workspace_name=dict(type="str"),
-            auth_source=dict(type="str", default="auto", choices=["auto", "cli", "env", "msi", "service_principal"]),
-            client_id=dict(type="str"),
-            secret=dict(type="str", no_log=True),
-            tenant=dict(type="str"),
+            **auth_argument_spec(),
             compute=dict(type="str"),
             node_count=dict(type="int", default=1),
             process_count_per_node=dict(type="int", default=1),
@@ -639,26 +407,12 @@ def main() -> None:
     if module.check_mode:
         log_path = None
 
-    def prepare_v1() -> str:
-        return snapshot_source(p["source_dir"], os.path.join(work, "src"), p["packages"])
-
-    def prepare_v2() -> tuple[str, dict[str, str]]:
-        # The Dockerfile alone is the build context (it copies nothing in).
-        build = os.path.join(work, "docker")
-        os.makedirs(build, exist_ok=True)
-        shutil.copyfile(p["dockerfile"], os.path.join(build, "Dockerfile"))
-        return prepare_v1(), {"path": build, "dockerfile_path": "Dockerfile"}
-
     try:
         if p["backend"] == "local":
-            result = run_local(module, req, log_path)
+            result = run_local(p, module.check_mode, req, log_path)
         else:
-            if p["backend"] == "azureml_core":
-                result = run_v1(module, spec, req, prepare_v1, log_path)
-            else:
-                result = run_v2(module, spec, req, prepare_v2, log_path)
-            result["spec"] = spec
-    except JobSpecError as exc:
+            result = run_azureml(module, spec, req, work, log_path)
+    except (JobSpecError, AmlNodesError) as exc:
         module.fail_json(msg=str(exc))
     except ImportError as exc:
         module.fail_json(msg=f"the {p['backend']} SDK is not importable by {sys.executable}: {exc}; "
@@ -670,7 +424,7 @@ def main() -> None:
         decided = result.pop("msg", "")
         module.fail_json(msg=f"run {result['run_id']} ended {result['status']} ({decided or 'local run'}); running "
                              f"the task again submits a new attempt. Last lines of {log_path}:\n"
-                             f"{_tail(log_path)}", **result)
+                             f"{log_tail(log_path)}", **result)
     module.exit_json(**result)
 
 

@@ -324,10 +324,12 @@ def plan_hosts(nodes: Iterable[AmlNode], info: ClusterInfo, hostnames: str = "ra
 # Errors, one sentence each
 
 
-def sdk_missing(source: str, python: str) -> str:
+def sdk_missing(source: str, python: str, who: str = "", alternative: str = "use source: nodes_file") -> str:
+    """``who`` (default: ``source 'SDK'``) cannot import the SDK ``source``; ``alternative`` is
+    the way round it (the inventory's nodes_file, aml_job's local backend)."""
     package = SDK_PACKAGES.get(source, source)
-    return (f"source '{source}' needs the Python package {package.split('==')[0]}, which {python} cannot import: "
-            f"run `{python} -m pip install {package}` (or make setup), or use source: nodes_file")
+    return (f"{who or f'source {source!r}'} needs the Python package {package.split('==')[0]}, which {python} "
+            f"cannot import: run `{python} -m pip install {package}` (or make setup), or {alternative}")
 
 
 def workspace_not_found(workspace: str, resource_group: str, subscription_id: str) -> str:
@@ -378,6 +380,19 @@ ENV_NAMES = {
     "tenant": ("AZURE_TENANT", "AZURE_TENANT_ID"),
     "subscription_id": ("AZURE_SUBSCRIPTION_ID",),
 }
+
+
+def auth_argument_spec() -> dict[str, dict[str, Any]]:
+    """The workspace and credential options of the modules (doc fragment amlhpc.azureml.azure_auth)."""
+    return {
+        "subscription_id": {"type": "str"},
+        "resource_group": {"type": "str"},
+        "workspace_name": {"type": "str"},
+        "auth_source": {"type": "str", "default": "auto", "choices": list(AUTH_SOURCES)},
+        "client_id": {"type": "str"},
+        "secret": {"type": "str", "no_log": True},
+        "tenant": {"type": "str"},
+    }
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,10 @@
 # Copyright: (c) 2026, amlhpc contributors
 # MIT License (see LICENSE or https://opensource.org/licenses/MIT)
-"""The Azure SDK calls of the azureml_compute plugin and the aml_compute_cluster module.
+"""The Azure SDK connections of the azureml_compute plugin and the aml_compute_cluster and
+aml_job modules: one place that turns an ``AuthPlan`` into a credential and a workspace.
 
-This is the only file that talks to Azure. Both SDKs are imported lazily, inside the
+This file and the job runners (``aml_job_v1``, ``aml_job_v2``, which get their workspace
+and ``MLClient`` from here) are the only ones that talk to Azure. Both SDKs are imported lazily, inside the
 functions, so a missing SDK is one clear sentence and the tests can put fakes in at the
 SDK boundary (``azureml.core.Workspace``, ``azureml.core.compute.AmlCompute``,
 ``azure.ai.ml.MLClient``) without touching anything else.
@@ -36,13 +38,15 @@ def _exc_names(exc: BaseException) -> set[str]:
     return {cls.__name__ for cls in type(exc).__mro__}
 
 
-def _is_auth_error(exc: BaseException) -> bool:
+def is_auth_error(exc: BaseException) -> bool:
+    """An SDK's "the credential was refused" (whatever its message says)."""
     names = _exc_names(exc)
     return bool(names & {"AuthenticationException", "ClientAuthenticationError", "CredentialUnavailableError",
                          "AuthenticationError"})
 
 
-def _is_not_found(exc: BaseException) -> bool:
+def is_not_found(exc: BaseException) -> bool:
+    """An SDK's "no such resource" (ask is_auth_error first: AAD's refusals may say "not found")."""
     if "ResourceNotFoundError" in _exc_names(exc):
         return True
     text = _exc_text(exc).lower()
@@ -69,17 +73,29 @@ class AmlClient:
 
     source = ""
 
-    def __init__(self, subscription_id: str, resource_group: str, workspace_name: str, auth: AuthPlan):
+    def __init__(self, subscription_id: str, resource_group: str, workspace_name: str, auth: AuthPlan,
+                 who: str = "", alternative: str = "use source: nodes_file"):
         self.subscription_id = subscription_id
         self.resource_group = resource_group
         self.workspace_name = workspace_name
         self.auth = auth
+        # Who uses the SDK, and the way round a missing one, for sdk_missing.
+        self.who, self.alternative = who, alternative
+
+    def _missing_sdk(self) -> AmlNodesError:
+        return AmlNodesError(sdk_missing(self.source, sys.executable, self.who, self.alternative))
+
+    def auth_failure(self, exc: BaseException) -> AmlNodesError | None:
+        """The one sentence for an authentication error an SDK call raised; None for any other error."""
+        if is_auth_error(exc):
+            return AmlNodesError(auth_failed(self.auth.source, self.auth.requested, _exc_text(exc)))
+        return None
 
     def _fail(self, exc: BaseException, cluster: str | None = None, workspace_checked: bool = False) -> AmlNodesError:
-        if _is_auth_error(exc):
-            return AmlNodesError(auth_failed(self.auth.source, self.auth.requested,
-                                             _exc_text(exc)))
-        if _is_not_found(exc):
+        auth = self.auth_failure(exc)
+        if auth:
+            return auth
+        if is_not_found(exc):
             if cluster is None or (not workspace_checked and not self.workspace_exists()):
                 return AmlNodesError(workspace_not_found(self.workspace_name, self.resource_group,
                                                          self.subscription_id))
@@ -117,13 +133,13 @@ class AmlClient:
 class AzuremlCoreClient(AmlClient):
     source = "azureml-core"
 
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         try:
             from azureml.core import Workspace  # noqa: F401
             from azureml.core.compute import AmlCompute, ComputeTarget  # noqa: F401
         except ImportError:
-            raise AmlNodesError(sdk_missing(self.source, sys.executable)) from None
+            raise self._missing_sdk() from None
         self._ws = None
         self._targets: dict[str, Any] = {}
 
@@ -164,7 +180,7 @@ class AzuremlCoreClient(AmlClient):
             self._targets[name] = AmlCompute(ws, name)
             return self._targets[name]
         except Exception as exc:
-            if _is_not_found(exc) and not _is_auth_error(exc):
+            if is_not_found(exc) and not is_auth_error(exc):
                 return None
             raise self._fail(exc, name, workspace_checked=True) from None
 
@@ -230,13 +246,13 @@ class AzuremlCoreClient(AmlClient):
 class AzureAiMlClient(AmlClient):
     source = "azure-ai-ml"
 
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         try:
             import azure.identity  # noqa: F401
             from azure.ai.ml import MLClient  # noqa: F401
         except ImportError:
-            raise AmlNodesError(sdk_missing(self.source, sys.executable)) from None
+            raise self._missing_sdk() from None
         self._client = None
 
     def _credential(self) -> Any:
@@ -264,7 +280,7 @@ class AzureAiMlClient(AmlClient):
         try:
             self.client().workspaces.get(self.workspace_name)
         except Exception as exc:
-            if _is_auth_error(exc):
+            if is_auth_error(exc):
                 raise self._fail(exc) from None
             return False
         return True
@@ -273,7 +289,7 @@ class AzureAiMlClient(AmlClient):
         try:
             return self.client().compute.get(name)
         except Exception as exc:
-            if _is_not_found(exc) and not _is_auth_error(exc):
+            if is_not_found(exc) and not is_auth_error(exc):
                 if not self.workspace_exists():
                     raise AmlNodesError(workspace_not_found(self.workspace_name, self.resource_group,
                                                             self.subscription_id)) from None
@@ -337,13 +353,16 @@ CLIENTS = {"azureml-core": AzuremlCoreClient, "azure-ai-ml": AzureAiMlClient}
 
 
 def connect(source: str, subscription_id: str | None, resource_group: str | None, workspace_name: str | None,
-            auth: AuthPlan) -> AmlClient:
-    """A client for one workspace through ``source`` (azureml-core or azure-ai-ml)."""
+            auth: AuthPlan, who: str = "", alternative: str = "use source: nodes_file") -> AmlClient:
+    """A client for one workspace through ``source`` (azureml-core or azure-ai-ml).
+
+    ``who`` names the caller in the errors (default ``source 'SDK'``, the inventory's option);
+    ``alternative`` is the way round a missing SDK."""
     missing = [n for n, v in (("subscription_id", subscription_id), ("resource_group", resource_group),
                               ("workspace_name", workspace_name)) if not v]
     if missing:
-        raise AmlNodesError(f"source '{source}' needs {', '.join(missing)} (subscription_id may also come from "
-                            "AZURE_SUBSCRIPTION_ID)")
+        raise AmlNodesError(f"{who or f'source {source!r}'} needs {', '.join(missing)} (subscription_id may also "
+                            "come from AZURE_SUBSCRIPTION_ID)")
     if source not in CLIENTS:
         raise AmlNodesError(f"source must be one of {', '.join(CLIENTS)} or nodes_file, not {source!r}")
-    return CLIENTS[source](subscription_id, resource_group, workspace_name, auth)
+    return CLIENTS[source](subscription_id, resource_group, workspace_name, auth, who=who, alternative=alternative)

@@ -8,13 +8,20 @@ cancelled run for done either. Each submission is an *attempt*: the first is cal
 name itself, the next ``<name>-r2``, ``<name>-r3``, ... (an AzureML v2 job name is unique in
 the workspace for good, so a resubmission needs a new one; SDK v1 runs carry the attempt in
 their tags and display name).
+
+Also what every backend of ``aml_job`` reports the same way: the check-mode answer, the
+metrics of a finished run, the log the SDKs' chatter goes to.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import IO, Any
+
+from .job_spec import find_outputs, read_metrics
 
 # Run states of AzureML (azureml-core RunStatus, azure-ai-ml JobStatus).
 COMPLETED = {"Completed"}
@@ -59,3 +66,46 @@ def decide(name: str, runs: Iterable[tuple[str, str]], force: bool = False) -> d
     state = "completed" if status in COMPLETED else f"is {status}"
     return {"action": "reuse", "run_name": latest, "attempt": number, **base,
             "msg": f"run {latest} {state}: nothing submitted"}
+
+
+def check_result(verdict: dict[str, Any], status: str | None, run_id: str | None) -> dict[str, Any]:
+    """What check mode reports for ``decide``'s verdict: the run that would be reused (its
+    ``status`` and ``run_id``), or the one that would be submitted (changed)."""
+    result: dict[str, Any] = {"changed": verdict["action"] == "submit"}
+    if verdict["previous"]:
+        result["previous_run"] = verdict["previous"]
+    if verdict["action"] == "reuse":
+        result.update(run_id=run_id, status=status, msg=verdict["msg"])
+    else:
+        result.update(run_id=verdict["run_name"], status="NotSubmitted (check mode)",
+                      msg=f"would submit {verdict['run_name']}: {verdict['msg']}")
+    return result
+
+
+def finish(result: dict[str, Any], download_dir: str | None) -> dict[str, Any]:
+    """``result`` with the outputs folder and metrics of a run downloaded to ``download_dir``."""
+    outputs = find_outputs(download_dir) if download_dir else None
+    if outputs:
+        result["outputs_dir"] = outputs
+        result["metrics"] = read_metrics(outputs)
+    return result
+
+
+@contextlib.contextmanager
+def quiet(log_path: str | None) -> Iterator[IO[str]]:
+    """SDK chatter (and streamed logs) go to the log file (None: nowhere, in check mode):
+    module stdout is JSON only."""
+    if log_path:
+        os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
+    with open(log_path or os.devnull, "a", encoding="utf-8") as log, contextlib.redirect_stdout(log), \
+            contextlib.redirect_stderr(log):
+        yield log
+
+
+def log_tail(path: str, lines: int = 30) -> str:
+    """The last ``lines`` of a run log ("" when there is none)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError:
+        return ""

@@ -1,6 +1,7 @@
 """aml_job at the SDK boundary: the real azureml-core / azure-ai-ml job objects are built from
 the spec and inspected as the service would receive them; only the calls that need Azure
-(workspace, submit, stream, download) are fakes."""
+(workspace, submit, stream, download) are fakes, put in where the SDKs are
+(``azureml.core.Workspace`` / ``Experiment``, ``azure.ai.ml.MLClient``)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ _spec = importlib.util.spec_from_file_location("aml_job", ROOT / "plugins/module
 aml_job = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(aml_job)
 
+from amlhpc.aml_job_v1 import v1_objects  # noqa: E402
+from amlhpc.aml_job_v2 import v2_job  # noqa: E402
 from amlhpc.job_spec import JobRequest, build_spec  # noqa: E402
 from azureml_fakes import RG, SUB, WS, World, install_v1, install_v2  # noqa: E402
 
@@ -45,7 +48,7 @@ def v1_payload(src) -> dict:
 
 def test_v1_script_run_config_as_the_service_sees_it():
     spec = build_spec(request("azureml_core"))
-    src, env = aml_job.v1_objects(spec, DOCKERFILE.read_text(), str(ROOT / "workload"))
+    src, env = v1_objects(spec, DOCKERFILE.read_text(), str(ROOT / "workload"))
     payload = v1_payload(src)
     assert payload["script"] == "train.py" and payload["target"] == "gpu"
     assert payload["nodeCount"] == 4 and payload["mpi"]["processCountPerNode"] == 8
@@ -64,7 +67,7 @@ def test_v1_script_run_config_as_the_service_sees_it():
 
 def test_v2_command_job_as_the_service_sees_it():
     spec = build_spec(request("azure_ai_ml"))
-    job = aml_job.v2_job(spec, str(ROOT / "workload"))
+    job = v2_job(spec, str(ROOT / "workload"))
     rest = job._to_job()._to_rest_object().as_dict()["properties"]
     assert rest["jobType"] == "Command" and rest["computeId"] == "gpu"
     assert rest["distribution"] == {"distributionType": "Mpi", "processCountPerInstance": 8}
@@ -105,17 +108,12 @@ class FakeRun:
 
 
 class FakeV1:
-    def __init__(self):
-        self.secrets, self.submitted, self.runs = {}, [], []
+    """An experiment's runs; the workspace (and its Key Vault) is azureml_fakes' (``world``)."""
+
+    def __init__(self, world=None):
+        self.world = world or World()
+        self.submitted, self.runs = [], []
         fake = self
-
-        class Keyvault:
-            def set_secret(self, name, value):
-                fake.secrets[name] = value
-
-        class Workspace:
-            def get_default_keyvault(self):
-                return Keyvault()
 
         class Experiment:
             def __init__(self, ws, name):
@@ -131,21 +129,25 @@ class FakeV1:
                 fake.runs.append(run)
                 return run
 
-        self.workspace, self.experiment = Workspace(), Experiment
+        self.experiment = Experiment
+
+    @property
+    def secrets(self):
+        return self.world.secrets
 
 
 @pytest.fixture()
 def v1(monkeypatch):
     import azureml.core
     fake = FakeV1()
-    monkeypatch.setattr(aml_job, "v1_workspace", lambda p: fake.workspace)
+    install_v1(monkeypatch, fake.world)
     monkeypatch.setattr(azureml.core, "Experiment", fake.experiment)
     return fake
 
 
 def module_args(tmp_path, backend="azureml_core", **kw):
-    base = {"backend": backend, "name": "cf-4x8", "subscription_id": "sub", "resource_group": "rg",
-            "workspace_name": "ws", "compute": "gpu", "node_count": 4, "process_count_per_node": 8,
+    base = {"backend": backend, "name": "cf-4x8", "subscription_id": SUB, "resource_group": RG,
+            "workspace_name": WS, "auth_source": "cli", "compute": "gpu", "node_count": 4, "process_count_per_node": 8,
             "source_dir": str(ROOT / "workload"), "dockerfile": str(DOCKERFILE), "account": "mydata",
             "container": "cosmoflow", "stage_dir": "/data/cosmoflow", "sas": SAS,
             "sas_secret_name": "cosmoflow-sas", "sas_keyvault_url": "https://kv1.vault.azure.net/cosmoflow-sas",
@@ -259,10 +261,24 @@ class FakeJobs:
         (out / "metrics.jsonl").write_text(json.dumps({"kind": "step", "step": 1, "loss": 0.5}) + "\n")
 
 
+def fake_ml_client(monkeypatch, jobs):
+    """``azure.ai.ml.MLClient`` with only ``jobs``, recording how it was built."""
+    import azure.ai.ml
+    built = []
+
+    class MLClient:
+        def __init__(self, credential, subscription_id=None, resource_group_name=None, workspace_name=None, **kw):
+            built.append((type(credential).__name__, subscription_id, resource_group_name, workspace_name))
+            self.jobs = jobs
+
+    monkeypatch.setattr(azure.ai.ml, "MLClient", MLClient)
+    return built
+
+
 def test_v2_submit_builds_the_command_job_streams_and_downloads(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     jobs = FakeJobs(tmp_path)
-    monkeypatch.setattr(aml_job, "v2_client", lambda p: type("C", (), {"jobs": jobs})())
+    built = fake_ml_client(monkeypatch, jobs)
     out = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml"))
     assert out["changed"] is True and out["status"] == "Completed", out
     ((job, experiment),) = jobs.created
@@ -273,6 +289,7 @@ def test_v2_submit_builds_the_command_job_streams_and_downloads(capsys, tmp_path
     # The image is built from a folder holding the Dockerfile alone.
     assert sorted(p.name for p in Path(job.environment.build.path).iterdir()) == ["Dockerfile"]
     assert out["metrics"]["steps"] == [{"step": 1, "loss": 0.5}]
+    assert built == [("AzureCliCredential", SUB, RG, WS)]
     again = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml"))
     assert again["changed"] is False and len(jobs.created) == 1
 
@@ -281,7 +298,7 @@ def test_v2_failed_job_is_resubmitted_under_a_new_name(capsys, tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     jobs = FakeJobs(tmp_path)
     jobs.add("cf-4x8", "Failed")
-    monkeypatch.setattr(aml_job, "v2_client", lambda p: type("C", (), {"jobs": jobs})())
+    fake_ml_client(monkeypatch, jobs)
     check = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml", _ansible_check_mode=True))
     assert check["changed"] is True and check["run_id"] == "cf-4x8-r2" and jobs.created == []
     out = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml"))
@@ -315,13 +332,13 @@ def test_nccl_settings_and_data_scope_reach_both_services():
               "-v", "/etc/amlhpc/nccl.env:/etc/amlhpc/nccl.env:ro",
               "-v", "/opt/microsoft/ndv4/topo.xml:/opt/microsoft/ndv4/topo.xml:ro"]
     kw = dict(environment_variables=NCCL["environment_variables"], mounts=NCCL["mounts"], data_scope="node")
-    src, _unused = aml_job.v1_objects(build_spec(request("azureml_core", **kw)), DOCKERFILE.read_text(),
+    src, _unused = v1_objects(build_spec(request("azureml_core", **kw)), DOCKERFILE.read_text(),
                                       str(ROOT / "workload"))
     payload = v1_payload(src)
     assert payload["docker"]["arguments"] == mounts
     assert payload["environmentVariables"] == NCCL["environment_variables"]
     assert payload["arguments"][payload["arguments"].index("--data-scope") + 1] == "node"
-    rest = aml_job.v2_job(build_spec(request("azure_ai_ml", **kw)), str(ROOT / "workload"))
+    rest = v2_job(build_spec(request("azure_ai_ml", **kw)), str(ROOT / "workload"))
     rest = rest._to_job()._to_rest_object().as_dict()["properties"]
     assert rest["resources"]["dockerArgs"] == " ".join(mounts)
     assert rest["environmentVariables"] == NCCL["environment_variables"]
@@ -390,7 +407,7 @@ def test_v1_workspace_credential_is_the_shared_auth_plans(case, capsys, tmp_path
     auth_env(env)
     world = World()
     install_v1(monkeypatch, world)
-    monkeypatch.setattr(azureml.core, "Experiment", FakeV1().experiment)
+    monkeypatch.setattr(azureml.core, "Experiment", FakeV1(world).experiment)
     params = {"subscription_id": SUB, "resource_group": RG, "workspace_name": WS, **options}
     import os
     aml_sdk.connect("azureml-core", subscription_from(params, os.environ), RG, WS,
@@ -439,11 +456,24 @@ def test_a_refused_login_is_one_sentence_naming_the_auth_source(backend, capsys,
     world.auth_error = "AADSTS700016: Application with identifier 'app' was not found in the directory."
     install_v1(monkeypatch, world)
     install_v2(monkeypatch, world)
-    monkeypatch.setattr(azureml.core, "Experiment", FakeV1().experiment)
+    monkeypatch.setattr(azureml.core, "Experiment", FakeV1(world).experiment)
     monkeypatch.chdir(tmp_path)
-    out = run_module(capsys, module_args(tmp_path, backend=backend, _ansible_check_mode=True,
-                                         subscription_id=SUB, resource_group=RG, workspace_name=WS))
+    out = run_module(capsys, module_args(tmp_path, backend=backend, _ansible_check_mode=True, auth_source="auto"))
     assert out["failed"] is True
     assert out["msg"].startswith("Azure authentication failed with auth_source cli, chosen by auth_source auto: "
                                  "AADSTS700016"), out["msg"]
     assert "Traceback" not in out["msg"]
+
+
+def test_a_missing_sdk_or_workspace_option_is_named_for_the_backend(capsys, tmp_path, monkeypatch, auth_env):
+    import sys
+    monkeypatch.chdir(tmp_path)
+    out = run_module(capsys, module_args(tmp_path, _ansible_check_mode=True, resource_group=None))
+    assert out["failed"] is True
+    assert out["msg"] == ("backend azureml_core needs resource_group (subscription_id may also come from "
+                          "AZURE_SUBSCRIPTION_ID)")
+    monkeypatch.setitem(sys.modules, "azure.ai.ml", None)  # not importable
+    out = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml", _ansible_check_mode=True))
+    assert out["failed"] is True
+    assert out["msg"].startswith("backend azure_ai_ml needs the Python package azure-ai-ml, which ")
+    assert out["msg"].endswith("(or make setup), or use backend: local")

@@ -1,0 +1,84 @@
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
+"""aml_job's azure-ai-ml (SDK v2) backend: a ``command`` job with ``MpiDistribution``, its
+environment built from the Dockerfile, submitted through ``MLClient.jobs``.
+
+The ``MLClient`` comes from ``aml_sdk`` (the auth plan every part shares). azure-ai-ml is
+imported inside the functions: without it, this file still imports. A v2 job name is unique
+in the workspace for good, so each attempt has its own (``job_runs.attempt_name``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .aml_sdk import AmlClient, is_auth_error, is_not_found
+from .job_runs import attempt_name, check_result, decide, finish, quiet
+from .job_spec import JobRequest
+
+
+def v2_job(spec: dict[str, Any], code: str | None = None):
+    """azure-ai-ml command job for a v2 spec."""
+    from azure.ai.ml import MpiDistribution, command
+    from azure.ai.ml.entities import BuildContext, Environment
+
+    build = spec["environment"]["build"]
+    env = Environment(name=spec["environment"]["name"],
+                      build=BuildContext(path=build["path"], dockerfile_path=build["dockerfile_path"]))
+    res = spec["resources"]
+    kwargs: dict[str, Any] = {}
+    if spec.get("timeout"):
+        kwargs["timeout"] = spec["timeout"]
+    return command(
+        name=spec["display_name"], display_name=spec["display_name"], experiment_name=spec["experiment_name"],
+        code=code or spec["code"], command=spec["command"], environment=env, compute=spec["compute"],
+        environment_variables=dict(spec["environment_variables"]),
+        distribution=MpiDistribution(process_count_per_instance=spec["distribution"]["process_count_per_instance"]),
+        instance_count=res["instance_count"], shm_size=res["shm_size"], docker_args=res["docker_args"], **kwargs)
+
+
+def v2_attempts(jobs: Any, name: str) -> dict[str, Any]:
+    """The v2 jobs of job ``name`` by attempt name: ``name``, ``name-r2``, ... until one is missing."""
+    found: dict[str, Any] = {}
+    attempt = 1
+    while True:
+        try:
+            found[attempt_name(name, attempt)] = jobs.get(attempt_name(name, attempt))
+        except Exception as exc:  # ResourceNotFoundError: no such attempt
+            # AAD's refusal may say "... was not found in the directory": not a missing job.
+            if is_auth_error(exc) or not is_not_found(exc):
+                raise
+            return found
+        attempt += 1
+
+
+def run_v2(client: AmlClient, p: Mapping[str, Any], check_mode: bool, spec: dict[str, Any], req: JobRequest,
+           prepare: Callable[[], tuple[str, dict[str, str]]], log_path: str | None) -> dict[str, Any]:
+    """Reuse, submit or resubmit job ``req.name`` (module options ``p``); wait and download
+    when ``p['wait']``. ``prepare`` makes the source snapshot and the image's build context."""
+    with quiet(log_path):
+        jobs = client.client().jobs
+        found = v2_attempts(jobs, req.name)
+        verdict = decide(req.name, ((n, j.status) for n, j in found.items()), p["force"])
+        if check_mode:
+            job = found.get(verdict["run_name"])
+            return check_result(verdict, job.status if job else None, job.name if job else None)
+        changed = verdict["action"] == "submit"
+        if changed:
+            snapshot, build = prepare()
+            spec["environment"]["build"] = build
+            job = jobs.create_or_update(v2_job({**spec, "display_name": verdict["run_name"]}, snapshot),
+                                        experiment_name=spec["experiment_name"])
+        else:
+            job = found[verdict["run_name"]]
+        if p["wait"]:
+            jobs.stream(job.name)
+            job = jobs.get(job.name)
+        result = {"changed": changed, "run_id": job.name, "status": job.status, "portal_url": job.studio_url,
+                  "msg": verdict["msg"]}
+        if verdict["previous"]:
+            result["previous_run"] = verdict["previous"]
+        if p["wait"] and p["download_dir"]:
+            jobs.download(job.name, download_path=p["download_dir"], all=True)
+    return finish(result, p["download_dir"] if p["wait"] else None)
