@@ -87,10 +87,10 @@ def job_group_vars(twin: Twin) -> dict:
         "aml_cluster_subscription_id": "00000000-0000-0000-0000-000000000000",
         "aml_cluster_resource_group": "rg-hpc",
         "aml_cluster_workspace_name": "ws-hpc",
-        "aml_job_backend": "azure_ai_ml",
-        "aml_job_process_count_per_node": 1,
-        "aml_job_shm_size": "1g",
-        "aml_job_train_args": TRAIN_ARGS,
+        "submit_backend": "azure_ai_ml",
+        "submit_process_count_per_node": 1,
+        "submit_shm_size": "1g",
+        "submit_train_args": TRAIN_ARGS,
     }
 
 
@@ -119,7 +119,7 @@ def test_site_on_the_twin(twin, gateway_azurite, tmp_path):
     scratch = tmp_path / "controller"
     group_vars = {
         **job_group_vars(twin),
-        "aml_job_download_dir": str(scratch / "outputs"),
+        "submit_download_dir": str(scratch / "outputs"),
         "stage_account_url": gateway_azurite,
         "stage_container": "cosmoflow",
         # Air-gapped nodes: azcopy comes from the controller.

@@ -1,4 +1,4 @@
-"""playbooks/submit.yml with the local backend: torchrun + the workload venv on this machine."""
+"""playbooks/submit.yml (role submit) with the local backend: torchrun + the workload venv on this machine."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def test_local_backend_trains_and_reports_metrics_then_is_idempotent(tmp_path):
                           "--subvolumes", "32", "--gzip"], cwd=ROOT, capture_output=True, text=True,
                          env=dict(os.environ, PYTHONPATH=str(ROOT / "plugins" / "module_utils")), check=False)
     assert gen.returncode == 0, gen.stderr
-    extra = ["-e", "aml_job_name=itest", "-e", f"aml_job_data_dir={data}", "-e", f"aml_job_output_dir={out}",
+    extra = ["-e", "submit_name=itest", "-e", f"submit_data_dir={data}", "-e", f"submit_output_dir={out}",
              "-e", "amlhpc_no_log=false"]
     first = playbook(tmp_path, *extra)
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-2000:]

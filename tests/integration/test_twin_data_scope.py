@@ -53,7 +53,7 @@ def test_every_sample_read_once_per_epoch(beeond, tmp_path):
         files = generate(tmp_path / "src")
         place(twin, tmp_path / "src", files, beeond, tmp_path)
         group_vars = {**job_group_vars(twin), "beeond_enabled": beeond,
-                      "aml_job_process_count_per_node": PROCS, "aml_job_download_dir": str(tmp_path / "out")}
+                      "submit_process_count_per_node": PROCS, "submit_download_dir": str(tmp_path / "out")}
         inv = user_inventory(twin, tmp_path / "inventory", "scope", group_vars)
         state = azureml_state(twin, tmp_path, audit_reads=True)
         res = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), "site.yml", "--tags", "submit"], cwd=ROOT,

@@ -43,9 +43,9 @@ def test_a_failing_stage_plan_shows_its_reason_and_not_the_sas():
 
 
 def test_a_failing_submit_shows_its_reason_and_not_the_secret(tmp_path):
-    res = play("playbooks/submit.yml", {"aml_job_train_args": {"token": f"sp=r&sig={SIG}"},
-                                        "aml_job_output_dir": str(tmp_path / "out"),
-                                        "aml_job_data_dir": str(tmp_path)})
+    res = play("playbooks/submit.yml", {"submit_train_args": {"token": f"sp=r&sig={SIG}"},
+                                        "submit_output_dir": str(tmp_path / "out"),
+                                        "submit_data_dir": str(tmp_path)})
     out = res.stdout + res.stderr
     assert res.returncode != 0
     assert "has been hidden" not in out, res.stdout[-3000:]

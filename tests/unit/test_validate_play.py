@@ -54,15 +54,18 @@ def _two_nodes(**extra) -> dict:
 
 def test_data_scope_that_contradicts_the_storage_layout_is_refused(tmp_path):
     # Node-local scratch (BeeOND off) holds each node's shard only: a global scope reads 1/N.
-    bad = run_validate(tmp_path, _two_nodes(aml_job_data_scope="global"))
+    bad = run_validate(tmp_path, _two_nodes(submit_data_scope="global"))
     assert bad.returncode != 0
-    assert "aml_job_data_scope is 'global' but the data set is staged onto node-local scratch" in bad.stdout
+    assert "submit_data_scope is 'global' but the data set is staged onto node-local scratch" in bad.stdout
     # BeeOND shows every node the whole set: a node scope reads every file N times.
-    bad = run_validate(tmp_path, _two_nodes(aml_job_data_scope="node", beeond_enabled=True))
+    bad = run_validate(tmp_path, _two_nodes(submit_data_scope="node", beeond_enabled=True))
     assert bad.returncode != 0
-    assert "aml_job_data_scope is 'node' but BeeOND gives every node the whole data set" in bad.stdout
+    assert "submit_data_scope is 'node' but BeeOND gives every node the whole data set" in bad.stdout
+    # The deprecated name is still checked (it still reaches the job).
+    bad = run_validate(tmp_path, _two_nodes(aml_job_data_scope="global"))
+    assert bad.returncode != 0 and "submit_data_scope is 'global'" in bad.stdout
     # Agreeing, or left to follow the layout: fine.
-    for extra in ({"aml_job_data_scope": "node"}, {"aml_job_data_scope": "global", "beeond_enabled": True}, {}):
+    for extra in ({"submit_data_scope": "node"}, {"submit_data_scope": "global", "beeond_enabled": True}, {}):
         ok = run_validate(tmp_path, _two_nodes(**extra))
         assert ok.returncode == 0, ok.stdout + ok.stderr
 

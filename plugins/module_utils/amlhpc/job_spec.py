@@ -94,16 +94,16 @@ def data_scope_problem(requested: str | None, shared_scratch: bool) -> str | Non
     if not requested:
         return None
     if requested not in DATA_SCOPES:
-        return f"aml_job_data_scope must be one of {', '.join(DATA_SCOPES)}, got {requested!r}"
+        return f"submit_data_scope must be one of {', '.join(DATA_SCOPES)}, got {requested!r}"
     wanted = data_scope_for(shared_scratch)
     if requested == wanted:
         return None
     if shared_scratch:
-        return ("aml_job_data_scope is 'node' but BeeOND gives every node the whole data set (shared "
-                "scratch): every node would read every file; drop aml_job_data_scope (it follows "
+        return ("submit_data_scope is 'node' but BeeOND gives every node the whole data set (shared "
+                "scratch): every node would read every file; drop submit_data_scope (it follows "
                 "beeond_enabled) or set it to 'global'")
-    return ("aml_job_data_scope is 'global' but the data set is staged onto node-local scratch "
-            "(beeond_enabled is false): the ranks would read only 1/N of it; drop aml_job_data_scope "
+    return ("submit_data_scope is 'global' but the data set is staged onto node-local scratch "
+            "(beeond_enabled is false): the ranks would read only 1/N of it; drop submit_data_scope "
             "(it follows beeond_enabled) or set it to 'node'")
 
 

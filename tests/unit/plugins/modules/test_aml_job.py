@@ -333,7 +333,7 @@ def test_nccl_settings_and_data_scope_reach_both_services():
               "-v", "/opt/microsoft/ndv4/topo.xml:/opt/microsoft/ndv4/topo.xml:ro"]
     kw = dict(environment_variables=NCCL["environment_variables"], mounts=NCCL["mounts"], data_scope="node")
     src, _unused = v1_objects(build_spec(request("azureml_core", **kw)), DOCKERFILE.read_text(),
-                                      str(ROOT / "workload"))
+                              str(ROOT / "workload"))
     payload = v1_payload(src)
     assert payload["docker"]["arguments"] == mounts
     assert payload["environmentVariables"] == NCCL["environment_variables"]
@@ -439,8 +439,8 @@ def test_v2_client_credential_is_the_shared_auth_plans(case, capsys, tmp_path, m
     assert _v2_credential(built) == _v2_credential(expected)
 
 
-def test_service_principal_without_its_secret_is_refused_in_the_shared_words(capsys, tmp_path, monkeypatch,
-                                                                            auth_env):
+def test_service_principal_without_its_secret_is_refused_in_the_shared_words(capsys, tmp_path, auth_env,
+                                                                           monkeypatch):
     monkeypatch.chdir(tmp_path)
     out = run_module(capsys, module_args(tmp_path, _ansible_check_mode=True, auth_source="service_principal",
                                          client_id="app", tenant="tn"))
@@ -449,8 +449,8 @@ def test_service_principal_without_its_secret_is_refused_in_the_shared_words(cap
 
 
 @pytest.mark.parametrize("backend", ["azureml_core", "azure_ai_ml"])
-def test_a_refused_login_is_one_sentence_naming_the_auth_source(backend, capsys, tmp_path, monkeypatch,
-                                                               auth_env):
+def test_a_refused_login_is_one_sentence_naming_the_auth_source(backend, capsys, tmp_path, auth_env,
+                                                              monkeypatch):
     import azureml.core
     world = World()
     world.auth_error = "AADSTS700016: Application with identifier 'app' was not found in the directory."
