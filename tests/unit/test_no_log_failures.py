@@ -51,3 +51,15 @@ def test_a_failing_submit_shows_its_reason_and_not_the_secret(tmp_path):
     assert "has been hidden" not in out, res.stdout[-3000:]
     assert "train_args.token looks like a SAS token" in out or "token looks like a SAS token" in out, res.stdout[-3000:]
     assert SIG not in out
+
+
+def test_the_old_aml_job_sas_name_keeps_the_secret_out_of_the_log(tmp_path):
+    # The deprecation path copies aml_job_sas into submit_sas: named, never shown.
+    res = play("playbooks/submit.yml", {"aml_job_sas": SAS, "aml_job_account": "mydata",
+                                        "aml_job_train_args": {"token": f"sp=r&sig={SIG}"},
+                                        "aml_job_output_dir": str(tmp_path / "out")})
+    out = res.stdout + res.stderr
+    assert res.returncode != 0
+    assert "aml_job_sas -> submit_sas" in res.stdout, res.stdout[-3000:]
+    assert "token looks like a SAS token" in out, res.stdout[-3000:]
+    assert SIG not in out
