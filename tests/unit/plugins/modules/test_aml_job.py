@@ -440,7 +440,7 @@ def test_v2_client_credential_is_the_shared_auth_plans(case, capsys, tmp_path, m
 
 
 def test_service_principal_without_its_secret_is_refused_in_the_shared_words(capsys, tmp_path, auth_env,
-                                                                           monkeypatch):
+                                                                             monkeypatch):
     monkeypatch.chdir(tmp_path)
     out = run_module(capsys, module_args(tmp_path, _ansible_check_mode=True, auth_source="service_principal",
                                          client_id="app", tenant="tn"))
@@ -450,7 +450,7 @@ def test_service_principal_without_its_secret_is_refused_in_the_shared_words(cap
 
 @pytest.mark.parametrize("backend", ["azureml_core", "azure_ai_ml"])
 def test_a_refused_login_is_one_sentence_naming_the_auth_source(backend, capsys, tmp_path, auth_env,
-                                                              monkeypatch):
+                                                                monkeypatch):
     import azureml.core
     world = World()
     world.auth_error = "AADSTS700016: Application with identifier 'app' was not found in the directory."
