@@ -149,7 +149,7 @@ options:
     description:
       - Files or folders of every node handed to the job container read-only, as C(NODE_PATH:JOB_PATH)
         (added to the docker arguments as C(-v NODE_PATH:JOB_PATH:ro), on either SDK).
-      - The submit play passes the node's NCCL set-up this way (C(/etc/nccl.conf), the topology file,
+      - The submit role passes the node's NCCL set-up this way (C(/etc/nccl.conf), the topology file,
         C(/etc/amlhpc/nccl.env)).
     type: list
     elements: str
