@@ -54,6 +54,11 @@ def test_local_default_runs_the_local_backend_with_its_small_model(tmp_path):
     assert command[command.index("--cube") + 1] == "16"
     assert command[command.index("--data-dir") + 1] == str(ROOT / ".scratch" / "cosmoflow")
     assert "DEPRECATED" not in res.stdout
+    # What the module writes goes under the project folder (not the playbook's folder, where
+    # Ansible runs a local module).
+    args = result["invocation"]["module_args"]
+    assert args["work_dir"] == str(ROOT / ".cache" / "aml_job" / "cosmoflow-local")
+    assert args["output_dir"] == args["download_dir"] == str(ROOT / "outputs" / "cosmoflow-local")
 
 
 def test_the_backend_is_the_role_variable_not_a_profile(tmp_path):

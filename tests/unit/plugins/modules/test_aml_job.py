@@ -173,6 +173,8 @@ def test_v1_submit_stores_the_sas_as_a_secret_waits_and_downloads(v1, capsys, tm
     assert "TOPSECRET" not in json.dumps(payload)
     # The snapshot holds the shared package next to the training code.
     assert (Path(src.source_directory) / "amlhpc" / "tfrecord.py").is_file()
+    # ... under the module's working folder: <cwd>/.cache/aml_job/<name> unless work_dir says.
+    assert Path(src.source_directory) == tmp_path / ".cache" / "aml_job" / "cf-4x8" / "src"
     assert out["metrics"]["steps"] == [{"step": 1, "loss": 0.4}] and out["metrics"]["summary"] == {"val_mae": 0.2}
     log = Path(out["log_path"]).read_text()
     assert "epoch 0: train loss" in log and "TOPSECRET" not in log
@@ -477,3 +479,17 @@ def test_a_missing_sdk_or_workspace_option_is_named_for_the_backend(capsys, tmp_
     assert out["failed"] is True
     assert out["msg"].startswith("backend azure_ai_ml needs the Python package azure-ai-ml, which ")
     assert out["msg"].endswith("(or make setup), or use backend: local")
+
+
+def test_the_snapshot_and_build_context_go_to_work_dir(capsys, tmp_path, monkeypatch):
+    """The play's working directory is not the project's (Ansible runs a local module in the
+    playbook's folder): the role says where the AzureML backends may write."""
+    monkeypatch.chdir(tmp_path)
+    jobs = FakeJobs(tmp_path)
+    fake_ml_client(monkeypatch, jobs)
+    work = tmp_path / "project" / ".cache" / "aml_job" / "cf-4x8"
+    out = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml", work_dir=str(work)))
+    assert out["changed"] is True, out
+    ((job, _unused),) = jobs.created
+    assert Path(job.code) == work / "src" and Path(job.environment.build.path) == work / "docker"
+    assert not (tmp_path / ".cache").exists()
