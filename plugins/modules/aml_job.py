@@ -179,6 +179,13 @@ options:
   log_path:
     description: File receiving the streamed run log (default C(<download_dir or output_dir>/run.log)).
     type: path
+  work_dir:
+    description:
+      - AzureML backends - the folder for the source snapshot (C(src/)) and the image's build
+        context (C(docker/)) the SDK uploads, rewritten on every submission.
+      - Default C(<cwd>/.cache/aml_job/<name>); a module run by a play on the control host runs in
+        the playbook's folder, so the submit role passes one under its project folder.
+    type: path
   output_dir:
     description: Local backend - outputs folder of the run (default C(<cwd>/outputs/<name>)).
     type: path
@@ -383,6 +390,7 @@ def main() -> None:
             force=dict(type="bool", default=False),
             download_dir=dict(type="path"),
             log_path=dict(type="path"),
+            work_dir=dict(type="path"),
             output_dir=dict(type="path"),
             python=dict(type="path"),
             timeout=dict(type="int", default=3600),
@@ -399,7 +407,7 @@ def main() -> None:
         module.fail_json(msg=str(exc))
     if leaks(spec, p["sas"]):
         module.fail_json(msg="internal error: the SAS reached the job spec; refusing to submit")
-    work = os.path.join(os.getcwd(), ".cache", "aml_job", p["name"])
+    work = p["work_dir"] or os.path.join(os.getcwd(), ".cache", "aml_job", p["name"])
     where = req.output_dir if p["backend"] == "local" else (p["download_dir"] or work)
     log_path = p["log_path"] or os.path.join(where, "run.log")
     if p["backend"] != "local" and p["wait"] and not p["download_dir"] and not module.check_mode:
