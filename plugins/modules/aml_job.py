@@ -15,9 +15,9 @@ module: aml_job
 short_description: Run the CosmoFlow training job on AzureML or on this machine
 description:
   - Builds the job from C(plugins/module_utils/amlhpc/job_spec.py) and submits it.
-  - The AzureML backends connect to the workspace the way the inventory plugin
-    M(amlhpc.azureml.aml_compute_cluster) does (the same O(auth_source) rules, environment
-    variables and error messages).
+  - The AzureML backends connect to the workspace as the inventory plugin
+    P(amlhpc.azureml.azureml_compute#inventory) and M(amlhpc.azureml.aml_compute_cluster) do
+    (the same O(auth_source) rules, environment variables and error messages).
   - C(azureml_core) (SDK v1) - an C(Environment) from the project's Dockerfile, a
     C(ScriptRunConfig) with C(MpiConfiguration) (nodes x processes per node) and docker run
     arguments that bind the BeeOND mount into the container (C(-v /mnt/scratch:/data)).
