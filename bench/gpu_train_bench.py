@@ -26,6 +26,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "workload"))
+# The shared code (package amlhpc) as workload/train.py finds it in the repository.
+sys.path.insert(1, os.path.join(ROOT, "plugins", "module_utils"))
 
 TARGET = 224.0
 
