@@ -57,10 +57,12 @@ def test_the_tarball_holds_the_collection_and_nothing_local(tarball):
     for path in ("MANIFEST.json", "meta/runtime.yml", "LICENSE", "README.md", "playbooks/site.yml",
                  "plugins/modules/aml_job.py", "plugins/inventory/azureml_compute.py",
                  "plugins/module_utils/amlhpc/shards.py", "roles/stage/tasks/main.yml",
-                 "inventory/local.yml", "workload/train.py", "workload/cosmoflow/model.py"):
+                 "inventory/local.yml", "workload/train.py", "workload/cosmoflow/model.py",
+                 "CHANGELOG.md", "changelogs/changelog.yaml", "changelogs/config.yaml"):
         assert path in names, path
     assert links == []
-    for top in (".venv", ".venv-workload", ".tools", ".cache", ".scratch", "outputs", ".git", "bench", ".ci", "molecule"):
+    for top in (".venv", ".venv-workload", ".tools", ".cache", ".scratch", "outputs", ".git", "bench", ".ci", "molecule",
+                "changelogs/fragments"):
         assert not any(n == top or n.startswith(top + "/") for n in names), top
 
 

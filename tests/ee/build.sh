@@ -55,7 +55,7 @@ echo "building $tag on $base (ansible-builder, docker) ..." >&2
 previous=$(docker image inspect -f '{{.Id}}' "$tag" 2>/dev/null || true)
 start=$(date +%s)
 (cd "$work" && "$py" -m ansible_builder build -f ee-trixie.yml --context context \
-   --container-runtime docker --extra-build-cli-args "--force-rm" --tag "$tag" -v 3) >"$work/build.log" 2>&1 || {
+   --container-runtime docker --extra-build-cli-args=--force-rm --tag "$tag" -v 3) >"$work/build.log" 2>&1 || {
   tail -n 40 "$work/build.log" >&2
   echo "ansible-builder build failed: the whole log is $work/build.log" >&2
   exit 1
