@@ -17,7 +17,7 @@ def play(*argv: str) -> subprocess.CompletedProcess:
 
 
 def test_the_local_default_leaves_the_cluster_alone():
-    # inventory/local.yml: aml_cluster_manage is false, the role ends after validating its arguments.
+    # The local default sets aml_cluster_manage: false: the role ends after validating its arguments.
     res = play("playbooks/cluster.yml")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "AML cluster | End here where aml_cluster_manage is false" in res.stdout

@@ -1,7 +1,7 @@
 """The roles know nothing of profiles: each is turned off by its own switch, ends at once
 (ansible.builtin.meta: end_role, no task sent to a node), and the report names the switch.
 
-The local default (inventory/local.yml) is one inventory whose variables set those switches.
+The local default (inventory/local/) is one inventory whose group_vars set those switches.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def test_the_report_play_reads_every_nodes_switch():
 
 
 def test_the_local_default_switches_off_what_a_one_node_rootless_run_cannot_do():
-    local = yaml.safe_load((ROOT / "inventory" / "local.yml").read_text())["all"]["vars"]
+    local = yaml.safe_load((ROOT / "inventory" / "local" / "group_vars" / "all.yml").read_text())
     assert {k: local[k] for k in ("aml_cluster_manage", "ssh_trust_enabled", "nvme_raid_enabled",
                                   "gpu_clocks_enabled", "nccl_enabled", "beeond_enabled")} == dict.fromkeys(
         ("aml_cluster_manage", "ssh_trust_enabled", "nvme_raid_enabled", "gpu_clocks_enabled", "nccl_enabled",
@@ -161,3 +161,18 @@ def test_the_report_names_each_switch_and_the_hosts_it_is_off_on(tmp_path):
         "beeond: skipped on n0, n1, n2: beeond_enabled is false",
         "healthcheck: skipped on n2: healthcheck_enabled is false",
     ]
+
+
+def test_group_vars_beside_a_real_inventory_do_not_reach_the_local_default(tmp_path):
+    # README: a real cluster's settings go in inventory/group_vars/all.yml, beside its
+    # *.azureml_compute.yml; the local default is a folder of its own, so they stay out of it.
+    inventory = tmp_path / "inventory"
+    shutil.copytree(ROOT / "inventory" / "local", inventory / "local")
+    (inventory / "group_vars").mkdir()
+    (inventory / "group_vars" / "all.yml").write_text("beeond_enabled: true\nnccl_enabled: true\nstage_become: true\n")
+    res = subprocess.run([str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(inventory / "local"),
+                          "--host", "local-0"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 0, res.stderr
+    local = json.loads(res.stdout)
+    assert (local["beeond_enabled"], local["nccl_enabled"], local["stage_become"]) == (False, False, False)
+    assert local["aml_cluster"] == "local"

@@ -32,7 +32,7 @@ def inventory_problems(nodes: Iterable[Mapping[str, Any]], beeond_enabled: bool 
     nodes = list(nodes)
     if not nodes:
         return ["the inventory has no hosts in group 'aml_nodes': point -i at a "
-                "*.azureml_compute.yml file or at inventory/local.yml"]
+                "*.azureml_compute.yml file or at inventory/local"]
     for cluster, members in sorted(_nodes_by_cluster(nodes).items()):
         names = sorted(str(m["inventory_hostname"]) for m in members)
         if not cluster:
