@@ -16,6 +16,7 @@ from .autoscale import autoscale_refusal
 # Node states in which a node can take part in a job (AmlCompute nodeState values).
 USABLE_STATES = frozenset({"idle", "running", "preparing"})
 
+
 def _nodes_by_cluster(nodes: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
     clusters: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for node in nodes:

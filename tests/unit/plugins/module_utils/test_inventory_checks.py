@@ -57,4 +57,3 @@ def test_beeond_on_a_cluster_of_unknown_size_is_refused():
     assert "set min_nodes and max_nodes" in problem and "beeond_enabled: false" in problem
     half = [node(f"n{i}", i, f"10.0.0.{i}", aml_cluster_max_nodes=2) for i in range(2)]
     assert inventory_problems(half, beeond_enabled=True) == [problem]
-
