@@ -32,7 +32,7 @@ setup-test: setup  ## setup + lint env + system parts the tests need (installs t
 	@.ci/bootstrap lint
 	@.ci/sysdeps
 
-run: setup  ## Run site.yml on the embedded local default (inventory/local.yml)
+run: setup  ## Run site.yml on the embedded local default (inventory/local/)
 	$(ANSIBLE)/ansible-playbook site.yml $(ARGS)
 
 teardown: setup  ## Undo a run (playbooks/teardown.yml)

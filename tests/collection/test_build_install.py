@@ -1,6 +1,6 @@
 """The collection as a user gets it: `ansible-galaxy collection build`, the tarball installed
 into an empty collections path, and the local default run from the installed collection
-(`ansible-playbook -i <collection>/inventory/local.yml amlhpc.azureml.site`) in a project
+(`ansible-playbook -i <collection>/inventory/local amlhpc.azureml.site`) in a project
 folder that is not this checkout. And the execution environment's build context, generated
 by `ansible-builder create` and checked."""
 
@@ -57,8 +57,8 @@ def test_the_tarball_holds_the_collection_and_nothing_local(tarball):
     for path in ("MANIFEST.json", "meta/runtime.yml", "LICENSE", "README.md", "playbooks/site.yml",
                  "plugins/modules/aml_job.py", "plugins/inventory/azureml_compute.py",
                  "plugins/module_utils/amlhpc/shards.py", "roles/stage/tasks/main.yml",
-                 "inventory/local.yml", "workload/train.py", "workload/cosmoflow/model.py",
-                 "CHANGELOG.md", "changelogs/changelog.yaml", "changelogs/config.yaml"):
+                 "inventory/local/hosts.yml", "inventory/local/group_vars/all.yml", "workload/train.py",
+                 "workload/cosmoflow/model.py", "CHANGELOG.md", "changelogs/changelog.yaml", "changelogs/config.yaml"):
         assert path in names, path
     assert links == []
     for top in (".venv", ".venv-workload", ".tools", ".cache", ".scratch", "outputs", ".git", "bench", ".ci", "molecule",
@@ -92,7 +92,7 @@ def test_the_local_default_runs_from_the_installed_collection(tarball, tmp_path)
                                          "home = .cache/ansible-home\nlocal_tmp = .cache/ansible-local\n")
     env = {"ANSIBLE_CONFIG": str(project / "ansible.cfg"), "HOME": str(home),
            "PATH": f"{BIN}{os.pathsep}{ROOT / '.tools' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
-    res = run([str(BIN / "ansible-playbook"), "-i", str(installed / "inventory" / "local.yml"), "amlhpc.azureml.site",
+    res = run([str(BIN / "ansible-playbook"), "-i", str(installed / "inventory" / "local"), "amlhpc.azureml.site",
                "-e", f"local_blob_port={free_port()}"], cwd=project, timeout=1200, **env)
     out = res.stdout
     assert "failed=0" in out and "unreachable=0" in out, out[-3000:]
