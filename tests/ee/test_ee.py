@@ -82,7 +82,7 @@ def test_ansible_doc_renders_the_modules_in_the_image(image):
 
 
 def test_the_site_playbook_parses_in_the_image(image):
-    out = ee(image, "ansible-playbook", "-i", f"{INSTALLED}/inventory/local.yml", "amlhpc.azureml.site",
+    out = ee(image, "ansible-playbook", "-i", f"{INSTALLED}/inventory/local", "amlhpc.azureml.site",
              "--syntax-check").stdout
     assert f"playbook: {INSTALLED}/playbooks/site.yml" in out
 
@@ -152,7 +152,7 @@ def test_the_local_default_prepares_and_stages_the_data_set_in_the_image(image, 
     """The image's ansible-playbook and azcopy run the local default's blob phases against
     Azurite on the host's loopback (--network host). Its training phase needs a Python with
     torch, which the execution environment leaves out (jobs train on AzureML)."""
-    res = ee(image, "ansible-playbook", "-i", f"{INSTALLED}/inventory/local.yml", "amlhpc.azureml.site",
+    res = ee(image, "ansible-playbook", "-i", f"{INSTALLED}/inventory/local", "amlhpc.azureml.site",
              "--tags", "prepare_dataset,stage", "-e", f"local_blob_port={azurite}",
              "-e", "stage_azcopy_path=/usr/local/bin/azcopy", network="host", timeout=900, **in_project(project))
     out = res.stdout
