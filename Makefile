@@ -18,7 +18,7 @@ export ANSIBLE_INVENTORY_UNPARSED_FAILED := true
 MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
 .PHONY: help setup setup-test run teardown test test-unit lint test-sanity test-collection \
-        test-integration test-molecule test-vm test-workload bench clean image
+        test-integration test-molecule test-vm test-workload test-ee bench clean image
 
 help:  ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -32,7 +32,7 @@ setup-test: setup  ## setup + lint env + system parts the tests need (installs t
 	@.ci/bootstrap lint
 	@.ci/sysdeps
 
-run: setup  ## Run site.yml on the embedded local default (inventory/local.yml)
+run: setup  ## Run site.yml on the embedded local default (inventory/local/)
 	$(ANSIBLE)/ansible-playbook site.yml $(ARGS)
 
 teardown: setup  ## Undo a run (playbooks/teardown.yml)
@@ -55,10 +55,11 @@ test-unit: setup  ## pytest tests/unit
 test-workload: setup  ## pytest tests/workload with the workload venv (torch CPU)
 	.venv-workload/bin/python -m pytest tests/workload
 
-lint: setup  ## ansible-lint (production profile) + yamllint
+lint: setup  ## ansible-lint (production profile) + yamllint + antsibull-changelog (fragments, CHANGELOG.md)
 	@.ci/bootstrap lint
 	$(LINTBIN)/yamllint --strict .
 	ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/.cache/collections $(LINTBIN)/ansible-lint --profile production
+	.ci/changelog
 
 test-sanity: setup  ## ansible-test sanity, every test, Python 3.12, on the collection amlhpc.azureml
 	@.ci/sysdeps sanity
@@ -68,6 +69,10 @@ test-sanity: setup  ## ansible-test sanity, every test, Python 3.12, on the coll
 test-collection: setup  ## Build the collection, install the tarball, run the local default from it; EE context
 	@.ci/sysdeps node
 	$(PYTEST) tests/collection
+
+test-ee: setup  ## Opt-in: build the execution environment for real (ansible-builder, docker) and run in it
+	@.ci/sysdeps docker node
+	$(PYTEST) tests/ee
 
 test-integration: setup  ## Azurite + the real azcopy on 127.0.0.1, and the playbooks end to end
 	@.ci/sysdeps node docker

@@ -14,7 +14,7 @@ The same from Python::
 
     import ansible_runner
     r = ansible_runner.run(private_data_dir=".cache/runner", project_dir=".", playbook="site.yml",
-                           inventory="inventory/local.yml", envvars={"ANSIBLE_CONFIG": "ansible.cfg"})
+                           inventory="inventory/local", envvars={"ANSIBLE_CONFIG": "ansible.cfg"})
     print(r.status, r.rc, r.stats)
 """
 
@@ -49,7 +49,7 @@ def run_playbook(playbook: str = "site.yml", inventory: str | None = None, tags:
         "private_data_dir": str(pdd),
         "project_dir": str(ROOT),
         "playbook": playbook,
-        "inventory": str(Path(inventory or ROOT / "inventory" / "local.yml").resolve()),
+        "inventory": str(Path(inventory or ROOT / "inventory" / "local").resolve()),
         "envvars": envvars,
         "quiet": quiet,
         "rotate_artifacts": 5,

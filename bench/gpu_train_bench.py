@@ -26,6 +26,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "workload"))
+# The shared code (package amlhpc) as workload/train.py finds it in the repository.
+sys.path.insert(1, os.path.join(ROOT, "plugins", "module_utils"))
 
 TARGET = 224.0
 
@@ -54,6 +56,24 @@ def run(model, opt, batches, steps: int, warmup: int, device, amp) -> float:
     return n / (time.perf_counter() - t0)
 
 
+def drain(batches, steps: int, warmup: int, device) -> float:
+    """The input pipeline alone: batches to the device, cast and log1p there, no model."""
+    import torch
+    from cosmoflow import data as cdata
+    it = iter(batches)
+    t0 = None
+    n = 0
+    for i in range(warmup + steps):
+        if i == warmup:
+            torch.cuda.synchronize()
+            t0, n = time.perf_counter(), 0
+        x, _y = next(it)
+        cdata.to_model_input(x, device)
+        n += x.shape[0]
+    torch.cuda.synchronize()
+    return n / (time.perf_counter() - t0)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--batch-size", type=int, default=4)
@@ -66,6 +86,11 @@ def main() -> int:
     p.add_argument("--data-dir", help="a data set with train/*.tfrecord[.gz] (staged files)")
     p.add_argument("--ranks-per-node", type=int, default=None, help="GPUs sharing this node's cores "
                                                                     "(default: the GPUs seen)")
+    p.add_argument("--workers", type=int, default=None, help="DataLoader workers (default: train.py's plan)")
+    p.add_argument("--pin-threads", type=int, default=None, help="pinning threads (default: train.py's plan)")
+    p.add_argument("--loader-only", action="store_true",
+                   help="from files: time the input pipeline alone (read, pin, copy to the GPU, cast and "
+                        "log1p there), no model step")
     a = p.parse_args()
     try:
         import torch
@@ -105,7 +130,8 @@ def main() -> int:
     if a.data_dir:
         files = cdata.list_files(a.data_dir, "train")
         ds = cdata.CosmoFlowDataset(files, cfg.cube)
-        plan = cdata.plan_loader(cdata.cores_available(), a.ranks_per_node or torch.cuda.device_count(), True)
+        plan = cdata.plan_loader(cdata.cores_available(), a.ranks_per_node or torch.cuda.device_count(), True,
+                                 workers=a.workers, pin_threads=a.pin_threads)
         loader = cdata.make_loader(ds, a.batch_size, 0, 1, shuffle=True, workers=plan.workers,
                                    prefetch_factor=plan.prefetch_factor, pin_memory=True,
                                    pin_threads=plan.pin_threads)
@@ -117,8 +143,13 @@ def main() -> int:
         def from_files():
             yield from loader
 
-        rate = run(forward, opt, from_files(), a.steps, a.warmup, device, a.amp)
-        print(f"files      {rate:8.1f} samples/s per GPU  ({rate / TARGET:.2f}x target; {plan.workers} workers x "
+        if a.loader_only:
+            rate = drain(from_files(), a.steps, a.warmup, device)
+            label = "loader"
+        else:
+            rate = run(forward, opt, from_files(), a.steps, a.warmup, device, a.amp)
+            label = "files "
+        print(f"{label}      {rate:8.1f} samples/s per GPU  ({rate / TARGET:.2f}x target; {plan.workers} workers x "
               f"{plan.prefetch_factor}, {plan.pin_threads} pinning threads)")
     return 0
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: amlhpc_yaml
 short_description: YAML inventory files (ansible.builtin.yaml), except plugin configuration files
+version_added: "1.0.0"
 description:
   - The builtin C(yaml) inventory plugin, except that it declines files whose names end in
     C(.azureml_compute.yml) or C(.azureml_compute.yaml), which are configuration files of the

@@ -7,6 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: azureml_compute
 short_description: AzureML compute cluster (AmlCompute) nodes as hosts
+version_added: "1.0.0"
 description:
   - Turns the nodes of one or more AzureML compute clusters into hosts, from
     C(AmlCompute.list_nodes()) (azureml-core, SDK v1), C(MLClient.compute.list_nodes())
@@ -235,6 +236,7 @@ max_nodes: 4
 vm_size: Standard_ND96asr_v4
 """
 
+import contextlib
 import json
 import os
 import sys
@@ -493,7 +495,9 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         if cache is None:
             return
         for host in hosts:
-            cache.delete(host)
+            # The default in-memory cache raises for a host it never held (jsonfile does not).
+            with contextlib.suppress(KeyError):
+                cache.delete(host)
         self.display.vvv(f"azureml_compute: dropped the cached facts of {', '.join(hosts)} (node id changed)")
 
     def _empty(self, sentence: str) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: blob_sas
 short_description: Make a short-lived container SAS from a storage account key
+version_added: "1.0.0"
 description:
   - Signs a container-level shared access signature with the account key, on the controller.
     Use it to hand the staging nodes a read+list token that expires soon, while the account

@@ -13,6 +13,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: aml_job
 short_description: Run the CosmoFlow training job on AzureML or on this machine
+version_added: "1.0.0"
 description:
   - Builds the job from C(plugins/module_utils/amlhpc/job_spec.py) and submits it.
   - The AzureML backends connect to the workspace as the inventory plugin

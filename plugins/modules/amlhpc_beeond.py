@@ -9,6 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: amlhpc_beeond
 short_description: Start or stop a BeeOND (BeeGFS on demand) file system from the head node
+version_added: "1.0.0"
 description:
   - Runs C(beeond start) or C(beeond stop) once, on the node it is called on (the head),
     for every node of a nodefile.

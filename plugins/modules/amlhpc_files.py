@@ -9,6 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: amlhpc_files
 short_description: Set several directories and small text files on a node in one call
+version_added: "1.0.0"
 description:
   - Each directory is made (or its owner and mode set) as M(ansible.builtin.file)
     C(state=directory) does; each file gets its content, owner and mode as

@@ -25,7 +25,7 @@ description:
   - Deterministic, and every blob is in exactly one shard.
   - Run it once (C(run_once)) and register the result; each host then reads
     C(<registered>.shards[inventory_hostname]) (the C(stage) role does).
-version_added: "0.1.0"
+version_added: "1.0.0"
 author:
   - amlhpc contributors (@amlhpc)
 attributes:

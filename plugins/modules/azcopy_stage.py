@@ -42,7 +42,7 @@ description:
     C(no_log), and a failure shows its reason.
   - The result carries a compact progress series (RV(progress)) for plots and the staging-time
     prediction (RV(prediction)) beside the measured RV(seconds).
-version_added: "0.1.0"
+version_added: "1.0.0"
 author:
   - amlhpc contributors (@amlhpc)
 extends_documentation_fragment:

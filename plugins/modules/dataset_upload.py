@@ -20,7 +20,7 @@ description:
   - The module's arguments carry a secret; its action plugin runs it pipelined on every connection
     (the local one included) and refuses otherwise, so its payload is never written to a file.
   - Runs where the data is (usually the controller); needs the Python package azure-storage-blob.
-version_added: "0.1.0"
+version_added: "1.0.0"
 author:
   - amlhpc contributors (@amlhpc)
 attributes:

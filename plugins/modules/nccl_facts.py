@@ -9,6 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: nccl_facts
 short_description: Read what the nccl role decides on from one node in one call
+version_added: "1.0.0"
 description:
   - Asks the instance metadata service for the VM size (when O(imds) is true), looks for
     the NCCL RDMA/SHARP network plugin (C(libnccl-net.so)) in O(sharp_plugin_dirs), and

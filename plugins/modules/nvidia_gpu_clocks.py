@@ -9,6 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: nvidia_gpu_clocks
 short_description: Pin NVIDIA GPU application clocks to their maximum (or given) values, or reset them
+version_added: "1.0.0"
 description:
   - Reads every GPU's maximum, current application and default application clocks with
     C(nvidia-smi --query-gpu=... --format=csv,noheader,nounits).

@@ -9,6 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: nvme_raid_info
 short_description: Find the local NVMe disks, check they are empty, and plan their RAID0
+version_added: "1.0.0"
 description:
   - Lists block devices with C(lsblk), keeps the local NVMe disks (never the OS disk, never
     remote NVMe disks, never disks without a device node), probes each with C(wipefs),

@@ -10,6 +10,7 @@ DOCUMENTATION = r"""
 ---
 module: ssh_trust_node
 short_description: Trust the head's key, write the nodefile and the nodes' host keys on one node
+version_added: "1.0.0"
 description:
   - Does in one call what M(ansible.posix.authorized_key), M(ansible.builtin.file),
     M(ansible.builtin.copy) and M(ansible.builtin.blockinfile) did one after the other, so

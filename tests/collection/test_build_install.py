@@ -1,13 +1,15 @@
 """The collection as a user gets it: `ansible-galaxy collection build`, the tarball installed
 into an empty collections path, and the local default run from the installed collection
-(`ansible-playbook -i <collection>/inventory/local.yml amlhpc.azureml.site`) in a project
+(`ansible-playbook -i <collection>/inventory/local amlhpc.azureml.site`) in a project
 folder that is not this checkout. And the execution environment's build context, generated
 by `ansible-builder create` and checked."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -55,10 +57,12 @@ def test_the_tarball_holds_the_collection_and_nothing_local(tarball):
     for path in ("MANIFEST.json", "meta/runtime.yml", "LICENSE", "README.md", "playbooks/site.yml",
                  "plugins/modules/aml_job.py", "plugins/inventory/azureml_compute.py",
                  "plugins/module_utils/amlhpc/shards.py", "roles/stage/tasks/main.yml",
-                 "inventory/local.yml", "workload/train.py", "workload/cosmoflow/model.py"):
+                 "inventory/local/hosts.yml", "inventory/local/group_vars/all.yml", "workload/train.py",
+                 "workload/cosmoflow/model.py", "CHANGELOG.md", "changelogs/changelog.yaml", "changelogs/config.yaml"):
         assert path in names, path
     assert links == []
-    for top in (".venv", ".venv-workload", ".tools", ".cache", ".scratch", "outputs", ".git", "bench", ".ci", "molecule"):
+    for top in (".venv", ".venv-workload", ".tools", ".cache", ".scratch", "outputs", ".git", "bench", ".ci", "molecule",
+                "changelogs/fragments"):
         assert not any(n == top or n.startswith(top + "/") for n in names), top
 
 
@@ -88,7 +92,7 @@ def test_the_local_default_runs_from_the_installed_collection(tarball, tmp_path)
                                          "home = .cache/ansible-home\nlocal_tmp = .cache/ansible-local\n")
     env = {"ANSIBLE_CONFIG": str(project / "ansible.cfg"), "HOME": str(home),
            "PATH": f"{BIN}{os.pathsep}{ROOT / '.tools' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
-    res = run([str(BIN / "ansible-playbook"), "-i", str(installed / "inventory" / "local.yml"), "amlhpc.azureml.site",
+    res = run([str(BIN / "ansible-playbook"), "-i", str(installed / "inventory" / "local"), "amlhpc.azureml.site",
                "-e", f"local_blob_port={free_port()}"], cwd=project, timeout=1200, **env)
     out = res.stdout
     assert "failed=0" in out and "unreachable=0" in out, out[-3000:]
@@ -104,7 +108,8 @@ def test_ansible_builder_creates_the_execution_environment_context(tarball, tmp_
         shutil.copy(ROOT / name, tmp_path / name)
     (tmp_path / "context-src").mkdir()
     shutil.copy(tarball, tmp_path / "context-src" / tarball.name)
-    run([str(BIN / "ansible-builder"), "create", "-f", "execution-environment.yml", "--context", "context",
+    # `python -m`: the venv's console script may carry another checkout's path in its shebang.
+    run([sys.executable, "-m", "ansible_builder", "create", "-f", "execution-environment.yml", "--context", "context",
          "--output-filename", "Containerfile"], cwd=tmp_path)
     ctx = tmp_path / "context"
     containerfile = (ctx / "Containerfile").read_text()
@@ -119,3 +124,26 @@ def test_ansible_builder_creates_the_execution_environment_context(tarball, tmp_
         assert pkg in bindep, pkg
     ee = yaml.safe_load((ROOT / "execution-environment.yml").read_text())
     assert ee["version"] == 3
+
+
+def test_the_execution_environment_pins_azcopy_to_the_tools_release_with_its_checksum():
+    """The image's azcopy is the release the project's own tools install (.ci/node-packages.txt),
+    downloaded by version and checked against the sha512 npm verified when it installed them."""
+    ee = yaml.safe_load((ROOT / "execution-environment.yml").read_text())
+    steps = "\n".join(ee["additional_build_steps"]["append_final"])
+    args = dict(re.findall(r"^ARG (AZCOPY_\w+)=(\S+)$", steps, re.M))
+    node_packages = (ROOT / ".ci" / "node-packages.txt").read_text()
+    tools_version = re.search(r"^@azure-tools/azcopy-linux@(\S+)$", node_packages, re.M).group(1)
+    assert args["AZCOPY_VERSION"] == tools_version
+    assert re.fullmatch(r"[0-9a-f]{128}", args["AZCOPY_SHA512"])
+    assert "aka.ms" not in steps
+    # The download is checked before it is unpacked, in the same RUN.
+    run_step = next(s for s in ee["additional_build_steps"]["append_final"] if "azcopy-linux-${AZCOPY_VERSION}.tgz" in s)
+    assert run_step.index("sha512sum --check --strict") < run_step.index("tar -xzf")
+    lock = ROOT / ".tools" / "node" / "package-lock.json"
+    if not lock.is_file():
+        pytest.skip(f"{lock} is missing: `make setup` installs the node tools")
+    entry = json.loads(lock.read_text())["packages"]["node_modules/@azure-tools/azcopy-linux"]
+    assert entry["version"] == tools_version
+    algo, b64 = entry["integrity"].split("-", 1)
+    assert algo == "sha512" and base64.b64decode(b64).hex() == args["AZCOPY_SHA512"]

@@ -25,7 +25,7 @@ def load_entry_point():
     return module
 
 
-def test_local_profile_through_ansible_runner(tmp_path):
+def test_local_default_through_ansible_runner(tmp_path):
     entry = load_entry_point()
     port = free_port()  # the local blob store's port: others may run the local default meanwhile
     runner = entry.run_playbook("site.yml", private_data_dir=str(tmp_path / "runner"), quiet=True,
@@ -48,11 +48,26 @@ def test_local_profile_through_ansible_runner(tmp_path):
     assert "Stage | Copy this node's shard with azcopy" in ok_tasks
     assert "Submit | Run the training job (local)" in ok_tasks
 
-    # The report is an event too: skipped phases with reasons, the staging, the losses.
+    # The report is an event too: skipped phases with the switch that turned each off (the
+    # local default's group_vars), the staging, the losses.
     report = next(e for e in events if e["event"] == "runner_on_ok"
                   and e["event_data"]["task"] == "Report | Summarise the run")
     lines = report["event_data"]["res"]["msg"]
-    assert any(line.startswith("ssh_trust: skipped: ") for line in lines)
+    assert [line for line in lines if " skipped on " in line] == [
+        "cluster: skipped on localhost: aml_cluster_manage is false",
+        "ssh_trust: skipped on local-0: ssh_trust_enabled is false",
+        "nvme_raid: skipped on local-0: nvme_raid_enabled is false",
+        "gpu_clocks: skipped on local-0: gpu_clocks_enabled is false",
+        "nccl: skipped on local-0: nccl_enabled is false",
+        "beeond: skipped on local-0: beeond_enabled is false"]
+    # A switched-off role sends no task to the node: no per-host "skipped because" line.
+    role_tasks_on_node = {e["event_data"]["task"] for e in events
+                          if e["event"] in ("runner_on_ok", "runner_on_skipped")
+                          and e["event_data"].get("host") == "local-0"
+                          and e["event_data"].get("role", "").rsplit(".", 1)[-1] in (
+                              "ssh_trust", "nvme_raid", "gpu_clocks", "nccl", "beeond")}
+    assert all(t.startswith("Validating arguments against arg spec") for t in role_tasks_on_node), \
+        role_tasks_on_node
     assert any(line.startswith("stage: ") and " files, " in line for line in lines)
     assert any(line.startswith("training loss per epoch: ") for line in lines)
 
@@ -62,6 +77,7 @@ def test_local_profile_through_ansible_runner(tmp_path):
     page_path = Path(where["event_data"]["res"]["msg"].removeprefix("report: "))
     assert page_path == ROOT / "outputs" / "cosmoflow-local" / "report.html"
     check_report(page_path.read_text(), lines, events)
+    assert "nccl: skipped on local-0: nccl_enabled is false" in page_path.read_text()
 
     # No SAS signature anywhere in what the runner kept, nor in the report.
     artifacts = Path(runner.config.artifact_dir)

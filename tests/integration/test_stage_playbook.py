@@ -1,4 +1,4 @@
-"""playbooks/stage.yml on the local profile against Azurite: plan, install check, stage, rerun."""
+"""playbooks/stage.yml on the local default against Azurite: plan, install check, stage, rerun."""
 
 from __future__ import annotations
 

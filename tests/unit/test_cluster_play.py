@@ -3,6 +3,7 @@ the module itself is tested in tests/unit/plugins/modules against faked SDKs).""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,27 +16,30 @@ def play(*argv: str) -> subprocess.CompletedProcess:
     return subprocess.run([ANSIBLE_PLAYBOOK, *argv], cwd=ROOT, capture_output=True, text=True, timeout=180, check=False)
 
 
-def test_local_profile_skips_with_one_line():
+def test_the_local_default_leaves_the_cluster_alone():
+    # The local default sets aml_cluster_manage: false: the role ends after validating its arguments.
     res = play("playbooks/cluster.yml")
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "cluster: skipped: the local profile has no AmlCompute cluster to manage" in res.stdout
-    assert "changed=0" in res.stdout
+    assert "AML cluster | End here where aml_cluster_manage is false" in res.stdout
+    assert "Check that the cluster and its workspace are named" not in res.stdout
+    assert re.search(r"^localhost\s+: ok=1 +changed=0 ", res.stdout, re.M), res.stdout
     res = play("playbooks/cluster_teardown.yml")
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "cluster teardown: skipped: the local profile has no AmlCompute cluster to scale down" in res.stdout
+    assert "AML cluster teardown | End here where aml_cluster_manage is false" in res.stdout
+    assert "Scale the cluster to 0" not in res.stdout
 
 
 def test_unnamed_cluster_fails_with_the_fix():
-    res = play("playbooks/cluster.yml", "-e", "amlhpc_profile=azure")
+    res = play("playbooks/cluster.yml", "-e", "aml_cluster_manage=true")
     assert res.returncode != 0
     assert "set aml_cluster_name, aml_cluster_resource_group and aml_cluster_workspace_name" in res.stdout
 
 
 def test_wrong_types_fail_before_any_task():
-    res = play("playbooks/cluster.yml", "-e", "amlhpc_profile=azure", "-e", "aml_cluster_node_count=four")
+    res = play("playbooks/cluster.yml", "-e", "aml_cluster_manage=true", "-e", "aml_cluster_node_count=four")
     assert res.returncode != 0
     assert "aml_cluster_node_count" in res.stdout and "Validating arguments" in res.stdout
-    res = play("playbooks/cluster.yml", "-e", "amlhpc_profile=azure", "-e", "aml_cluster_sdk=v3")
+    res = play("playbooks/cluster.yml", "-e", "aml_cluster_manage=true", "-e", "aml_cluster_sdk=v3")
     assert res.returncode != 0 and "aml_cluster_sdk" in res.stdout
 
 

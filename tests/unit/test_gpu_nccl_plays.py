@@ -1,7 +1,9 @@
-"""gpu_clocks and nccl on the embedded local default: each skips with one line, writes nothing."""
+"""gpu_clocks and nccl on the embedded local default: switched off, each ends after validating
+its arguments, sends nothing to the node and writes nothing."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,14 +14,16 @@ ROOT = Path(__file__).resolve().parents[2]
 ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
 
 
-@pytest.mark.parametrize(("playbook", "line"), [
-    ("playbooks/gpu_clocks.yml", "gpu_clocks skipped: local profile (no root, no GPU to pin)"),
-    ("playbooks/gpu_clocks_reset.yml", "gpu_clocks reset skipped: local profile (no root, no GPU)"),
-    ("playbooks/nccl.yml", "nccl skipped: local profile (writes nothing under /etc; jobs run with NCCL defaults)"),
+@pytest.mark.parametrize(("playbook", "line", "ok"), [
+    ("playbooks/gpu_clocks.yml", "GPU clocks | End here where gpu_clocks_enabled is false", 1),
+    # the play's include_role, then the role's argument check
+    ("playbooks/gpu_clocks_reset.yml", "GPU clocks | End the reset where gpu_clocks_enabled is false", 2),
+    ("playbooks/nccl.yml", "NCCL | End here where nccl_enabled is false", 1),
 ])
-def test_local_profile_skips_with_a_reason(playbook, line):
+def test_the_local_default_switches_them_off(playbook, line, ok):
     res = subprocess.run([ANSIBLE_PLAYBOOK, playbook, "--check", "--diff"], cwd=ROOT, capture_output=True,
                          text=True, timeout=180, check=False)
     assert res.returncode == 0, res.stdout + res.stderr
     assert line in res.stdout
-    assert "changed=0" in res.stdout and "failed=0" in res.stdout
+    assert re.search(rf"^local-0\s+: ok={ok} +changed=0 +unreachable=0 +failed=0 +skipped=0 ", res.stdout, re.M), \
+        res.stdout

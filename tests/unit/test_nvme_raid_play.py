@@ -22,7 +22,7 @@ def test_check_mode_on_fresh_disks_reports_the_array_it_would_build(tmp_path):
     inv.write_text(
         "all:\n  children:\n    aml_nodes:\n      hosts:\n        n0:\n"
         f"          ansible_connection: local\n          ansible_python_interpreter: {sys.executable}\n"
-        "          ansible_become: false\n          amlhpc_profile: azureml\n"
+        "          ansible_become: false\n"
         "          aml_vm_size: Standard_ND96asr_v4\n")
     probes = {f"/dev/nvme{i}n1": {"wipefs": "", "blkid": "", "examine": ""} for i in range(8)}
     recorded = {"lsblk": (DATA / "ndv4-lsblk.json").read_text(), "probes": probes, "present": None}

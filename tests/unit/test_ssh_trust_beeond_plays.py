@@ -1,7 +1,9 @@
-"""The ssh_trust and beeond plays on the embedded local default: they skip, saying why."""
+"""The ssh_trust and beeond plays on the embedded local default: switched off, they end after
+validating their arguments; beeond is off by default and refuses an autoscaling cluster."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,22 +16,27 @@ def play(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     return subprocess.run([ANSIBLE_PLAYBOOK, *args], cwd=cwd, capture_output=True, text=True, timeout=180, check=False)
 
 
-def test_ssh_trust_skips_on_the_local_profile():
+def only_the_argument_check_ran(stdout: str, host: str = "local-0") -> bool:
+    return re.search(rf"^{host}\s+: ok=1 +changed=0 +unreachable=0 +failed=0 +skipped=0 ", stdout, re.M) is not None
+
+
+def test_ssh_trust_is_switched_off_on_the_local_default():
     res = play(str(ROOT / "playbooks" / "ssh_trust.yml"), "--diff")
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "ssh_trust skipped: the local profile is a single node, nothing to trust" in res.stdout
-    assert "changed=0" in res.stdout and "failed=0" in res.stdout
+    assert "SSH trust | End here where ssh_trust_enabled is false" in res.stdout
+    assert only_the_argument_check_ran(res.stdout), res.stdout
 
 
-def test_beeond_start_and_stop_skip_on_the_local_profile():
-    res = play(str(ROOT / "playbooks" / "beeond.yml"), "-e", "beeond_enabled=true")
+def test_beeond_start_and_stop_are_switched_off_on_the_local_default():
+    res = play(str(ROOT / "playbooks" / "beeond.yml"))
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "beeond skipped: the local profile has no root and no kernel module for BeeGFS" in res.stdout
-    assert "changed=0" in res.stdout
+    assert "BeeOND | End here where beeond_enabled is false" in res.stdout
+    assert only_the_argument_check_ran(res.stdout), res.stdout
 
-    res = play(str(ROOT / "playbooks" / "beeond_stop.yml"), "-e", "beeond_enabled=true")
+    res = play(str(ROOT / "playbooks" / "beeond_stop.yml"))
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "beeond stop skipped: the local profile has no BeeOND mount" in res.stdout
+    assert "BeeOND | End the stop where beeond_enabled is false" in res.stdout
+    assert only_the_argument_check_ran(res.stdout), res.stdout
 
 
 def test_beeond_is_off_by_default_and_refuses_an_autoscaling_cluster_first(tmp_path):
@@ -41,7 +48,8 @@ def test_beeond_is_off_by_default_and_refuses_an_autoscaling_cluster_first(tmp_p
         "    cluster_gpu:\n      hosts:\n        n0:\n")
     res = play("-i", str(inv), str(ROOT / "playbooks" / "beeond.yml"), "--check")
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "beeond skipped: beeond_enabled is false" in res.stdout
+    assert "BeeOND | End here where beeond_enabled is false" in res.stdout
+    assert only_the_argument_check_ran(res.stdout, "n0"), res.stdout
 
     res = play("-i", str(inv), str(ROOT / "playbooks" / "beeond.yml"), "-e", "beeond_enabled=true",
                "-e", "aml_cluster_min_nodes=0", "-e", "aml_cluster_max_nodes=4")

@@ -70,15 +70,6 @@ def test_data_scope_that_contradicts_the_storage_layout_is_refused(tmp_path):
         assert ok.returncode == 0, ok.stdout + ok.stderr
 
 
-def test_unknown_profile_is_refused_in_one_sentence(tmp_path):
-    hosts = {"n0": {"aml_cluster": "gpu", "aml_node_rank": 0, "aml_private_ip": "10.0.0.4",
-                    "amlhpc_profile": "azure"}}
-    bad = run_validate(tmp_path, hosts)
-    assert bad.returncode != 0
-    assert ("amlhpc_profile 'azure' is not a profile: use 'azureml' (AmlCompute nodes, the default) or 'local'"
-            in bad.stdout)
-
-
 def test_beeond_on_a_cluster_of_unknown_size_is_refused(tmp_path):
     hosts = {f"n{i}": {"aml_cluster": "gpu", "aml_node_rank": i, "aml_private_ip": f"10.0.0.{4 + i}",
                        "beeond_enabled": True} for i in range(2)}

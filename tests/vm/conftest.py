@@ -140,7 +140,7 @@ class VM:
             "ansible_ssh_common_args": f"-o UserKnownHostsFile={self.known_hosts} -o StrictHostKeyChecking=yes",
             "ansible_python_interpreter": "/usr/bin/python3",
             "aml_cluster": "vm", "aml_node_rank": 0, "aml_private_ip": "10.0.2.15", "aml_node_id": "vm-0",
-            "aml_node_state": "idle", "aml_vm_size": "Standard_ND96asr_v4", "amlhpc_profile": "azureml",
+            "aml_node_state": "idle", "aml_vm_size": "Standard_ND96asr_v4",
         }
         inv = {"all": {"children": {
             "aml_nodes": {"children": {"head": {"hosts": {"amlhpc-vm": host}}, "workers": {"hosts": {}}}},

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from cosmoflow.dist import Layout, env_layout, node_layout, rendezvous
+from cosmoflow.dist import Layout, env_layout, gpu_index, node_layout, rendezvous
 
 
 def test_torchrun_environment():
@@ -50,3 +50,16 @@ def test_node_rank_follows_hosts_not_rank_arithmetic():
     ranks, nodes = node_layout(["n0", "n1", "n0", "n1"])
     assert (ranks, nodes) == ([0, 1, 0, 1], 2)
     assert node_layout(["b", "b", "a", "a", "c"]) == ([0, 0, 1, 1, 2], 3)
+
+
+def test_each_local_rank_drives_its_own_gpu():
+    assert [gpu_index(Layout(r, 16, r % 8, 8), 8) for r in (0, 7, 8, 15)] == [0, 7, 0, 7]
+
+
+@pytest.mark.parametrize("local_rank", [0, 1])
+def test_more_processes_than_gpus_on_a_node_is_refused_by_name(local_rank, monkeypatch):
+    """Seen on a 1-GPU H100 machine: 2 torchrun processes got CUDA's 'invalid device ordinal'."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    with pytest.raises(RuntimeError, match=r"2 processes on this node but 1 GPU\(s\) visible "
+                                           r"\(CUDA_VISIBLE_DEVICES=0\).*at most 1 process"):
+        gpu_index(Layout(local_rank, 2, local_rank, 2), 1)

@@ -17,6 +17,9 @@ def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_", "MASTER_", "OMPI_", "PMI_"))}
     env["OMP_NUM_THREADS"] = "1"
+    # Two processes on one machine: the launchers and the partition are under test, on CPU with
+    # gloo, also where the machine has fewer GPUs than processes (dist.gpu_index refuses that).
+    env["CUDA_VISIBLE_DEVICES"] = ""
     return env
 
 

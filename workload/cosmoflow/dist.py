@@ -95,12 +95,29 @@ def node_layout(hostnames: Sequence[str]) -> tuple[list[int], int]:
     return [index[h] for h in hostnames], len(index)
 
 
+def gpu_index(layout: Layout, gpus_visible: int) -> int:
+    """The GPU this process drives: its local rank, when the node has a GPU for every local rank.
+
+    NCCL needs one GPU per process; a node running more processes than it sees GPUs is refused
+    here, by name, instead of failing later with CUDA's "invalid device ordinal".
+    """
+    if layout.local_world_size > gpus_visible or layout.local_rank >= gpus_visible:
+        seen = os.environ.get("CUDA_VISIBLE_DEVICES")
+        where = f" (CUDA_VISIBLE_DEVICES={seen})" if seen is not None else ""
+        raise RuntimeError(
+            f"{layout.local_world_size} processes on this node but {gpus_visible} GPU(s) visible{where}: "
+            f"NCCL needs one GPU per process, so run at most {gpus_visible} process(es) per node "
+            f"(aml_job process_count_per_node / torchrun --nproc_per_node), or train on CPU with --backend gloo")
+    return layout.local_rank
+
+
 def init(backend: str | None = None, timeout_s: float = 1800.0) -> tuple[Layout, torch.device]:
     """Start the process group (NCCL on GPUs, gloo on CPU) and return the full layout."""
     layout = env_layout()
     use_cuda = torch.cuda.is_available()
     backend = backend or ("nccl" if use_cuda else "gloo")
-    device = torch.device("cuda", layout.local_rank) if use_cuda and backend == "nccl" else torch.device("cpu")
+    device = (torch.device("cuda", gpu_index(layout, torch.cuda.device_count())) if use_cuda and backend == "nccl"
+              else torch.device("cpu"))
     if device.type == "cuda":
         torch.cuda.set_device(device)
     addr, port = rendezvous()

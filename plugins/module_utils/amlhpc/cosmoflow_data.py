@@ -1,6 +1,6 @@
 # Copyright: (c) 2026, amlhpc contributors
 # MIT License (see LICENSE or https://opensource.org/licenses/MIT)
-"""A small CosmoFlow-format dataset generator, for tests and the local profile.
+"""A small CosmoFlow-format dataset generator, for tests and the local default.
 
 Files are named and laid out as the MLPerf HPC CosmoFlow dataset is::
 

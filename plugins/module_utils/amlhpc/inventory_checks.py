@@ -16,20 +16,6 @@ from .autoscale import autoscale_refusal
 # Node states in which a node can take part in a job (AmlCompute nodeState values).
 USABLE_STATES = frozenset({"idle", "running", "preparing"})
 
-# amlhpc_profile values: what the roles know how to run on.
-PROFILES = {
-    "azureml": "AmlCompute nodes, the default",
-    "local": "this machine as a one-node cluster, inventory/local.yml",
-}
-
-
-def profile_problem(profile: str) -> str | None:
-    """The sentence refusing an ``amlhpc_profile`` the roles do not know (None: known)."""
-    if profile in PROFILES:
-        return None
-    choices = " or ".join(f"'{name}' ({what})" for name, what in PROFILES.items())
-    return f"amlhpc_profile '{profile}' is not a profile: use {choices}"
-
 
 def _nodes_by_cluster(nodes: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
     clusters: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
@@ -38,20 +24,16 @@ def _nodes_by_cluster(nodes: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapp
     return dict(clusters)
 
 
-def inventory_problems(nodes: Iterable[Mapping[str, Any]], beeond_enabled: bool = False,
-                       profile: str = "azureml") -> list[str]:
+def inventory_problems(nodes: Iterable[Mapping[str, Any]], beeond_enabled: bool = False) -> list[str]:
     """Return a sentence for each thing wrong with the cluster nodes of an inventory.
 
     ``nodes`` holds one mapping per host: its hostvars plus ``inventory_hostname``.
     """
     problems: list[str] = []
-    wrong_profile = profile_problem(str(profile))
-    if wrong_profile:
-        return [wrong_profile]
     nodes = list(nodes)
     if not nodes:
         return ["the inventory has no hosts in group 'aml_nodes': point -i at a "
-                "*.azureml_compute.yml file or at inventory/local.yml"]
+                "*.azureml_compute.yml file or at inventory/local"]
     for cluster, members in sorted(_nodes_by_cluster(nodes).items()):
         names = sorted(str(m["inventory_hostname"]) for m in members)
         if not cluster:

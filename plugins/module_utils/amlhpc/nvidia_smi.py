@@ -299,6 +299,9 @@ class Topology:
     links: dict[str, dict[str, str]]
 
 
+_CSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
 def parse_topo_matrix(text: str) -> Topology:
     """Parse ``nvidia-smi topo -m`` (tab or space separated, with or without a NIC legend).
 
@@ -306,7 +309,9 @@ def parse_topo_matrix(text: str) -> Topology:
     device names such as ``mlx5_0`` in older drivers), then ``CPU Affinity``, ``NUMA
     Affinity`` and ``GPU NUMA ID`` when the driver prints them.
     """
-    lines = [line.rstrip() for line in text.splitlines()]
+    # Drivers of the 580 series underline the head row with terminal escapes (ESC[4m ... ESC[0m)
+    # even when the output is a pipe: drop every CSI sequence before reading the columns.
+    lines = [_CSI.sub("", line).rstrip() for line in text.splitlines()]
     # The head row starts with GPU0 (after a tab or spaces); the GPU0 row follows it with " X ".
     header_at = next((i for i, line in enumerate(lines)
                       if line.split()[:1] == ["GPU0"] and line.split()[1:2] != ["X"]), None)

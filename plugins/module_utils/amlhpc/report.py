@@ -8,15 +8,25 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-# (phase, role whose "<role>_skipped" debug result carries the reason)
-PHASES = (
-    ("cluster", "aml_cluster"),
-    ("ssh_trust", "ssh_trust"),
-    ("nvme_raid", "nvme_raid"),
-    ("gpu_clocks", "gpu_clocks"),
-    ("nccl", "nccl"),
-    ("beeond", "beeond"),
+from ansible.module_utils.parsing.convert_bool import boolean
+
+# The roles' switches: (phase, the role's switch, the switch's value in the role's
+# defaults/main.yml, whether the role runs on the controller rather than on the nodes).
+# A role whose switch is off ends at once (ansible.builtin.meta: end_role) and registers
+# nothing; the report reads the switch itself, once, from the hosts' variables. A switch
+# the inventory does not set has the role's default (tests/unit checks the two agree).
+SWITCHES = (
+    ("cluster", "aml_cluster_manage", True, True),
+    ("ssh_trust", "ssh_trust_enabled", True, False),
+    ("nvme_raid", "nvme_raid_enabled", True, False),
+    ("gpu_clocks", "gpu_clocks_enabled", True, False),
+    ("nccl", "nccl_enabled", True, False),
+    ("beeond", "beeond_enabled", False, False),
+    ("healthcheck", "healthcheck_enabled", True, False),
 )
+
+# The node variables the report reads (the report play passes them to amlhpc_cluster_nodes).
+SWITCH_KEYS = tuple(switch for _phase, switch, _default, _controller in SWITCHES)
 
 
 def _human_bytes(n: float) -> str:
@@ -27,19 +37,27 @@ def _human_bytes(n: float) -> str:
     return f"{n:.1f} TiB"  # pragma: no cover
 
 
-def skipped_phases(node_vars: Sequence[Mapping[str, Any]], controller_vars: Mapping[str, Any]) -> list[str]:
-    """One "phase: reason" line per phase that a node (or the controller) skipped."""
+def _names(names: Sequence[str], shown: int) -> str:
+    more = f" (+{len(names) - shown} more)" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
+def skipped_phases(node_vars: Sequence[Mapping[str, Any]], controller_vars: Mapping[str, Any],
+                   shown: int = 8) -> list[str]:
+    """One "phase: skipped on <hosts>: <switch> is false" line per role switched off somewhere.
+
+    ``node_vars``: the nodes' variables (with ``inventory_hostname``); ``controller_vars``: the
+    controller's (``hostvars['localhost']``), for the roles that run there. A switch a host does
+    not set has the role's default; "false", "no", 0 and the like read as off, as Ansible's
+    ``bool`` filter reads them.
+    """
     lines: list[str] = []
-    for phase, role in PHASES:
-        reasons = []
-        for hv in [controller_vars, *node_vars]:
-            res = hv.get(f"{role}_skipped")
-            if isinstance(res, Mapping) and res.get("msg") and not res.get("skipped"):
-                msg = str(res["msg"])
-                reason = msg.split("skipped:", 1)[1].strip() if "skipped:" in msg else msg
-                if reason not in reasons:
-                    reasons.append(reason)
-        lines.extend(f"{phase}: skipped: {r}" for r in reasons)
+    for phase, switch, default, on_controller in SWITCHES:
+        hosts = ([(str(controller_vars.get("inventory_hostname", "localhost")), controller_vars)]
+                 if on_controller else [(str(hv.get("inventory_hostname", "?")), hv) for hv in node_vars])
+        off = [name for name, hv in hosts if not boolean(hv.get(switch, default), strict=False)]
+        if off:
+            lines.append(f"{phase}: skipped on {_names(off, shown)}: {switch} is false")
     return lines
 
 

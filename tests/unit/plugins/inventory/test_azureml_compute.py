@@ -564,6 +564,23 @@ def test_ansible_inventory_cli_with_the_project_config(tmp_path):
     assert "missing.json does not exist" in res.stderr
 
 
+def test_ansible_inventory_cli_with_a_project_config_of_the_users_own(tmp_path):
+    """A user's own project (in an execution environment, say) whose ansible.cfg sets no fact
+    cache: the default in-memory one, which holds none of the hosts whose facts the plugin
+    drops on a first read."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "ansible.cfg").write_text(f"[defaults]\ncollections_path = {ROOT / '.cache' / 'collections'}\n")
+    path = write_config(tmp_path, {"source": "nodes_file", "cluster": "gpu", "nodes_file": str(FIXTURE),
+                                   "admin_user": "azureuser", "min_nodes": 4, "max_nodes": 4},
+                        name="x.azureml_compute.yml")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(project / "ansible.cfg"), ANSIBLE_INVENTORY_UNPARSED_FAILED="true")
+    res = subprocess.run([str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(path), "--list"],
+                         cwd=project, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 0, res.stderr
+    assert sorted(json.loads(res.stdout)["cluster_gpu"]["hosts"]) == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
+
+
 # ---------------------------------------------------------------------------------------
 # The example files under inventory/examples
 

@@ -253,3 +253,15 @@ def test_unreadable_kernel_log_says_what_the_command_answered():
     assert c["gpu_xid"]["status"] == "skip"
     assert c["gpu_xid"]["reason"] == ("kernel log not readable, XIDs not checked: "
                                       "dmesg: read kernel buffer failed: Operation not permitted")
+
+
+def test_recorded_h100_answers_pass():
+    """nvidia-smi's answers recorded on one H100 80GB HBM3 (driver 580), read-only: ECC on,
+    retired pages [N/A] (H100 remaps rows instead), no remapped rows."""
+    rows = health.parse_gpu_query(fx("nvsmi_gpu_h100_driver580.csv"))
+    assert [(r["name"], r["ecc.mode.current"], r["retired_pages.pending"]) for r in rows] == [
+        ("NVIDIA H100 80GB HBM3", "Enabled", "[N/A]")]
+    checks = by_name(health.gpu_checks(fx("nvsmi_gpu_h100_driver580.csv"), fx("nvsmi_remap_h100_driver580.csv"),
+                                       "", 1))
+    assert {n: c["status"] for n, c in checks.items()} == {"gpu_count": "pass", "gpu_health": "pass",
+                                                            "gpu_xid": "pass"}

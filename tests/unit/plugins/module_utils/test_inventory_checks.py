@@ -57,12 +57,3 @@ def test_beeond_on_a_cluster_of_unknown_size_is_refused():
     assert "set min_nodes and max_nodes" in problem and "beeond_enabled: false" in problem
     half = [node(f"n{i}", i, f"10.0.0.{i}", aml_cluster_max_nodes=2) for i in range(2)]
     assert inventory_problems(half, beeond_enabled=True) == [problem]
-
-
-def test_unknown_profile_is_one_sentence():
-    nodes = [node("n0", 0, "10.0.0.4")]
-    for good in ("local", "azureml"):
-        assert inventory_problems(nodes, profile=good) == []
-    (problem,) = inventory_problems(nodes, profile="azure")
-    assert problem == ("amlhpc_profile 'azure' is not a profile: use 'azureml' (AmlCompute nodes, the default) "
-                       "or 'local' (this machine as a one-node cluster, inventory/local.yml)")

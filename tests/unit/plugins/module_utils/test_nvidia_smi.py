@@ -212,6 +212,30 @@ def test_old_space_separated_matrix_with_hca_names():
     assert topology_pinning(fixture("v100_ndv2.topo-m.txt"))["known"] is False
 
 
+def test_recorded_h100_matrix_with_an_underlined_head_row():
+    """Recorded on an H100 (driver 580): the head row comes wrapped in ESC[4m ... ESC[0m."""
+    text = fixture("h100_1gpu_driver580.topo-m.txt")
+    assert "\x1b[4m" in text
+    topo = parse_topo_matrix(text)
+    assert [(g.index, g.cpu_affinity, g.numa_node) for g in topo.gpus] == [(0, "0-15", 0)]
+    assert topo.nics == []
+    facts = topology_pinning(text)
+    assert facts["known"] is True
+    assert facts["cuda_visible_devices"] == "0" and facts["numa_by_local_rank"] == [0]
+    assert facts["cpus_by_local_rank"] == ["0-15"]
+
+
+def test_recorded_h100_clocks_are_already_at_the_maximum():
+    """The same machine's clock query: application clocks at max, so pinning changes nothing."""
+    gpus = parse_clock_query(fixture("h100_1gpu_driver580.query.csv"))
+    assert [(g.bus_id, g.name, g.app_graphics, g.app_memory) for g in gpus] == [
+        ("0000:00:06.0", "NVIDIA H100 80GB HBM3", 1980, 2619)]
+    supported = parse_supported_clocks(fixture("h100_1gpu_driver580.supported.csv"))
+    assert max(supported["0000:00:06.0"][2619]) == 1980
+    plans = plan_pin(gpus, None, None, supported)
+    assert [(p.action, p.reason) for p in plans] == [("ok", "already at the target clocks")]
+
+
 def test_not_a_matrix_is_refused():
     with pytest.raises(NvidiaSmiParseError):
         parse_topo_matrix("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.")

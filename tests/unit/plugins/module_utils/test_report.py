@@ -38,3 +38,40 @@ def test_staging_summary_names_wrong_and_gone_files_then_counts():
 
 def test_staging_summary_when_nothing_staged():
     assert report.staging_summary([{"skipped": True}]) == ["stage: no staging ran"]
+
+
+def nodes(n: int, **switches) -> list[dict]:
+    return [{"inventory_hostname": f"nd-{i}", **switches} for i in range(n)]
+
+
+def test_nothing_is_skipped_where_every_switch_has_its_roles_default():
+    # BeeOND is opt-in: its default (off) is reported; every other role is on by default.
+    assert report.skipped_phases(nodes(2), {"inventory_hostname": "localhost"}) == [
+        "beeond: skipped on nd-0, nd-1: beeond_enabled is false"]
+    assert report.skipped_phases(nodes(2, beeond_enabled=True), {}) == []
+
+
+def test_each_skip_names_its_switch_and_only_the_hosts_where_it_is_off():
+    hosts = nodes(3, beeond_enabled=True)
+    hosts[1]["nccl_enabled"] = False
+    hosts[2]["nccl_enabled"] = "no"  # as -e or an INI inventory gives it
+    hosts[0]["gpu_clocks_enabled"] = "false"
+    hosts[2]["gpu_clocks_enabled"] = "yes"
+    assert report.skipped_phases(hosts, {"inventory_hostname": "localhost", "aml_cluster_manage": 0}) == [
+        "cluster: skipped on localhost: aml_cluster_manage is false",
+        "gpu_clocks: skipped on nd-0: gpu_clocks_enabled is false",
+        "nccl: skipped on nd-1, nd-2: nccl_enabled is false",
+    ]
+
+
+def test_a_big_cluster_names_the_first_hosts_then_counts():
+    (line,) = report.skipped_phases(nodes(32, beeond_enabled=True, ssh_trust_enabled=False), {})
+    assert line == ("ssh_trust: skipped on nd-0, nd-1, nd-2, nd-3, nd-4, nd-5, nd-6, nd-7 (+24 more): "
+                    "ssh_trust_enabled is false")
+
+
+def test_run_report_puts_the_skips_after_the_nodes_line():
+    lines = report.run_report(nodes(1, nvme_raid_enabled=False, beeond_enabled=True),
+                              {"inventory_hostname": "localhost"}, None)
+    assert lines == ["nodes: 1 (nd-0)", "nvme_raid: skipped on nd-0: nvme_raid_enabled is false",
+                     "stage: no staging ran", "submit: no job ran"]
