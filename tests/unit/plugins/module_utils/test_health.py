@@ -264,4 +264,4 @@ def test_recorded_h100_answers_pass():
     checks = by_name(health.gpu_checks(fx("nvsmi_gpu_h100_driver580.csv"), fx("nvsmi_remap_h100_driver580.csv"),
                                        "", 1))
     assert {n: c["status"] for n, c in checks.items()} == {"gpu_count": "pass", "gpu_health": "pass",
-                                                            "gpu_xid": "pass"}
+                                                           "gpu_xid": "pass"}
