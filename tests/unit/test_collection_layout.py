@@ -103,3 +103,38 @@ def test_ansible_resolves_our_names_from_the_checkout():
         assert res.returncode == 0, (kind, res.stderr)
         for name in names:
             assert f"amlhpc.azureml.{name}" in res.stdout, (kind, name, res.stdout)
+
+
+class _Spec(Exception):
+    pass
+
+
+def _argument_spec(module_name: str, monkeypatch) -> dict:
+    """The argument spec a module hands to AnsibleModule (the module stops right there)."""
+    spec = importlib.util.spec_from_file_location(module_name, ROOT / "plugins" / "modules" / f"{module_name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+
+    def capture(**kwargs):
+        raise _Spec(kwargs["argument_spec"])
+
+    monkeypatch.setattr(mod, "AnsibleModule", capture)
+    try:
+        mod.main()
+    except _Spec as spec:
+        return spec.args[0]
+    raise AssertionError(f"{module_name}.main() built no AnsibleModule")
+
+
+def test_the_azure_auth_options_are_written_once(monkeypatch):
+    """aml_job and aml_compute_cluster take the workspace and credential options from
+    aml_nodes.auth_argument_spec (the doc fragment azure_auth documents them), not from a copy."""
+    from amlhpc.aml_nodes import auth_argument_spec
+    shared = auth_argument_spec()
+    job = _argument_spec("aml_job", monkeypatch)
+    cluster = _argument_spec("aml_compute_cluster", monkeypatch)
+    assert {k: job[k] for k in shared} == shared
+    assert {k: cluster[k] for k in shared} == auth_argument_spec(workspace_required=True)
+    assert cluster["resource_group"]["required"] and cluster["workspace_name"]["required"]
+    # One dict per call: a module that changes its copy changes nobody else's.
+    assert auth_argument_spec()["resource_group"] is not auth_argument_spec()["resource_group"]

@@ -382,12 +382,14 @@ ENV_NAMES = {
 }
 
 
-def auth_argument_spec() -> dict[str, dict[str, Any]]:
-    """The workspace and credential options of the modules (doc fragment amlhpc.azureml.azure_auth)."""
+def auth_argument_spec(workspace_required: bool = False) -> dict[str, dict[str, Any]]:
+    """The workspace and credential options of the modules (doc fragment amlhpc.azureml.azure_auth);
+    ``workspace_required`` for a module that always talks to a workspace (aml_compute_cluster)."""
+    workspace: dict[str, Any] = {"type": "str", "required": True} if workspace_required else {"type": "str"}
     return {
         "subscription_id": {"type": "str"},
-        "resource_group": {"type": "str"},
-        "workspace_name": {"type": "str"},
+        "resource_group": dict(workspace),
+        "workspace_name": dict(workspace),
         "auth_source": {"type": "str", "default": "auto", "choices": list(AUTH_SOURCES)},
         "client_id": {"type": "str"},
         "secret": {"type": "str", "no_log": True},
