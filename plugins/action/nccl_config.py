@@ -3,7 +3,8 @@
 """Action plugin of amlhpc.azureml.nccl_config: reads the user's topology file on the
 controller, runs the module on the node (one module run), and makes the facts it returns
 host variables of the play, as ansible.builtin.set_fact does (not cached), so that no
-set_fact task per node is needed."""
+set_fact task per node is needed. Where the play imported the role without Ansible's own
+argument check, it checks the role's variables first (plugin_utils/role_args.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from typing import Any
 
 from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.plugins.action import ActionBase, VariableLayer
+
+from ansible_collections.amlhpc.azureml.plugins.plugin_utils.role_args import role_argument_errors
 
 
 class ActionModule(ActionBase):
@@ -21,6 +24,10 @@ class ActionModule(ActionBase):
     def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         del tmp
+        invalid = role_argument_errors(self, task_vars or {})
+        if invalid:
+            result.update(invalid)
+            return result
         args = dict(self._task.args)
         src = args.get("topo_file_src") or ""
         if src and args.get("topo_file_content") is None:

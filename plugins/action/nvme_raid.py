@@ -5,7 +5,8 @@ host-task for the controller. It runs, inside one worker, the module calls the r
 chain ran: the plan (amlhpc.azureml.nvme_raid_info), and only when there is something to
 build or to keep, the build (mdadm, community.general.filesystem, ansible.builtin.lineinfile,
 ansible.posix.mount, ansible.builtin.file, update-initramfs). The decisions are plain
-functions of plugins/module_utils/amlhpc/nvme.py."""
+functions of plugins/module_utils/amlhpc/nvme.py. Where the play imported the role without
+Ansible's own argument check, it checks the role's variables first (plugin_utils/role_args.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase, VariableLayer
 
+from ansible_collections.amlhpc.azureml.plugins.plugin_utils.role_args import role_argument_errors
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nvme import (
     mdadm_conf_line,
     mount_options,
@@ -53,6 +55,10 @@ class ActionModule(ActionBase):
     def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         del tmp
+        invalid = role_argument_errors(self, task_vars or {})
+        if invalid:
+            result.update(invalid)
+            return result
         validated = ArgumentSpecValidator(ARGUMENT_SPEC).validate(self._task.args)
         if validated.error_messages:
             raise AnsibleActionFail(f"nvme_raid: {'; '.join(validated.error_messages)}")

@@ -86,6 +86,10 @@ options:
     description: Its settings (a null or empty value drops a key); C(NCCL_TOPO_FILE) is added when a topology file is in use.
     type: dict
     default: {}
+  conf_extra:
+    description: More settings, merged over O(conf_settings) (a null value drops a key).
+    type: dict
+    default: {}
   conf_backup:
     description: Keep the O(conf_path) it replaces as a time-stamped backup.
     type: bool
@@ -96,6 +100,10 @@ options:
     default: /etc/amlhpc/nccl.env
   env:
     description: Its variables (exported, shell-quoted; a null or empty value drops a key).
+    type: dict
+    default: {}
+  env_extra:
+    description: More variables, merged over O(env) (a null value drops a key).
     type: dict
     default: {}
 author:
@@ -165,9 +173,11 @@ def main() -> None:
             "topo_file_dest": {"type": "path", "default": "/etc/amlhpc/nccl-topo.xml"},
             "conf_path": {"type": "path", "default": "/etc/nccl.conf"},
             "conf_settings": {"type": "dict", "default": {}},
+            "conf_extra": {"type": "dict", "default": {}},
             "conf_backup": {"type": "bool", "default": True},
             "env_path": {"type": "path", "default": "/etc/amlhpc/nccl.env"},
             "env": {"type": "dict", "default": {}},
+            "env_extra": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
@@ -181,8 +191,8 @@ def main() -> None:
     try:
         plan = node_plan(found, vm_size=p["vm_size"], topo_file_src=p["topo_file_src"],
                          topo_file_content=p["topo_file_content"], topo_file_dest=p["topo_file_dest"],
-                         conf_path=p["conf_path"], conf_settings=p["conf_settings"], conf_backup=p["conf_backup"],
-                         env_path=p["env_path"], env=p["env"])
+                         conf_path=p["conf_path"], conf_settings={**p["conf_settings"], **p["conf_extra"]}, conf_backup=p["conf_backup"],
+                         env_path=p["env_path"], env={**p["env"], **p["env_extra"]})
     except ValueError as exc:
         module.fail_json(msg=f"nccl settings: {exc}", probe=found)
     written = apply(module, plan["directories"], plan["files"])
