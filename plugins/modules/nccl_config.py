@@ -18,12 +18,16 @@ description:
   - One module run per node on the controller instead of a probe, three M(ansible.builtin.set_fact),
     two messages and a write.
   - Its action plugin reads O(topo_file_src) on the controller (a role's C(files/) or a path) and
-    makes RV(facts) host variables of the play (like M(ansible.builtin.set_fact), not cached):
+    makes RV(facts) host variables of the play (like M(ansible.builtin.set_fact), not cached),
     C(nccl_vm_size_found), C(nccl_vm_size_source), C(nccl_topology), C(nccl_topo_file_in_use),
     C(nccl_pinning).
 attributes:
   action:
     support: full
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
   check_mode:
     support: full
     details: Reads the node, writes nothing; reports what would change.
@@ -118,7 +122,7 @@ EXAMPLES = r"""
   amlhpc.azureml.nccl_config:
     vm_size: Standard_ND96asr_v4
     sharp_plugin_dirs: [/usr/local/nccl-rdma-sharp-plugins/lib]
-    image_topo_files: [/opt/microsoft/{name}/topo.xml]
+    image_topo_files: ["/opt/microsoft/{name}/topo.xml"]
     conf_settings: {NCCL_IB_PCI_RELAXED_ORDERING: 1}
     env: {NCCL_SOCKET_IFNAME: eth0}
   become: true

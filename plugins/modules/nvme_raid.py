@@ -24,11 +24,13 @@ description:
     (M(ansible.builtin.lineinfile)), the file system mounted by UUID and added to fstab with
     C(nofail) (M(ansible.posix.mount)), the mount point's mode set (M(ansible.builtin.file)), and
     the initramfs rebuilt when the ARRAY line changed (O(update_initramfs)).
-  - With O(recorded), the plan is made on recorded outputs, which are not this node's disks:
+  - With O(recorded), the plan is made on recorded outputs, which are not this node's disks, so
     the task says what it would build and builds nothing.
 attributes:
   action:
     support: full
+  bypass_host_loop:
+    support: none
   async:
     support: none
   check_mode:
