@@ -14,7 +14,11 @@ host-task; then the marginal CPU per added node (least squares over the sizes), 
 projection to 512 nodes on a 4-core controller, and the ratio to parallel-ssh.
 
     .venv/bin/python bench/nodes_phase_bench.py [--sizes 1,4,16,32] [--playbook playbooks/nodes.yml]
-        [--mitogen] [--label text] [--profile-tasks N]
+        [--site] [--mitogen] [--label text] [--profile-tasks N]
+
+--site runs the whole site.yml instead, set up as tests/integration/test_multinode.py sets it
+up (Azurite on the nodes' gateway, the twin's AzureML stand-in; the first run makes and stages
+the data set and trains on the nodes), and pssh_nodes.py --site beside it.
 
 Figures are CPU time because wall time on shared cores says more about the neighbours.
 """
@@ -100,6 +104,42 @@ def write_inventory(cluster: Twin, size: int, tmp: Path, extra: dict) -> Path:
     return inv
 
 
+class Site:
+    """What the whole site.yml needs around the twin, as tests/integration/test_multinode.py
+    sets it up (the same helpers): the user's inventory and group_vars (AzureML workspace
+    answered by the twin's stand-in, the training job), Azurite on the node network's gateway
+    for the data set, and the stand-in's state file. The first run makes and uploads the small
+    data set, stages it onto every node and trains on the nodes; the second finds all done."""
+
+    def __init__(self, cluster: Twin, tmp: Path, extra: dict) -> None:
+        sys.path.insert(0, str(ROOT / "tests" / "integration"))
+        import test_multinode as mn  # noqa: PLC0415 - only the site mode needs it (and pytest)
+        self.mn = mn
+        self.tmp = tmp
+        port = mn.free_port()
+        (tmp / "azurite").mkdir()
+        self.azurite = mn._spawn_azurite(port, tmp / "azurite", host=cluster.gateway)  # pylint: disable=protected-access
+        url = f"http://{cluster.gateway}:{port}/devstoreaccount1"
+        scratch = tmp / "controller"
+        group_vars = {
+            **mn.job_group_vars(cluster),
+            "aml_job_download_dir": str(scratch / "outputs"), "stage_account_url": url,
+            "stage_container": "cosmoflow", "stage_azcopy_src": str(ROOT / ".tools" / "bin" / "azcopy"),
+            "prepare_dataset_src": str(scratch / "cosmoflow-src"), "prepare_dataset_generate": True,
+            "prepare_dataset_account_key": mn.ACCOUNT_KEY, "prepare_dataset_create_container": True,
+            "healthcheck_fs_files": 2, "healthcheck_fs_file_size_mb": 8, **extra}
+        self.inventory = mn.user_inventory(cluster, tmp / "inventory", "bench", group_vars)
+        with open(tmp / "inventory" / "group_vars" / "all" / "main.yml", "a") as fh:
+            fh.write("stage_sas: \"{{ lookup('amlhpc.azureml.blob_sas', stage_account_url, container=stage_container, "
+                     "account_key=prepare_dataset_account_key) }}\"\n")
+        self.env = mn.twin_env(mn.azureml_state(cluster, tmp))
+        self.url = url
+
+    def close(self) -> None:
+        os.killpg(self.azurite.pid, 15)
+        self.azurite.wait(10)
+
+
 def start_twin(size: int, workdir: Path, prefix: str) -> Twin:
     """A twin on NAT ports of its own: benches running side by side race for ports, so a
     start that lost the race is tried again further up."""
@@ -119,6 +159,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1,4,16,32")
     parser.add_argument("--playbook", default="playbooks/nodes.yml")
+    parser.add_argument("--site", action="store_true",
+                        help="the whole site.yml as tests/integration/test_multinode.py runs it (Azurite, the twin's "
+                             "AzureML stand-in, staging, training), instead of --playbook")
     parser.add_argument("--mitogen", action="store_true",
                         help="run ansible-playbook with the Mitogen strategy (ANSIBLE_STRATEGY=mitogen_linear)")
     parser.add_argument("--label", default="", help="a name for this configuration in the output")
@@ -132,6 +175,8 @@ def main() -> int:
                         help="group var for the bench inventory (YAML value)")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    if args.site:
+        args.playbook = "site.yml"
     extra = {k: yaml.safe_load(v) for k, v in (e.split("=", 1) for e in args.extra)}
 
     reaper = cpumeter.become_subreaper()
@@ -155,11 +200,20 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="amlhpc-bench-") as tmp:
             tmp_path = Path(tmp)
             cluster = start_twin(size, tmp_path / "cluster", args.prefix)
+            site = None
             try:
-                inv = write_inventory(cluster, size, tmp_path, extra)
+                if args.site:
+                    site = Site(cluster, tmp_path, extra)
+                    inv = site.inventory
+                    run_env = {**site.env, **{k: v for k, v in env.items() if k.startswith("ANSIBLE_")},
+                               "PYTHONDONTWRITEBYTECODE": "1"}
+                else:
+                    inv = write_inventory(cluster, size, tmp_path, extra)
+                    run_env = env
+                nodes_file = inv.parent / "nodes.json" if args.site else tmp_path / "nodes.json"
                 argv = [ANSIBLE_PLAYBOOK, "-i", str(inv), args.playbook]
                 for run in ("first", "second"):
-                    m = cpumeter.run(argv, cwd=project, env=env, timeout=3600)
+                    m = cpumeter.run(argv, cwd=project, env=run_env, timeout=3600)
                     if m.returncode != 0:
                         sys.exit(f"{args.playbook} failed ({run} run, {size} nodes):\n{m.stdout[-4000:]}{m.stderr[-2000:]}")
                     rc = recap(m.stdout)
@@ -170,13 +224,19 @@ def main() -> int:
                             f"{1000 * m.cpu / max(tasks, 1):>7.0f} {changed:>7}")
                     masters = f"  (ssh masters {m.masters:.1f} s of it)"
                     if run == "second" and not args.no_pssh:
-                        p = cpumeter.run([sys.executable, str(ROOT / "bench" / "pssh_nodes.py"),
-                                          "--nodes-file", str(tmp_path / "nodes.json"), "--key", str(cluster.key), "--user", cluster.admin_user,
-                                          "--address", cluster.public_address],
-                                         cwd=ROOT, timeout=900)
+                        pargv = [sys.executable, str(ROOT / "bench" / "pssh_nodes.py"),
+                                 "--nodes-file", str(nodes_file), "--key", str(cluster.key), "--user", cluster.admin_user,
+                                 "--address", cluster.public_address]
+                        if site is not None:
+                            pargv += ["--site", "--hosts", ",".join(f"bench-{i}" for i in range(size)),
+                                      "--account-url", site.url, "--account-key", site.mn.ACCOUNT_KEY]
+                        p = cpumeter.run(pargv, cwd=ROOT, timeout=900)
                         if p.returncode != 0:
                             sys.exit(f"pssh_nodes.py failed:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
-                        pchanged = yaml.safe_load(p.stdout.strip().splitlines()[-1])["changed_files"]
+                        pout = yaml.safe_load(p.stdout.strip().splitlines()[-1])
+                        pchanged = pout["changed_files"]
+                        if pout.get("retried"):
+                            print(f"      pssh retried: {'; '.join(pout['retried'])}", flush=True)
                         line += (f" | {p.wall:>9.1f} {p.cpu:>8.2f} {m.cpu / max(p.cpu, 1e-3):>8.0f}x"
                                  f"  (pssh changed {pchanged} files; wall ratio {m.wall / max(p.wall, 1e-3):.1f}x)")
                     print(line + masters, flush=True)
@@ -186,6 +246,8 @@ def main() -> int:
                         for task in slowest_tasks(m.stdout, args.profile_tasks):
                             print(f"      {task}", flush=True)
             finally:
+                if site is not None:
+                    site.close()
                 cluster.stop()
                 cpumeter.close_orphans()
     for run in ("first", "second"):

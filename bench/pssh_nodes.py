@@ -11,11 +11,23 @@ The same checks and writes as playbooks/nodes.yml with the roles' defaults:
           look-up, nvidia-smi topo -m, /etc/nccl.conf and /etc/amlhpc/nccl.env, no
           topology file for an unknown VM size
   head:   root reaches every node by private IP with BatchMode (the trust check)
+With --site, also what the whole site.yml does on every node when everything is in place
+(its second run; BeeOND off, no GPU tools on the twin):
+  nodes:  the health check's tool look-up, the nodefile, the shared-mount write/read test
+          (plugins/module_utils/amlhpc/fsbench.py, the healthcheck's own code, same files,
+          size and writers), azcopy's version, the stage folder, and this node's staged
+          shard checked file by file against the plan (azcopy_sync.plan_sync, as
+          azcopy_stage does), the plan made as azcopy_shards makes it (the container listed
+          with a SAS, suffix mode). The controller-side plays (validate, prepare the data
+          set, submit, report) have no node work and no pssh counterpart.
 Each write happens only when the content differs; the script prints how many files it
 changed per node. Contents come from the same pure functions the roles use
 (plugins/module_utils/amlhpc), so after an Ansible run this script changes nothing.
+The script and its arguments go to each node on stdin (a command line over about 32 KiB
+is refused by libssh2 with InvalidRequestError).
 
     python bench/pssh_nodes.py --nodes-file nodes.json --key id_controller [--user azureuser]
+        [--site --hosts h0,h1 --account-url URL --account-key KEY]
 """
 
 from __future__ import annotations
@@ -106,6 +118,38 @@ if os.path.exists(a["topo_dest"]):
     os.remove(a["topo_dest"]); changed.append(a["topo_dest"])
 write("/etc/nccl.conf", a["nccl_conf"])
 write("/etc/amlhpc/nccl.env", a["nccl_env"])
+
+site = a.get("site")
+if site:
+    # the plugins' own module_utils (fsbench, azcopy_sync), shipped as a zip as AnsiballZ would
+    import base64, tempfile, zlib
+    lib = tempfile.NamedTemporaryFile(suffix=".zip", delete=False)
+    lib.write(zlib.decompress(base64.b64decode(site["lib"]))); lib.close()
+    sys.path.insert(0, lib.name)
+    try:
+        # healthcheck: the measurement tools, the nodefile, the shared mount's write/read test
+        for tool in site["tools"]:
+            run("sh", "-c", "command -v " + tool)
+        os.path.exists(a["nodefile"])
+        from amlhpc import fsbench
+        fsbench.run(site["fs_path"], files=site["fs_files"], file_size=site["fs_file_size_mb"] * 2**20,
+                    parallel=site["fs_parallel"])
+        # stage: azcopy's version, the stage folder, and this node's shard on disk against the plan
+        run(site["azcopy"], "--version")
+        os.makedirs(site["stage_dir"], mode=0o755, exist_ok=True)
+        from amlhpc.azcopy_files import ExpectedFile
+        from amlhpc.azcopy_sync import plan_sync
+        from amlhpc.azcopy_files import NameSet
+        shard = site["shard"]
+        expected = [ExpectedFile(r["name"], r.get("raw_size"), bool(r.get("gzip")), r.get("sha256") or None, r.get("size"))
+                    for r in shard["expected"]]
+        todo = plan_sync(stage_dir=site["stage_dir"], rank=shard["rank"], expected=expected, decompress=True,
+                         verify="size", suffixes=[int(x) for x in shard.get("suffixes") or []],
+                         known=NameSet.load(site["known_names"]) if site["known_names"] else None)
+        if todo["fetch"]:
+            sys.exit("not staged: " + ", ".join(sorted(todo["fetch"])[:5]))
+    finally:
+        os.unlink(lib.name)
 print(json.dumps(changed))
 '''
 
@@ -138,12 +182,54 @@ print(json.dumps(bad))
 '''
 
 
-def remote(script: str, args: dict) -> str:
-    """`sudo python3 -c <script> <json>` as one shell command line."""
-    code = base64.b64encode(script.encode()).decode()
-    payload = base64.b64encode(json.dumps(args).encode()).decode()
-    return (f"sudo python3 -c \"import base64,sys; sys.argv[1]=base64.b64decode(sys.argv[1]).decode(); "
-            f"exec(base64.b64decode('{code}'))\" {payload}")
+# The command line stays short: the script and its arguments travel on stdin. libssh2 refuses
+# an exec request that does not fit in one SSH packet (about 32 KiB): a long command line
+# failed with ssh2.exceptions.InvalidRequestError (LIBSSH2_ERROR_INVAL, "invalid request").
+RUNNER = ("sudo python3 -c 'import json, sys; d = json.load(sys.stdin); sys.argv[1:] = [d[\"args\"]]; "
+          "exec(d[\"script\"])'")
+
+
+def remote(script: str, args: dict) -> bytes:
+    """What RUNNER reads on stdin: the script and its arguments (JSON)."""
+    return json.dumps({"script": script, "args": json.dumps(args)}).encode()
+
+
+def _lib() -> str:
+    """plugins/module_utils/amlhpc as a zip (package ``amlhpc``), compressed, base64."""
+    import io
+    import zipfile
+    import zlib
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name in ("__init__", "fsbench", "azcopy_sync", "azcopy_cmd", "azcopy_files", "azcopy_progress",
+                     "azcopy_sas", "shards", "tfrecord"):
+            zf.write(ROOT / "plugins" / "module_utils" / "amlhpc" / f"{name}.py", f"amlhpc/{name}.py")
+    return base64.b64encode(zlib.compress(buf.getvalue(), 9)).decode()
+
+
+def site_args(args: argparse.Namespace, count: int) -> list[dict]:
+    """Per node: what site.yml checks there after the nodes phase. The shard plan is made as
+    azcopy_shards makes it (the container listed with a SAS, suffix mode)."""
+    from datetime import datetime, timedelta, timezone
+
+    from amlhpc.blob_listing import account_name, list_blobs
+    from amlhpc.azcopy_files import NameSet
+    from amlhpc.shards import plan_shards, plan_summary
+    from azure.storage.blob import ContainerSasPermissions, generate_container_sas
+
+    now = datetime.now(timezone.utc)
+    sas = generate_container_sas(account_name(args.account_url), args.container, account_key=args.account_key,
+                                 permission=ContainerSasPermissions.from_string("rl"),
+                                 start=now - timedelta(minutes=5), expiry=now + timedelta(hours=1))
+    listing = list_blobs(args.account_url, args.container, "", credential=sas)
+    hosts = args.hosts.split(",") if args.hosts else [f"node-{i}" for i in range(count)]
+    plan = plan_summary(plan_shards(hosts, "suffix", listing), "suffix", listed=True)
+    known = NameSet.of(b.name for b in listing).dump()
+    lib = _lib()
+    tools = ["nvidia-smi", "nvbandwidth", "bandwidthTest", "all_reduce_perf", "alltoall_perf", "elbencho", "mpirun"]
+    return [{"lib": lib, "tools": tools, "fs_path": args.fs_path, "fs_files": args.fs_files,
+             "fs_file_size_mb": args.fs_file_size_mb, "fs_parallel": args.fs_parallel, "azcopy": args.azcopy,
+             "stage_dir": args.stage_dir, "shard": plan["shards"][h], "known_names": known} for h in hosts]
 
 
 def main() -> int:
@@ -153,26 +239,65 @@ def main() -> int:
     ap.add_argument("--user", default="azureuser")
     ap.add_argument("--cluster", default="bench")
     ap.add_argument("--address", default="127.0.0.1")
+    ap.add_argument("--site", action="store_true",
+                    help="also what the whole site.yml does on every node on a second run: the health check's "
+                         "tool look-up and shared-mount write/read test, and the staged shard checked against the plan")
+    ap.add_argument("--hosts", default="", help="site: the inventory names, comma-separated, in rank order")
+    ap.add_argument("--account-url", default="")
+    ap.add_argument("--container", default="cosmoflow")
+    ap.add_argument("--account-key", default="")
+    ap.add_argument("--stage-dir", default="/mnt/scratch/cosmoflow")
+    ap.add_argument("--fs-path", default="/mnt/scratch")
+    ap.add_argument("--fs-files", type=int, default=2)
+    ap.add_argument("--fs-file-size-mb", type=int, default=8)
+    ap.add_argument("--fs-parallel", type=int, default=8)
+    ap.add_argument("--azcopy", default="/usr/local/bin/azcopy")
     args = ap.parse_args()
 
     nodes = sorted(json.loads(Path(args.nodes_file).read_text()), key=lambda n: int(n["port"]))
     ips = [n["privateIpAddress"] for n in nodes]
     hosts = [args.address] * len(nodes)
     config = [HostConfig(port=int(n["port"]), user=args.user, private_key=args.key) for n in nodes]
-    client = ParallelSSHClient(hosts, host_config=config, pool_size=max(len(nodes), 1), timeout=60)
-    head = ParallelSSHClient([args.address], host_config=config[:1], timeout=60)
+    client = ParallelSSHClient(hosts, host_config=config, pool_size=max(len(nodes), 1), timeout=60,
+                               num_retries=3, retry_delay=2)
+    head = ParallelSSHClient([args.address], host_config=config[:1], timeout=60, num_retries=3, retry_delay=2)
 
-    def one(cl: ParallelSSHClient, cmd: str) -> list[str]:
-        out = cl.run_command(cmd)
-        cl.join(out)
-        texts = []
-        for o in out:
-            text = "\n".join(o.stdout)
-            if o.exit_code != 0:
-                sys.exit(f"{o.host}:{o.client.port if o.client else '?'} rc {o.exit_code}: "
-                         + "\n".join(o.stderr)[-2000:])
-            texts.append(text)
-        return texts
+    retried: list[str] = []
+
+    def one(cl: ParallelSSHClient, stdin: bytes | list[bytes], attempts: int = 3) -> list[str]:
+        """RUNNER on every host of the client with ``stdin`` (one payload for all, or one per
+        host), the outputs in order. A host whose SSH session fails (a libssh2 error) gets the
+        command again on a new connection, up to ``attempts`` times; the retries are
+        reported. A command that ran and failed is not retried."""
+        texts: list[str | None] = [None] * len(cl.hosts)
+        todo = list(range(len(cl.hosts)))
+        for attempt in range(attempts):
+            client = cl if attempt == 0 else ParallelSSHClient(
+                [cl.hosts[i] for i in todo], host_config=[cl.host_config[i] for i in todo],
+                pool_size=max(len(todo), 1), timeout=60, num_retries=3, retry_delay=2)
+            out = client.run_command(RUNNER, stop_on_errors=False)
+            for i, o in zip(todo, out):
+                if o.exception is None:
+                    try:  # the payload on stdin, then EOF
+                        data = stdin[i] if isinstance(stdin, list) else stdin
+                        o.client.eagain_write(o.channel.write, data)
+                        o.client.eagain(o.channel.send_eof)
+                    except Exception as exc:  # noqa: BLE001 - retried below like a failed session
+                        o.exception = exc
+            client.join(out)
+            failed = []
+            for i, o in zip(todo, out):
+                if o.exception is not None:
+                    failed.append(i)
+                    retried.append(f"{type(o.exception).__name__} on {o.host}:{cl.host_config[i].port}")
+                    continue
+                if o.exit_code != 0:
+                    sys.exit(f"{o.host}:{cl.host_config[i].port} rc {o.exit_code}: " + "\n".join(o.stderr)[-2000:])
+                texts[i] = "\n".join(o.stdout)
+            todo = failed
+            if not todo:
+                return [t or "" for t in texts]
+        sys.exit(f"no SSH session after {attempts} attempts: {'; '.join(retried[-len(todo):])}")
 
     comment = f"amlhpc-head@{args.cluster}"
     head_out = json.loads(one(head, remote(HEAD_SCRIPT, {"ips": ips, "comment": comment}))[0])
@@ -194,12 +319,17 @@ def main() -> int:
         "nccl_conf": nccl_conf_content(defaults["nccl_conf_settings"], None),
         "nccl_env": nccl_env_content(defaults["nccl_env"], [], pinning, None),
     }
-    changed = [json.loads(t) for t in one(client, remote(NODE_SCRIPT, node_args))]
+    per_node = [dict(node_args) for _ in nodes]
+    if args.site:
+        for args_, site in zip(per_node, site_args(args, len(nodes))):
+            args_["site"] = site
+    changed = [json.loads(t) for t in one(client, [remote(NODE_SCRIPT, a) for a in per_node])]
     bad = json.loads(one(head, remote(VERIFY_SCRIPT, {"ips": ips}))[0])
     if bad:
         sys.exit(f"root on the head does not reach {', '.join(bad)}")
     total = sum(len(c) for c in changed) + int(head_out["made"])
-    print(json.dumps({"nodes": len(nodes), "changed_files": total, "per_node": [len(c) for c in changed]}))
+    print(json.dumps({"nodes": len(nodes), "changed_files": total, "per_node": [len(c) for c in changed],
+                      "retried": retried}))
     return 0
 
 

@@ -16,14 +16,13 @@ from typing import Any, Optional
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nccl import (
-    choose_pinning,
     job_settings,
     nccl_conf_content,
     nccl_env_content,
+    node_pinning,
     render_topology_xml,
     topology_for_vm_size,
 )
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nvidia_smi import NvidiaSmiParseError, topology_pinning
 
 
 def nccl_topology(vm_size: Optional[str]) -> Optional[dict[str, str]]:
@@ -49,15 +48,7 @@ def nccl_env(env: dict[str, Any], ld_library_path: Optional[list[str]] = None,
 
 
 def gpu_pinning(topo_text: Optional[str], vm_size: Optional[str] = None) -> dict[str, Any]:
-    measured: Optional[dict[str, Any]] = None
-    if topo_text:
-        try:
-            measured = topology_pinning(topo_text)
-        except NvidiaSmiParseError as exc:
-            measured = {"known": False, "reason": f"nvidia-smi topo -m not understood: {exc}"}
-    else:
-        measured = {"known": False, "reason": "no nvidia-smi topo -m output"}
-    return choose_pinning(measured, vm_size)
+    return node_pinning(topo_text, vm_size)
 
 
 def nccl_job(env_file_b64: Optional[str], conf_path: str, env_path: str) -> dict[str, Any]:

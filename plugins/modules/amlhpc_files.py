@@ -75,11 +75,8 @@ backups:
   returned: always
 """
 
-import grp
-import pwd
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.files import ensure_absent, ensure_dir, ensure_file
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.files import apply
 
 _DIR = {"path": {"type": "path", "required": True}, "owner": {"type": "str", "default": "root"},
         "group": {"type": "str", "default": "root"}, "mode": {"type": "str", "default": "0755"}}
@@ -87,14 +84,6 @@ _FILE = {"path": {"type": "path", "required": True}, "content": {"type": "str", 
          "state": {"type": "str", "default": "present", "choices": ["present", "absent"]},
          "owner": {"type": "str", "default": "root"}, "group": {"type": "str", "default": "root"},
          "mode": {"type": "str", "default": "0644"}, "backup": {"type": "bool", "default": False}}
-
-
-def _ids(module: AnsibleModule, item: dict) -> tuple[int, int, int]:
-    try:
-        return pwd.getpwnam(item["owner"]).pw_uid, grp.getgrnam(item["group"]).gr_gid, int(item["mode"], 8)
-    except (KeyError, ValueError) as exc:
-        module.fail_json(msg=f"{item['path']}: owner {item['owner']!r}, group {item['group']!r}, "
-                             f"mode {item['mode']!r}: {exc}")
 
 
 def main() -> None:
@@ -105,21 +94,7 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    changed: list[str] = []
-    diffs: list[dict] = []
-    backups: dict[str, str] = {}
-    for d in module.params["directories"]:
-        uid, gid, mode = _ids(module, d)
-        ensure_dir(module, d["path"], uid, gid, mode, changed)
-    for f in module.params["files"]:
-        if f["state"] == "absent":
-            ensure_absent(module, f["path"], changed, diffs)
-            continue
-        uid, gid, mode = _ids(module, f)
-        made = ensure_file(module, f["path"], f["content"], uid, gid, mode, changed, diffs, backup=f["backup"])
-        if made:
-            backups[f["path"]] = made
-    module.exit_json(changed=bool(changed), changed_files=changed, backups=backups, diff=diffs)
+    module.exit_json(**apply(module, module.params["directories"], module.params["files"]))
 
 
 if __name__ == "__main__":

@@ -92,24 +92,8 @@ image_topo_file:
   returned: always
 """
 
-import json
-import os
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.urls import open_url
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nccl import topology_for_vm_size
-
-
-def _imds(url: str, timeout: int) -> dict:
-    try:
-        resp = open_url(url, headers={"Metadata": "true"}, timeout=timeout, use_proxy=False,
-                        validate_certs=False)
-        body = resp.read()
-        return {"status": resp.status, "json": json.loads(body), "msg": f"OK ({len(body)} bytes)"}
-    except Exception as exc:  # what uri reports: status -1 and why
-        status = getattr(exc, "code", -1)
-        return {"status": status if isinstance(status, int) else -1,
-                "msg": f"Status code was {status} and not [200]: Request failed: {exc}"}
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nccl_probe import probe
 
 
 def main() -> None:
@@ -126,23 +110,10 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    imds = _imds(p["imds_url"], p["imds_timeout"]) if p["imds"] else {"status": -1, "msg": "instance metadata not asked"}
-    found = [d for d in p["sharp_plugin_dirs"] if os.path.exists(os.path.join(d, "libnccl-net.so"))]
-    smi = p["nvidia_smi"] if os.path.sep in p["nvidia_smi"] else module.get_bin_path(p["nvidia_smi"])
-    topo = {"rc": -1, "stdout": ""}
-    if smi:
-        rc, out, _unused = module.run_command([smi, "topo", "-m"])
-        topo = {"rc": rc, "stdout": out}
-    vm_size = p["vm_size"]
-    if not vm_size and imds["status"] == 200:
-        vm_size = str((imds.get("json") or {}).get("compute", {}).get("vmSize", ""))
-    topology = topology_for_vm_size(vm_size) if vm_size else None
-    image_file = ""
-    if topology is not None:
-        image_file = next((f for f in (t.replace("{name}", topology.name) for t in p["image_topo_files"])
-                           if os.path.exists(f)), "")
-    module.exit_json(changed=False, imds=imds, sharp_plugin_dirs_found=found, topo_m=topo,
-                     image_topo_file=image_file)
+    module.exit_json(changed=False, **probe(module, ask_imds=p["imds"], imds_url=p["imds_url"],
+                                            imds_timeout=p["imds_timeout"], sharp_plugin_dirs=p["sharp_plugin_dirs"],
+                                            nvidia_smi=p["nvidia_smi"], vm_size=p["vm_size"],
+                                            image_topo_files=p["image_topo_files"]))
 
 
 if __name__ == "__main__":

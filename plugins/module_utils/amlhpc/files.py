@@ -8,7 +8,9 @@ Runs on the node (shipped by AnsiballZ); plain stdlib plus the AnsibleModule it 
 
 from __future__ import annotations
 
+import grp
 import os
+import pwd
 import tempfile
 from typing import Any
 
@@ -80,3 +82,36 @@ def ensure_absent(module: Any, path: str, changed: list[str], diffs: list[dict[s
     diffs.append({"before_header": path, "after_header": path, "before": read_text(path) or "", "after": ""})
     if not module.check_mode:
         os.remove(path)
+
+
+def _ids(module: Any, item: dict[str, Any]) -> tuple[int, int, int]:
+    try:
+        return pwd.getpwnam(item["owner"]).pw_uid, grp.getgrnam(item["group"]).gr_gid, int(item["mode"], 8)
+    except (KeyError, ValueError) as exc:
+        module.fail_json(msg=f"{item['path']}: owner {item['owner']!r}, group {item['group']!r}, "
+                             f"mode {item['mode']!r}: {exc}")
+        raise  # fail_json exits; for type checkers
+
+
+def apply(module: Any, directories: list[dict[str, Any]], files: list[dict[str, Any]]) -> dict[str, Any]:
+    """Directories (``path``, ``owner``, ``group``, ``mode``) then files (``path``, ``content``,
+    ``state`` present/absent, ``owner``, ``group``, ``mode``, ``backup``), as amlhpc_files
+    takes them (owner and group default to root, modes to 0755 and 0644). Returns
+    ``changed``, ``changed_files``, ``backups`` (by path) and ``diff``."""
+    changed: list[str] = []
+    diffs: list[dict[str, str]] = []
+    backups: dict[str, str] = {}
+    for d in directories:
+        d = {"owner": "root", "group": "root", "mode": "0755", **d}
+        uid, gid, mode = _ids(module, d)
+        ensure_dir(module, d["path"], uid, gid, mode, changed)
+    for f in files:
+        f = {"owner": "root", "group": "root", "mode": "0644", "state": "present", "content": "", "backup": False, **f}
+        if f["state"] == "absent":
+            ensure_absent(module, f["path"], changed, diffs)
+            continue
+        uid, gid, mode = _ids(module, f)
+        made = ensure_file(module, f["path"], f["content"], uid, gid, mode, changed, diffs, backup=f["backup"])
+        if made:
+            backups[f["path"]] = made
+    return {"changed": bool(changed), "changed_files": changed, "backups": backups, "diff": diffs}

@@ -11,12 +11,13 @@ pinning default used when ``nvidia-smi topo -m`` cannot tell (``known_pinning``)
 
 from __future__ import annotations
 
+import posixpath
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .nvidia_smi import pinning_facts
+from .nvidia_smi import NvidiaSmiParseError, pinning_facts, topology_pinning
 
 GPU_CLASS = "0x030200"   # 3D controller
 IB_CLASS = "0x020700"    # InfiniBand controller
@@ -265,3 +266,85 @@ def job_settings(env_text: Optional[str], conf_path: str, env_path: str,
         env["NCCL_TOPO_FILE"] = topo
         files.append(topo)
     return {"environment_variables": env, "mounts": [f"{f}:{f}" for f in dict.fromkeys(files) if f]}
+
+
+# ---------------------------------------------------------------------------------------
+# What the role decides for one node, from what nccl_config (or nccl_facts) read there
+
+def node_pinning(topo_text: Optional[str], vm_size: Optional[str]) -> dict[str, Any]:
+    """Pinning facts: measured from ``nvidia-smi topo -m`` text when it is complete, else
+    the VM size's table (``known`` False with the reasons when neither applies)."""
+    if topo_text:
+        try:
+            measured: dict[str, Any] = topology_pinning(topo_text)
+        except NvidiaSmiParseError as exc:
+            measured = {"known": False, "reason": f"nvidia-smi topo -m not understood: {exc}"}
+    else:
+        measured = {"known": False, "reason": "no nvidia-smi topo -m output"}
+    return choose_pinning(measured, vm_size)
+
+
+def node_plan(probe: Mapping[str, Any], *, vm_size: str = "", topo_file_src: str = "",
+              topo_file_content: Optional[str] = None, topo_file_dest: str = "/etc/amlhpc/nccl-topo.xml",
+              conf_path: str = "/etc/nccl.conf", conf_settings: Optional[Mapping[str, Any]] = None,
+              conf_backup: bool = True, env_path: str = "/etc/amlhpc/nccl.env",
+              env: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+    """Everything the nccl role decides for a node, from its probe (``imds``,
+    ``sharp_plugin_dirs_found``, ``topo_m``, ``image_topo_file``, as nccl_facts returns them):
+
+    ``facts`` (``nccl_vm_size_found``, ``nccl_vm_size_source``, ``nccl_topology`` (name and
+    GPU, or None), ``nccl_topo_file_in_use``, ``nccl_pinning``), the ``directories`` and
+    ``files`` to write (amlhpc_files' shapes), and ``msg``: one line on the topology in use
+    and one on the pinning. ``topo_file_src`` names the user's topology file on the
+    controller and ``topo_file_content`` is its text; without one, the VM size's table
+    entry is rendered (the role's shipped files are the same text). Raises ValueError for
+    a setting that is not a variable name or a value that spans lines."""
+    imds = probe.get("imds") or {}
+    imds_ok = imds.get("status") == 200
+    if vm_size:
+        found, source = vm_size, "inventory"
+    elif imds_ok:
+        found = str(((imds.get("json") or {}).get("compute") or {}).get("vmSize") or "")
+        source = "instance metadata"
+    else:
+        found, source = "", f"unknown ({imds.get('msg') or 'instance metadata not asked'})"
+    topo = topology_for_vm_size(found)
+    image_file = "" if topo_file_src else str(probe.get("image_topo_file") or "")
+    if topo_file_src:
+        in_use = topo_file_dest
+    elif image_file:
+        in_use = image_file
+    elif topo is not None:
+        in_use = topo_file_dest
+    else:
+        in_use = ""
+    topo_m = probe.get("topo_m") or {}
+    pinning = node_pinning(topo_m.get("stdout") if topo_m.get("rc") == 0 else "", found)
+
+    if in_use:
+        origin = topo_file_src or ("the image" if image_file else f"{topo.name} table" if topo else "")
+        topo_msg = f"NCCL_TOPO_FILE={in_use} from {origin}"
+    else:
+        topo_msg = (f"no topology file: VM size {found or 'unknown'} ({source}) has none, NCCL detects the "
+                    "topology itself (set nccl_topo_file_src to give one)")
+    if pinning.get("known"):
+        pin_msg = (f"GPU order {pinning['cuda_visible_devices']}, NUMA by local rank "
+                   f"{' '.join(str(n) for n in pinning['numa_by_local_rank'])}, mpirun {pinning['mpirun_bind_flags']} "
+                   f"(from {pinning['source']})")
+    else:
+        pin_msg = f"no pinning facts: {pinning.get('reason', '')}"
+
+    topo_text = ""
+    if in_use == topo_file_dest:
+        topo_text = topo_file_content if topo_file_src else render_topology_xml(topo)  # type: ignore[arg-type]
+    directories = [{"path": d} for d in dict.fromkeys(posixpath.dirname(p) for p in (topo_file_dest, env_path))]
+    files = [
+        {"path": topo_file_dest, "state": "present" if in_use == topo_file_dest else "absent", "content": topo_text or ""},
+        {"path": conf_path, "content": nccl_conf_content(conf_settings or {}, in_use or None), "backup": conf_backup},
+        {"path": env_path, "content": nccl_env_content(env or {}, list(probe.get("sharp_plugin_dirs_found") or [])[:1],
+                                                       pinning, in_use or None)},
+    ]
+    facts = {"nccl_vm_size_found": found, "nccl_vm_size_source": source,
+             "nccl_topology": {"name": topo.name, "gpu": topo.gpu} if topo else None,
+             "nccl_topo_file_in_use": in_use, "nccl_pinning": pinning}
+    return {"facts": facts, "directories": directories, "files": files, "msg": f"{topo_msg}; {pin_msg}"}

@@ -350,3 +350,33 @@ def mdadm_create_argv(device: str, members: list[str], chunk_kib: int | None = N
     if name:
         argv.append(f"--name={name}")
     return argv + list(members)
+
+
+# ---------------------------------------------------------------------------------------
+# The build, as the nvme_raid action runs it after the plan (nvme_raid_info)
+
+def would_build_message(state: Mapping[str, Any], device: str, filesystem: str, mount_point: str,
+                        mdadm_conf: str) -> str:
+    """What check mode says a create or assemble would do (nothing is run in check mode)."""
+    if state["action"] == "create":
+        argv = list(state["create_argv"])
+    else:
+        argv = ["mdadm", "--assemble", device, *state["devices"]]
+    wipe = list(state.get("wipe") or [])
+    return (f"would {state['action']} {device}: {' '.join(argv)}"
+            + (f"; wipefs --all {' '.join(wipe)}" if wipe else "")
+            + f"; then mkfs.{filesystem} on it (when it holds none), mount at {mount_point}"
+            + f" (fstab, nofail) and record it in {mdadm_conf}")
+
+
+def mount_options(options: str) -> str:
+    """The fstab options: the user's, with ``nofail`` added when missing (the local disks
+    come back blank after a deallocation, and the node must still boot)."""
+    opts = [o for o in options.split(",") if o]
+    return ",".join(opts + ([] if "nofail" in opts else ["nofail"]))
+
+
+def mdadm_conf_line(device: str, md_uuid: str) -> dict[str, str]:
+    """lineinfile's ``regexp`` and ``line`` for the array's ARRAY line in mdadm.conf."""
+    return {"regexp": rf"^ARRAY\s+\S+\s+.*UUID={re.escape(md_uuid)}",
+            "line": f"ARRAY {device} metadata=1.2 UUID={md_uuid}"}

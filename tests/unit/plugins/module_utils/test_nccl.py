@@ -152,3 +152,71 @@ def test_ndv4_topology_matches_the_azure_hpc_image():
     shipped = (Path(ROOT) / "roles" / "nccl" / "files" / "ndv4-topo.xml").read_text()
     assert render_topology_xml(TOPOLOGIES["ndv4"]) == shipped
     assert TOPOLOGIES["ndv4"].numa_of_gpu() == {0: 1, 1: 1, 2: 0, 3: 0, 4: 3, 5: 3, 6: 2, 7: 2}
+
+
+# ---------------------------------------------------------------------------------------
+# node_plan: what the nccl role decides for one node from its probe (nccl_config)
+
+def _probe(**over):
+    probe = {"imds": {"status": -1, "msg": "instance metadata not asked"}, "sharp_plugin_dirs_found": [],
+             "topo_m": {"rc": -1, "stdout": ""}, "image_topo_file": ""}
+    probe.update(over)
+    return probe
+
+
+def test_node_plan_unknown_size_writes_no_topology_and_says_why():
+    from amlhpc.nccl import node_plan
+    plan = node_plan(_probe(imds={"status": -1, "msg": "Status code was -1: timed out"}),
+                     conf_settings={"NCCL_IB_PCI_RELAXED_ORDERING": 1}, env={"NCCL_DEBUG": "WARN"})
+    assert plan["facts"]["nccl_vm_size_found"] == ""
+    assert plan["facts"]["nccl_vm_size_source"] == "unknown (Status code was -1: timed out)"
+    assert plan["facts"]["nccl_topo_file_in_use"] == "" and plan["facts"]["nccl_topology"] is None
+    assert not plan["facts"]["nccl_pinning"]["known"]
+    assert [f["state"] for f in plan["files"] if f["path"] == "/etc/amlhpc/nccl-topo.xml"] == ["absent"]
+    assert "NCCL_TOPO_FILE" not in plan["files"][1]["content"] and plan["files"][1]["backup"] is True
+    assert plan["directories"] == [{"path": "/etc/amlhpc"}]
+    assert plan["msg"].startswith("no topology file: VM size unknown (unknown (Status code was -1: timed out)) has none")
+    assert "no pinning facts: no nvidia-smi topo -m output" in plan["msg"]
+
+
+def test_node_plan_size_from_metadata_measured_pinning_and_plugin():
+    from amlhpc.nccl import node_plan
+    topo_m = (FIXTURES / "ndv4.topo-m.txt").read_text()
+    plan = node_plan(_probe(imds={"status": 200, "json": {"compute": {"vmSize": "Standard_ND96asr_v4"}}, "msg": "OK"},
+                            topo_m={"rc": 0, "stdout": topo_m},
+                            sharp_plugin_dirs_found=["/usr/local/nccl-rdma-sharp-plugins/lib", "/other"]),
+                     env={"NCCL_DEBUG": "WARN"})
+    facts = plan["facts"]
+    assert (facts["nccl_vm_size_found"], facts["nccl_vm_size_source"]) == ("Standard_ND96asr_v4", "instance metadata")
+    assert facts["nccl_topology"] == {"name": "ndv4", "gpu": TOPOLOGIES["ndv4"].gpu}
+    assert facts["nccl_topo_file_in_use"] == "/etc/amlhpc/nccl-topo.xml"
+    assert facts["nccl_pinning"] == topology_pinning(topo_m)
+    topo, conf, env = plan["files"]
+    assert topo == {"path": "/etc/amlhpc/nccl-topo.xml", "state": "present",
+                    "content": (SHIPPED / "ndv4-topo.xml").read_text()}
+    assert "NCCL_TOPO_FILE=/etc/amlhpc/nccl-topo.xml\n" in conf["content"]
+    assert env["content"] == nccl_env_content({"NCCL_DEBUG": "WARN"}, ["/usr/local/nccl-rdma-sharp-plugins/lib"],
+                                              topology_pinning(topo_m), "/etc/amlhpc/nccl-topo.xml")
+    assert plan["msg"].startswith("NCCL_TOPO_FILE=/etc/amlhpc/nccl-topo.xml from ndv4 table; GPU order ")
+    assert "(from nvidia-smi topo -m)" in plan["msg"]
+
+
+def test_node_plan_image_file_then_user_file_win():
+    from amlhpc.nccl import node_plan
+    image = node_plan(_probe(image_topo_file="/opt/microsoft/ndv4/topo.xml"), vm_size="Standard_ND96asr_v4")
+    assert image["facts"]["nccl_topo_file_in_use"] == "/opt/microsoft/ndv4/topo.xml"
+    assert image["files"][0]["state"] == "absent", "no copy beside the image's own file"
+    assert image["facts"]["nccl_vm_size_source"] == "inventory"
+    assert image["msg"].startswith("NCCL_TOPO_FILE=/opt/microsoft/ndv4/topo.xml from the image; GPU order 2,3,0,1,6,7,4,5")
+    assert "(from ndv4 table)" in image["msg"]
+    user = node_plan(_probe(image_topo_file="/opt/microsoft/ndv4/topo.xml"), vm_size="Standard_D4s_v5",
+                     topo_file_src="my-topo.xml", topo_file_content="<system/>\n")
+    assert user["facts"]["nccl_topo_file_in_use"] == "/etc/amlhpc/nccl-topo.xml"
+    assert user["files"][0] == {"path": "/etc/amlhpc/nccl-topo.xml", "state": "present", "content": "<system/>\n"}
+    assert user["msg"].startswith("NCCL_TOPO_FILE=/etc/amlhpc/nccl-topo.xml from my-topo.xml; no pinning facts")
+
+
+def test_node_plan_refuses_a_bad_setting():
+    from amlhpc.nccl import node_plan
+    with pytest.raises(ValueError, match="not an environment variable name"):
+        node_plan(_probe(), conf_settings={"BAD KEY": 1})

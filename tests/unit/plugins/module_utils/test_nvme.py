@@ -226,3 +226,39 @@ def test_parsers_accept_empty_outputs():
     assert nvme.parse_wipefs(text("qemu-empty-wipefs.json")) == []
     assert nvme.parse_export(None) == {}
     assert nvme.array_from_detail("/dev/md128", None)["exists"] is False
+
+
+# ---------------------------------------------------------------------------------------
+# The build's own decisions (the nvme_raid action)
+
+def test_check_mode_names_the_array_it_would_build():
+    from amlhpc.nvme import would_build_message
+    state = {"action": "create", "create_argv": ["mdadm", "--create", "/dev/md128", "--level=0", "/dev/nvme0n1"],
+             "devices": ["/dev/nvme0n1"], "wipe": ["/dev/nvme0n1"]}
+    assert would_build_message(state, "/dev/md128", "xfs", "/mnt/resource_nvme", "/etc/mdadm/mdadm.conf") == (
+        "would create /dev/md128: mdadm --create /dev/md128 --level=0 /dev/nvme0n1; wipefs --all /dev/nvme0n1; "
+        "then mkfs.xfs on it (when it holds none), mount at /mnt/resource_nvme (fstab, nofail) and record it in "
+        "/etc/mdadm/mdadm.conf")
+    assemble = dict(state, action="assemble", wipe=[], devices=["/dev/nvme0n1", "/dev/nvme1n1"])
+    assert would_build_message(assemble, "/dev/md128", "ext4", "/m", "/c").startswith(
+        "would assemble /dev/md128: mdadm --assemble /dev/md128 /dev/nvme0n1 /dev/nvme1n1; then mkfs.ext4")
+
+
+@pytest.mark.parametrize(("given", "fstab"), [
+    ("defaults,noatime", "defaults,noatime,nofail"),
+    ("nofail,noatime", "nofail,noatime"),
+    ("", "nofail"),
+    ("defaults,,noatime,", "defaults,noatime,nofail"),
+])
+def test_mount_options_always_carry_nofail(given, fstab):
+    from amlhpc.nvme import mount_options
+    assert mount_options(given) == fstab
+
+
+def test_mdadm_conf_line_matches_the_arrays_line_under_any_name():
+    import re as _re
+    from amlhpc.nvme import mdadm_conf_line
+    got = mdadm_conf_line("/dev/md128", "0a1b2c3d:4e5f6a7b:8c9d0e1f:2a3b4c5d")
+    assert got["line"] == "ARRAY /dev/md128 metadata=1.2 UUID=0a1b2c3d:4e5f6a7b:8c9d0e1f:2a3b4c5d"
+    assert _re.match(got["regexp"], "ARRAY /dev/md/127 metadata=1.2 name=x UUID=0a1b2c3d:4e5f6a7b:8c9d0e1f:2a3b4c5d")
+    assert not _re.match(got["regexp"], "ARRAY /dev/md127 metadata=1.2 UUID=ffffffff:4e5f6a7b:8c9d0e1f:2a3b4c5d")

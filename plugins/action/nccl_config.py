@@ -1,0 +1,46 @@
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
+"""Action plugin of amlhpc.azureml.nccl_config: reads the user's topology file on the
+controller, runs the module on the node (one module run), and makes the facts it returns
+host variables of the play, as ansible.builtin.set_fact does (not cached), so that no
+set_fact task per node is needed. Where the play imported the role without Ansible's own
+argument check, it checks the role's variables first (plugin_utils/role_args.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible.errors import AnsibleActionFail, AnsibleError
+from ansible.plugins.action import ActionBase, VariableLayer
+
+from ansible_collections.amlhpc.azureml.plugins.plugin_utils.role_args import role_argument_errors
+
+
+class ActionModule(ActionBase):
+    """Run nccl_config on the node; its facts become host variables."""
+
+    TRANSFERS_FILES = False
+
+    def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        del tmp
+        invalid = role_argument_errors(self, task_vars or {})
+        if invalid:
+            result.update(invalid)
+            return result
+        args = dict(self._task.args)
+        src = args.get("topo_file_src") or ""
+        if src and args.get("topo_file_content") is None:
+            try:
+                path = self._find_needle("files", src)
+                with open(path, encoding="utf-8") as fh:
+                    args["topo_file_content"] = fh.read()
+            except (AnsibleError, OSError, UnicodeDecodeError) as exc:
+                raise AnsibleActionFail(f"nccl_topo_file_src {src!r}: {exc}") from exc
+        result.update(self._execute_module(module_name="amlhpc.azureml.nccl_config", module_args=args,
+                                           task_vars=task_vars))
+        facts = result.get("facts")
+        self.register_host_variables({}, VariableLayer.CACHEABLE_FACT)  # facts of the play, never cached
+        if isinstance(facts, dict) and not result.get("failed"):
+            self.register_host_variables(facts, VariableLayer.EPHEMERAL_FACT)
+        return result

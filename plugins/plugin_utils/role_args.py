@@ -1,0 +1,43 @@
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
+"""A role's argument check inside the role's one task per node, instead of a task of its own.
+
+Ansible checks a role's variables against its ``meta/argument_specs.yml`` with a task it
+puts in front of the role's tasks (``ansible.builtin.validate_argument_spec``), one more
+host-task per node: on the controller it costs about as much as a module run. The node
+playbooks import nvme_raid, gpu_clocks and nccl with ``rolespec_validate: false``, and the
+role's first task, whose action runs on every node anyway, makes the same check with
+:func:`role_argument_errors` before it does anything: the same spec, the same variables
+templated the same way, the same message and ``argument_errors`` when it fails. Where the
+role was loaded with Ansible's own check (``roles:``, ``include_role`` without
+``rolespec_validate: false``), nothing is checked twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+
+def role_argument_errors(action: Any, task_vars: dict[str, Any]) -> dict[str, Any] | None:
+    """A failed result like validate_argument_spec's when the task's role was loaded
+    without its argument check and its variables do not fit the role's spec for its entry
+    point; None otherwise."""
+    # pylint: disable=protected-access
+    role = getattr(action._task, "_role", None)
+    if role is None or getattr(role, "_should_validate", True):
+        return None
+    entry = (getattr(role, "_from_files", None) or {}).get("tasks") or "main"
+    spec = (role._get_role_argspecs() or {}).get(entry) or {}
+    options = spec.get("options") or {}
+    if not options:
+        return None
+    provided = action._templar.template({k: task_vars[k] for k in options if k in task_vars})
+    errors = ArgumentSpecValidator(options).validate(provided, validate_role_argument_spec=True).error_messages
+    if not errors:
+        return None
+    return {"failed": True, "msg": "Validation of arguments failed:\n" + "\n".join(errors),
+            "argument_errors": errors, "argument_spec_data": options,
+            "validate_args_context": {"type": "role", "name": role.get_name(), "argument_spec_name": entry,
+                                      "path": role._role_path}}
