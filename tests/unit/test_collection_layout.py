@@ -138,3 +138,16 @@ def test_the_azure_auth_options_are_written_once(monkeypatch):
     assert cluster["resource_group"]["required"] and cluster["workspace_name"]["required"]
     # One dict per call: a module that changes its copy changes nobody else's.
     assert auth_argument_spec()["resource_group"] is not auth_argument_spec()["resource_group"]
+
+
+def test_the_pure_logic_imports_no_ansible_at_load_time():
+    """module_utils/amlhpc is imported by the workload, whose venv has no Ansible: a module-level
+    `import ansible...` there breaks training (and the workload tier) on import."""
+    import ast
+    found = []
+    for path in sorted((ROOT / "plugins" / "module_utils" / "amlhpc").glob("*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            found += [f"{path.name}: {n}" for n in names if n == "ansible" or n.startswith("ansible.")]
+    assert found == []

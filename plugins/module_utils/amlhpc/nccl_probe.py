@@ -10,13 +10,15 @@ import json
 import os
 from typing import Any
 
-from ansible.module_utils.urls import open_url
 
 from .nccl import topology_for_vm_size
 
 
 def imds(url: str, timeout: int) -> dict[str, Any]:
     """Shaped like ansible.builtin.uri's result: ``status`` (-1 when not reached), ``json``, ``msg``."""
+    # Imported here: the rest of module_utils/amlhpc is standard library only (the workload's
+    # venv imports the package and has no Ansible); a module that calls this has Ansible.
+    from ansible.module_utils.urls import open_url  # pylint: disable=import-outside-toplevel
     try:
         resp = open_url(url, headers={"Metadata": "true"}, timeout=timeout, use_proxy=False,
                         validate_certs=False)

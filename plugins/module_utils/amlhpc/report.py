@@ -8,7 +8,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ansible.module_utils.parsing.convert_bool import boolean
+# Ansible's `| bool` truth (ansible.module_utils.parsing.convert_bool, non-strict), kept here so
+# that the pure logic imports only the standard library (the workload's venv has no Ansible).
+_TRUE = frozenset(("y", "yes", "on", "1", "true", "t"))
+
+
+def _bool(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return value == 1
+    return str(value).strip().lower() in _TRUE
+
 
 # The roles' switches: (phase, the role's switch, the switch's value in the role's
 # defaults/main.yml, whether the role runs on the controller rather than on the nodes).
@@ -55,7 +66,7 @@ def skipped_phases(node_vars: Sequence[Mapping[str, Any]], controller_vars: Mapp
     for phase, switch, default, on_controller in SWITCHES:
         hosts = ([(str(controller_vars.get("inventory_hostname", "localhost")), controller_vars)]
                  if on_controller else [(str(hv.get("inventory_hostname", "?")), hv) for hv in node_vars])
-        off = [name for name, hv in hosts if not boolean(hv.get(switch, default), strict=False)]
+        off = [name for name, hv in hosts if not _bool(hv.get(switch, default))]
         if off:
             lines.append(f"{phase}: skipped on {_names(off, shown)}: {switch} is false")
     return lines
