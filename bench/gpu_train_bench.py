@@ -33,6 +33,8 @@ TARGET = 224.0
 
 
 def run(model, opt, batches, steps: int, warmup: int, device, amp) -> float:
+    """Samples/s of ``steps`` steps after ``warmup``: the training step, or with ``model`` None
+    the input pipeline alone (batches to the device, cast and log1p there)."""
     import torch
     from cosmoflow import data as cdata
     loss_fn = torch.nn.MSELoss()
@@ -45,31 +47,15 @@ def run(model, opt, batches, steps: int, warmup: int, device, amp) -> float:
             t0, n = time.perf_counter(), 0
         x, y = next(it)
         x = cdata.to_model_input(x, device)
+        n += x.shape[0]
+        if model is None:
+            continue
         y = y.to(device, non_blocking=True)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
             loss = loss_fn(model(x).float(), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        n += x.shape[0]
-    torch.cuda.synchronize()
-    return n / (time.perf_counter() - t0)
-
-
-def drain(batches, steps: int, warmup: int, device) -> float:
-    """The input pipeline alone: batches to the device, cast and log1p there, no model."""
-    import torch
-    from cosmoflow import data as cdata
-    it = iter(batches)
-    t0 = None
-    n = 0
-    for i in range(warmup + steps):
-        if i == warmup:
-            torch.cuda.synchronize()
-            t0, n = time.perf_counter(), 0
-        x, _y = next(it)
-        cdata.to_model_input(x, device)
-        n += x.shape[0]
     torch.cuda.synchronize()
     return n / (time.perf_counter() - t0)
 
@@ -143,12 +129,8 @@ def main() -> int:
         def from_files():
             yield from loader
 
-        if a.loader_only:
-            rate = drain(from_files(), a.steps, a.warmup, device)
-            label = "loader"
-        else:
-            rate = run(forward, opt, from_files(), a.steps, a.warmup, device, a.amp)
-            label = "files "
+        rate = run(None if a.loader_only else forward, opt, from_files(), a.steps, a.warmup, device, a.amp)
+        label = "loader" if a.loader_only else "files "
         print(f"{label}      {rate:8.1f} samples/s per GPU  ({rate / TARGET:.2f}x target; {plan.workers} workers x "
               f"{plan.prefetch_factor}, {plan.pin_threads} pinning threads)")
     return 0

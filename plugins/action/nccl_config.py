@@ -11,23 +11,15 @@ from __future__ import annotations
 from typing import Any
 
 from ansible.errors import AnsibleActionFail, AnsibleError
-from ansible.plugins.action import ActionBase, VariableLayer
+from ansible.plugins.action import VariableLayer
 
-from ansible_collections.amlhpc.azureml.plugins.plugin_utils.role_args import role_argument_errors
+from ansible_collections.amlhpc.azureml.plugins.plugin_utils.role_args import RoleCheckedAction
 
 
-class ActionModule(ActionBase):
+class ActionModule(RoleCheckedAction):
     """Run nccl_config on the node; its facts become host variables."""
 
-    TRANSFERS_FILES = False
-
-    def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        result = super().run(tmp, task_vars)
-        del tmp
-        invalid = role_argument_errors(self, task_vars or {})
-        if invalid:
-            result.update(invalid)
-            return result
+    def run_checked(self, result: dict[str, Any], task_vars: dict[str, Any] | None) -> dict[str, Any]:
         args = dict(self._task.args)
         src = args.get("topo_file_src") or ""
         if src and args.get("topo_file_content") is None:

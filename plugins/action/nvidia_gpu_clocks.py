@@ -9,23 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible.plugins.action import ActionBase
-
-from ansible_collections.amlhpc.azureml.plugins.plugin_utils.role_args import role_argument_errors
+from ansible_collections.amlhpc.azureml.plugins.plugin_utils.role_args import RoleCheckedAction
 
 
-class ActionModule(ActionBase):
+class ActionModule(RoleCheckedAction):
     """Check the role's variables when Ansible did not, then run the module."""
 
-    TRANSFERS_FILES = False
-
-    def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        result = super().run(tmp, task_vars)
-        del tmp
-        invalid = role_argument_errors(self, task_vars or {})
-        if invalid:
-            result.update(invalid)
-            return result
+    def run_checked(self, result: dict[str, Any], task_vars: dict[str, Any] | None) -> dict[str, Any]:
         result.update(self._execute_module(module_name="amlhpc.azureml.nvidia_gpu_clocks", module_args=self._task.args,
                                            task_vars=task_vars))
         return result

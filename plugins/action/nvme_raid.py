@@ -15,27 +15,20 @@ from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
-from ansible.plugins.action import ActionBase, VariableLayer
+from ansible.plugins.action import VariableLayer
 
-from ansible_collections.amlhpc.azureml.plugins.plugin_utils.role_args import role_argument_errors
+from ansible_collections.amlhpc.azureml.plugins.plugin_utils.role_args import RoleCheckedAction
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nvme import (
     mdadm_conf_line,
     mount_options,
     parse_export,
+    plan_argument_spec,
     would_build_message,
 )
 
-PLAN_OPTIONS = ("device", "vm_size", "expected_count", "expected_counts", "exclude_models", "chunk_kib", "force",
-                "recorded")
+PLAN_OPTIONS = tuple(plan_argument_spec())
 ARGUMENT_SPEC = {
-    "device": {"type": "path", "default": "/dev/md128"},
-    "vm_size": {"type": "str"},
-    "expected_count": {"type": "int"},
-    "expected_counts": {"type": "dict", "default": {}},
-    "exclude_models": {"type": "list", "elements": "str", "default": ["MSFT NVMe Accelerator"]},
-    "chunk_kib": {"type": "int"},
-    "force": {"type": "bool", "default": False},
-    "recorded": {"type": "dict"},
+    **plan_argument_spec(),
     "filesystem": {"type": "str", "default": "xfs"},
     "mkfs_options": {"type": "str", "default": ""},
     "mount_point": {"type": "path", "default": "/mnt/resource_nvme"},
@@ -47,18 +40,10 @@ ARGUMENT_SPEC = {
 }
 
 
-class ActionModule(ActionBase):
+class ActionModule(RoleCheckedAction):
     """Plan, refuse or build, and keep the array's file system, mount and records."""
 
-    TRANSFERS_FILES = False
-
-    def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        result = super().run(tmp, task_vars)
-        del tmp
-        invalid = role_argument_errors(self, task_vars or {})
-        if invalid:
-            result.update(invalid)
-            return result
+    def run_checked(self, result: dict[str, Any], task_vars: dict[str, Any] | None) -> dict[str, Any]:
         validated = ArgumentSpecValidator(ARGUMENT_SPEC).validate(self._task.args)
         if validated.error_messages:
             raise AnsibleActionFail(f"nvme_raid: {'; '.join(validated.error_messages)}")

@@ -132,6 +132,7 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nvme import 
     mdadm_create_argv,
     parse_lsblk,
     plan,
+    plan_argument_spec,
 )
 from ansible.module_utils.basic import AnsibleModule
 
@@ -171,16 +172,7 @@ def _probe_host(module: AnsibleModule, device: str, exclude_models: list[str]) -
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "device": {"type": "path", "default": "/dev/md128"},
-            "vm_size": {"type": "str"},
-            "expected_count": {"type": "int"},
-            "expected_counts": {"type": "dict", "default": {}},
-            "exclude_models": {"type": "list", "elements": "str", "default": ["MSFT NVMe Accelerator"]},
-            "chunk_kib": {"type": "int"},
-            "force": {"type": "bool", "default": False},
-            "recorded": {"type": "dict"},
-        },
+        argument_spec=plan_argument_spec(),
         supports_check_mode=True,
     )
     p = module.params

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.plugins.action import ActionBase
 
 
 def role_argument_errors(action: Any, task_vars: dict[str, Any]) -> dict[str, Any] | None:
@@ -41,3 +42,23 @@ def role_argument_errors(action: Any, task_vars: dict[str, Any]) -> dict[str, An
             "argument_errors": errors, "argument_spec_data": options,
             "validate_args_context": {"type": "role", "name": role.get_name(), "argument_spec_name": entry,
                                       "path": role._role_path}}
+
+
+class RoleCheckedAction(ActionBase):
+    """The action of a role's one task per node: the role's argument check first
+    (:func:`role_argument_errors`), then the task's own work, :meth:`run_checked`."""
+
+    TRANSFERS_FILES = False
+
+    def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        del tmp
+        invalid = role_argument_errors(self, task_vars or {})
+        if invalid:
+            result.update(invalid)
+            return result
+        return self.run_checked(result, task_vars)
+
+    def run_checked(self, result: dict[str, Any], task_vars: dict[str, Any] | None) -> dict[str, Any]:
+        """The task's work once the role's variables passed; ``result`` is ActionBase's."""
+        raise NotImplementedError

@@ -31,6 +31,22 @@ SYSTEM_MOUNTPOINTS = frozenset({"/", "/boot", "/boot/efi", "/usr", "/var", "[SWA
 # "Microsoft NVMe Direct Disk".
 DEFAULT_EXCLUDE_MODELS = ("MSFT NVMe Accelerator",)
 
+
+def plan_argument_spec() -> dict[str, dict[str, Any]]:
+    """The options of the plan (module nvme_raid_info, and the nvme_raid action's plan step):
+    one spec for both, a fresh copy per call."""
+    return {
+        "device": {"type": "path", "default": "/dev/md128"},
+        "vm_size": {"type": "str"},
+        "expected_count": {"type": "int"},
+        "expected_counts": {"type": "dict", "default": {}},
+        "exclude_models": {"type": "list", "elements": "str", "default": list(DEFAULT_EXCLUDE_MODELS)},
+        "chunk_kib": {"type": "int"},
+        "force": {"type": "bool", "default": False},
+        "recorded": {"type": "dict"},
+    }
+
+
 # Local NVMe disks per VM size, from Azure's VM size documentation (temp storage). Sizes
 # whose temporary disk is a SCSI SSD (ND40rs_v2: 2948 GiB on /dev/sdb) have no NVMe disk
 # and are listed with 0. Keys are compared case-insensitively: AzureML reports sizes in
