@@ -171,6 +171,7 @@ def main() -> int:
                         help="run the playbook from this checkout (e.g. a git worktree of an older commit)")
     parser.add_argument("--prefix", default="perf-bench", help="name prefix of the bench's containers and network")
     parser.add_argument("--no-pssh", action="store_true", help="skip the parallel-ssh side")
+    parser.add_argument("--log-dir", metavar="DIR", help="keep each run's ansible-playbook output there")
     parser.add_argument("-e", "--extra", action="append", default=[], metavar="KEY=VALUE",
                         help="group var for the bench inventory (YAML value)")
     args = parser.parse_args()
@@ -216,6 +217,9 @@ def main() -> int:
                     m = cpumeter.run(argv, cwd=project, env=run_env, timeout=3600)
                     if m.returncode != 0:
                         sys.exit(f"{args.playbook} failed ({run} run, {size} nodes):\n{m.stdout[-4000:]}{m.stderr[-2000:]}")
+                    if args.log_dir:
+                        Path(args.log_dir).mkdir(parents=True, exist_ok=True)
+                        (Path(args.log_dir) / f"{size}-{run}.log").write_text(m.stdout + m.stderr)
                     rc = recap(m.stdout)
                     tasks = host_tasks(rc)
                     changed = sum(c.get("changed", 0) for c in rc.values())
