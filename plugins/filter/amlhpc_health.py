@@ -38,12 +38,18 @@ def nccl(text: str, name: str, minimum: Any) -> dict[str, Any]:
     return health.nccl_check(name, text, None if minimum in (None, "") else float(minimum))
 
 
-def report(hostvars: Any, all_hosts: list[str], active_hosts: list[str]) -> dict[str, Any]:
+def report(hostvars: Any, all_hosts: list[str], active_hosts: list[str], cluster_run: Any = None) -> dict[str, Any]:
+    cluster = health.cluster_checks((cluster_run or {}).get("results") or [])
     results = {}
     for host in all_hosts:
         checks = hostvars[host].get("healthcheck_checks") if host in active_hosts else None
-        results[host] = list(checks) if checks is not None else None
+        results[host] = [*checks, *cluster.get(host, [])] if checks is not None else None
     return health.report(results)
+
+
+def cluster_runs(hostvars: Any, hosts: list[str]) -> list[dict[str, Any]]:
+    """The multi-node NCCL commands each head's healthcheck_node decided on, with the head."""
+    return [{"head": host, **run} for host in hosts for run in hostvars[host].get("healthcheck_cluster_runs") or []]
 
 
 class FilterModule:
@@ -60,4 +66,5 @@ class FilterModule:
             "amlhpc_health_fs_checks": lambda result, tool, limits: health.fs_checks(tool, result, limits),
             "amlhpc_health_skip": health.skipped,
             "amlhpc_health_report": report,
+            "amlhpc_health_cluster_runs": cluster_runs,
         }

@@ -9,6 +9,7 @@ the filters, the gate, and the shared-mount benchmark writing and reading files.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -121,6 +122,34 @@ def test_healthy_cluster_passes_with_every_check_measured(cluster):
             f"--block 1m {scratch}/.amlhpc-elbencho-n1") in calls
     assert "4241.5 MB/s (elbencho)" in out  # 4045 MiB/s, last-done column
     assert "MB/s (amlhpc_fs_bench)" in out
+
+
+def recap(out: str) -> dict[str, dict[str, int]]:
+    tail = out.split("PLAY RECAP")[-1]
+    return {host: {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", counters)}
+            for host, counters in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", tail, re.M)}
+
+
+def test_one_host_task_per_node_besides_the_gates_run_once_tasks(cluster):
+    """The controller's cost per node (issue 14): the role measures and judges a node in one
+    task (healthcheck_node, which also checks the role's variables); the cluster run and the
+    gate run once, on the first node."""
+    make, _unused, _unused = cluster
+    res = run(make())
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr
+    counts = recap(res.stdout)
+    tasks = {h: c["ok"] + c["skipped"] + c["failed"] for h, c in counts.items()}
+    assert tasks["n1"] == 1, res.stdout[-3000:]
+    # n0: its own task, the cluster's two mpirun runs (one looped task), the table, its display,
+    # and the two gate tasks skipped as nothing failed
+    assert tasks["n0"] == 6, res.stdout[-3000:]
+
+
+def test_a_role_variable_of_the_wrong_type_is_refused_by_name(cluster):
+    make, _unused, _unused = cluster
+    res = run(make(healthcheck_fs_files="many"))
+    assert res.returncode != 0
+    assert "Validation of arguments failed" in res.stdout and "healthcheck_fs_files" in res.stdout
 
 
 def test_slow_node_is_named_and_the_run_stops(cluster):

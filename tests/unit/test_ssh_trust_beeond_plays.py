@@ -1,5 +1,6 @@
-"""The ssh_trust and beeond plays on the embedded local default: switched off, they end after
-validating their arguments; beeond is off by default and refuses an autoscaling cluster."""
+"""The ssh_trust and beeond plays on the embedded local default: switched off, they end
+before any host-task (their argument check comes after the switch); beeond's stop ends after
+Ansible's argument check; beeond is off by default and refuses an autoscaling cluster."""
 
 from __future__ import annotations
 
@@ -16,6 +17,12 @@ def play(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     return subprocess.run([ANSIBLE_PLAYBOOK, *args], cwd=cwd, capture_output=True, text=True, timeout=180, check=False)
 
 
+def no_task_ran(stdout: str, host: str = "local-0") -> bool:
+    """The host ran no task at all (a play whose hosts all ended in the strategy lists none)."""
+    recap = stdout.split("PLAY RECAP")[-1]
+    return re.search(rf"^{host}\s+: ok=[1-9]", recap, re.M) is None and f"skipping: [{host}]" not in stdout
+
+
 def only_the_argument_check_ran(stdout: str, host: str = "local-0") -> bool:
     return re.search(rf"^{host}\s+: ok=1 +changed=0 +unreachable=0 +failed=0 +skipped=0 ", stdout, re.M) is not None
 
@@ -24,14 +31,14 @@ def test_ssh_trust_is_switched_off_on_the_local_default():
     res = play(str(ROOT / "playbooks" / "ssh_trust.yml"), "--diff")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "SSH trust | End here where ssh_trust_enabled is false" in res.stdout
-    assert only_the_argument_check_ran(res.stdout), res.stdout
+    assert no_task_ran(res.stdout), res.stdout
 
 
 def test_beeond_start_and_stop_are_switched_off_on_the_local_default():
     res = play(str(ROOT / "playbooks" / "beeond.yml"))
     assert res.returncode == 0, res.stdout + res.stderr
     assert "BeeOND | End here where beeond_enabled is false" in res.stdout
-    assert only_the_argument_check_ran(res.stdout), res.stdout
+    assert no_task_ran(res.stdout), res.stdout
 
     res = play(str(ROOT / "playbooks" / "beeond_stop.yml"))
     assert res.returncode == 0, res.stdout + res.stderr
@@ -49,12 +56,32 @@ def test_beeond_is_off_by_default_and_refuses_an_autoscaling_cluster_first(tmp_p
     res = play("-i", str(inv), str(ROOT / "playbooks" / "beeond.yml"), "--check")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "BeeOND | End here where beeond_enabled is false" in res.stdout
-    assert only_the_argument_check_ran(res.stdout, "n0"), res.stdout
+    assert no_task_ran(res.stdout, "n0"), res.stdout
 
     res = play("-i", str(inv), str(ROOT / "playbooks" / "beeond.yml"), "-e", "beeond_enabled=true",
                "-e", "aml_cluster_min_nodes=0", "-e", "aml_cluster_max_nodes=4")
     assert res.returncode != 0
     assert "cluster 'gpu' autoscales (min 0, max 4); BeeOND needs min_nodes == max_nodes" in res.stdout
-    # Refused before anything was touched: the refusal is the first task that ran.
+    # Refused before anything was touched: the refusal is the first task after the argument check.
     assert "changed=0" in res.stdout and "BeeOND | Set up" not in res.stdout
     assert "Make the apt keyring directory" not in res.stdout
+
+
+def test_roles_switched_on_still_refuse_a_variable_of_the_wrong_type(tmp_path):
+    """The argument checks moved after the switch (validate once, ssh_trust once, beeond per
+    node) still refuse a wrong type, naming the variable, before any work."""
+    inv = tmp_path / "inv.yml"
+    inv.write_text(
+        "all:\n  children:\n    aml_nodes:\n      hosts:\n        n0:\n"
+        f"          ansible_connection: local\n          ansible_python_interpreter: {sys.executable}\n"
+        "          aml_cluster: gpu\n          aml_node_rank: 0\n          aml_private_ip: 10.0.0.4\n"
+        "    head:\n      hosts:\n        n0:\n    cluster_gpu:\n      hosts:\n        n0:\n")
+    for playbook, extra in (("validate.yml", ["-e", "validate_fail_on_problems=maybe"]),
+                            ("ssh_trust.yml", ["-e", "ssh_trust_become=false", "-e", "ssh_trust_scan_retries=many"]),
+                            ("beeond.yml", ["-e", "beeond_enabled=true", "-e", "beeond_become=false",
+                                            "-e", "aml_cluster_min_nodes=1", "-e", "aml_cluster_max_nodes=1",
+                                            "-e", "beeond_autobuild_jobs=lots"])):
+        res = play("-i", str(inv), str(ROOT / "playbooks" / playbook), *extra)
+        assert res.returncode != 0, playbook + res.stdout
+        assert "Validation of arguments failed" in res.stdout, playbook + res.stdout
+        assert "changed=0" in res.stdout, playbook + res.stdout

@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -537,3 +538,131 @@ def report(results: Mapping[str, Iterable[Mapping[str, Any]] | None]) -> dict[st
             "failing_nodes": [f["node"] for f in failing], "counts": counts, "message": message,
             "summary": (f"{len(results)} node(s): {counts[PASS]} passed, {counts[FAIL]} failed, "
                         f"{counts[SKIP]} skipped checks")}
+
+
+# --------------------------------------------------------------------------------------
+# One node's checks from one probe (module healthcheck_node)
+# --------------------------------------------------------------------------------------
+NODE_NCCL_TESTS = (("nccl_all_reduce_node", "all_reduce_perf", "allreduce_node_busbw"),
+                   ("nccl_alltoall_node", "alltoall_perf", "alltoall_node_busbw"))
+CLUSTER_NCCL_TESTS = (("nccl_all_reduce_cluster", "all_reduce_perf", "allreduce_cluster_busbw"),
+                      ("nccl_alltoall_cluster", "alltoall_perf", "alltoall_cluster_busbw"))
+
+
+def gpu_count_of(gpu_query: Mapping[str, Any]) -> int:
+    """GPUs nvidia-smi listed (its non-empty lines), 0 when it failed."""
+    if gpu_query.get("rc") != 0:
+        return 0
+    return len([line for line in str(gpu_query.get("stdout", "")).splitlines() if line])
+
+
+def _out(run: Mapping[str, Any]) -> str:
+    return f"{run.get('stdout', '')}\n{run.get('stderr', '')}"
+
+
+def node_checks(probe: Mapping[str, Any], limits: Mapping[str, Any], tool_names: Mapping[str, str], *,
+                vm_size: str = "", fs_path: str = "", check_mode: bool = False,
+                cluster: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Every check of one node from what the node probe ran (``probe``: the module
+    healthcheck_node's raw results: ``tools``, ``gpu_query``, ``remap_query``, ``kernel_log``,
+    ``nvbandwidth``, ``bandwidth_test``, ``nccl_node``, ``fs_isdir``, ``elbencho``,
+    ``fs_bench``, ``nodefile_exists``), in the table's order, each skip with its reason.
+
+    ``cluster`` is given on a cluster's head only: ``{"enabled", "nodes", "nodefile",
+    "mpirun_args", "args"}``. Where the multi-node NCCL run can go ahead the result's
+    ``cluster_runs`` lists its commands (run once per cluster after every node's own checks,
+    judged by :func:`cluster_checks`); otherwise the head gets the two skips with the reason.
+
+    Returns ``{"checks", "gpu_count", "cluster_runs"}``."""
+    tools = {k: str(v or "") for k, v in (probe.get("tools") or {}).items()}
+    has_smi = bool(tools.get("nvidia_smi"))
+    checks: list[dict[str, Any]] = []
+    gpu_count = 0
+
+    # GPU count, ECC and page retirement, row remaps, XIDs
+    if not has_smi:
+        reason = (f"{tool_names.get('nvidia_smi', 'nvidia-smi')} not found on PATH or in healthcheck_tool_dirs: "
+                  "no NVIDIA driver on this host")
+        checks += [skipped(name, reason) for name in ("gpu_count", "gpu_health", "gpu_xid")]
+    else:
+        gpu, remap, klog = probe.get("gpu_query") or {}, probe.get("remap_query") or {}, probe.get("kernel_log") or {}
+        gpu_count = gpu_count_of(gpu)
+        checks += gpu_checks(str(gpu.get("stdout", "")) if gpu.get("rc") == 0 else _out(gpu),
+                             str(remap.get("stdout", "")) if remap.get("rc") == 0 else None,
+                             str(klog.get("stdout", "")) if klog.get("rc") == 0 else None,
+                             limits.get("gpus"), vm_size, str(klog.get("stderr") or ""))
+
+    # Host <-> device bandwidth
+    if not has_smi:
+        checks.append(skipped("h2d_bandwidth", "no GPU (nvidia-smi not found)"))
+    elif tools.get("nvbandwidth"):
+        checks.append(h2d_check("nvbandwidth", [_out(probe.get("nvbandwidth") or {})], limits.get("h2d_gbps")))
+    elif tools.get("bandwidth_test"):
+        runs = probe.get("bandwidth_test") or []
+        if runs:
+            checks.append(h2d_check("bandwidthTest", [str(r.get("stdout", "")) for r in runs], limits.get("h2d_gbps")))
+    else:
+        checks.append(skipped("h2d_bandwidth", f"neither {tool_names.get('nvbandwidth', 'nvbandwidth')} nor "
+                                               f"{tool_names.get('bandwidth_test', 'bandwidthTest')} found"))
+
+    # NCCL over the node's GPUs
+    ran = {r.get("check"): r for r in probe.get("nccl_node") or []}
+    for name, tool, limit in NODE_NCCL_TESTS:
+        if not has_smi:
+            checks.append(skipped(name, "no GPU (nvidia-smi not found)"))
+        elif not tools.get(tool):
+            checks.append(skipped(name, f"{tool_names.get(tool, tool)} (nccl-tests) not found"))
+        elif name in ran:
+            checks.append(nccl_check(name, _out(ran[name]), limits.get(limit)))
+
+    # The shared mount
+    if not fs_path or not probe.get("fs_isdir") or check_mode:
+        reason = ("no path (healthcheck_fs_path is empty)" if not fs_path
+                  else f"{fs_path} is not a folder (shared file system not mounted?)" if not probe.get("fs_isdir")
+                  else "check mode: the test writes files")
+        checks += [skipped("fs_write", reason), skipped("fs_read", reason)]
+    elif probe.get("elbencho") is not None:
+        checks += fs_checks("elbencho", str((probe["elbencho"] or {}).get("stdout", "")), limits)
+    else:
+        bench = probe.get("fs_bench") or {}
+        if bench.get("error"):
+            checks += [check("fs_write", FAIL, reason=str(bench["error"])), check("fs_read", FAIL, reason=str(bench["error"]))]
+        else:
+            checks += fs_checks("amlhpc_fs_bench", bench, limits)
+
+    # NCCL across the cluster, from its head (last: the run itself comes after every node's checks)
+    cluster_runs: list[dict[str, Any]] = []
+    cluster_skips: list[dict[str, Any]] = []
+    if cluster is not None:
+        for name, tool, limit in CLUSTER_NCCL_TESTS:
+            reason = ("turned off (healthcheck_nccl_cluster: false)" if not cluster.get("enabled", True)
+                      else "single-node cluster" if int(cluster.get("nodes") or 1) < 2
+                      else "no GPU (nvidia-smi not found)" if not has_smi
+                      else f"{tool_names.get('mpirun', 'mpirun')} not found" if not tools.get("mpirun")
+                      else f"{tool_names.get(tool, tool)} (nccl-tests) not found" if not tools.get(tool)
+                      else f"nodefile {cluster.get('nodefile', '')} does not exist"
+                      if not probe.get("nodefile_exists") else "")
+            if reason:
+                cluster_skips.append(skipped(name, reason))
+                continue
+            argv = [tools["mpirun"], "-np", str(int(cluster["nodes"]) * gpu_count), "--hostfile",
+                    str(cluster["nodefile"]), "--map-by", f"ppr:{gpu_count}:node",
+                    *shlex.split(str(cluster.get("mpirun_args") or "")), tools[tool],
+                    *shlex.split(str(cluster.get("args") or ""))]
+            cluster_runs.append({"check": name, "minimum": limits.get(limit), "argv": argv})
+    return {"checks": checks + cluster_skips, "gpu_count": gpu_count, "cluster_runs": cluster_runs}
+
+
+def cluster_checks(runs: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The multi-node NCCL checks per head, from the registered results of the cluster runs
+    (each loop result carries its ``item``: ``{"head", "check", "minimum", "argv"}``)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in runs:
+        item = r.get("item") if isinstance(r.get("item"), Mapping) else None
+        if not item or not item.get("head") or r.get("skipped") or ("stdout" not in r and "msg" not in r):
+            continue
+        text = _out(r) if "stdout" in r else str(r.get("msg", ""))
+        minimum = item.get("minimum")
+        out.setdefault(str(item["head"]), []).append(
+            nccl_check(str(item["check"]), text, None if minimum in (None, "") else float(minimum)))
+    return out

@@ -236,7 +236,7 @@ def health_section(checks_by_node: Mapping[str, Sequence[Mapping[str, Any]] | No
 # --------------------------------------------------------------------------------------
 def nccl_runs(node_vars: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
     """``{"node", "test", "text"}`` of every nccl-tests run the health check registered."""
-    runs = []
+    runs, seen = [], set()
     for hv in node_vars:
         node = str(hv.get("inventory_hostname", "?"))
         for key in ("healthcheck_nccl_node_run", "healthcheck_nccl_cluster_run"):
@@ -244,9 +244,30 @@ def nccl_runs(node_vars: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
             for r in (reg.get("results") or []) if isinstance(reg, Mapping) else []:
                 if isinstance(r, Mapping) and "stdout" in r and not r.get("skipped"):
                     item = r.get("item") if isinstance(r.get("item"), Mapping) else {}
-                    runs.append({"node": node, "test": str(item.get("check", key)),
-                                 "text": f"{r.get('stdout', '')}\n{r.get('stderr', '')}"})
+                    # The cluster runs run once (from each head) and are registered on every
+                    # node: each is the head's, once.
+                    run = {"node": str(item.get("head", node)), "test": str(item.get("check", key)),
+                           "text": f"{r.get('stdout', '')}\n{r.get('stderr', '')}"}
+                    if (run["node"], run["test"]) not in seen:
+                        seen.add((run["node"], run["test"]))
+                        runs.append(run)
     return runs
+
+
+def node_checks(node_vars: Sequence[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]] | None]:
+    """Each node's ``healthcheck_checks``, a head's with its cluster's multi-node checks
+    (judged from the registered cluster runs, as the gate judges them)."""
+    cluster: dict[str, list[dict[str, Any]]] = {}
+    for hv in node_vars:
+        reg = hv.get("healthcheck_nccl_cluster_run")
+        if isinstance(reg, Mapping) and reg.get("results"):
+            cluster = health.cluster_checks(reg["results"])
+            break
+    out: dict[str, list[dict[str, Any]] | None] = {}
+    for hv in node_vars:
+        name, checks = str(hv.get("inventory_hostname", "?")), hv.get("healthcheck_checks")
+        out[name] = None if checks is None else [*checks, *cluster.get(name, [])]
+    return out
 
 
 def _skip_reasons(checks_by_node: Mapping[str, Sequence[Mapping[str, Any]] | None], prefix: str) -> list[str]:
@@ -395,7 +416,7 @@ def training_section(job: Mapping[str, Any] | None) -> Section:
 def sections(node_vars: Sequence[Mapping[str, Any]], job: Mapping[str, Any] | None = None) -> list[Section]:
     """The five sections from the nodes' registered results (``amlhpc_cluster_nodes`` shape) and the job."""
     names = [str(hv.get("inventory_hostname", "?")) for hv in node_vars]
-    checks = {n: hv.get("healthcheck_checks") for n, hv in zip(names, node_vars)}
+    checks = node_checks(node_vars)
     return [
         staging_section({n: hv.get("stage_result") for n, hv in zip(names, node_vars)}),
         health_section(checks),

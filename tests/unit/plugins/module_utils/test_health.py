@@ -265,3 +265,113 @@ def test_recorded_h100_answers_pass():
                                        "", 1))
     assert {n: c["status"] for n, c in checks.items()} == {"gpu_count": "pass", "gpu_health": "pass",
                                                            "gpu_xid": "pass"}
+
+
+# ---------------------------------------------------------------- one node's probe, judged
+NAMES = {"nvidia_smi": "nvidia-smi", "nvbandwidth": "nvbandwidth", "bandwidth_test": "bandwidthTest",
+         "all_reduce_perf": "all_reduce_perf", "alltoall_perf": "alltoall_perf", "elbencho": "elbencho",
+         "mpirun": "mpirun"}
+NO_TOOLS = dict.fromkeys(NAMES, "")
+
+
+def ran(text, rc=0, stderr=""):
+    return {"rc": rc, "stdout": text, "stderr": stderr}
+
+
+def ndv4_probe(**over):
+    tools = {k: f"/opt/t/{v}" for k, v in NAMES.items()} | {"bandwidth_test": "", "elbencho": ""}
+    probe = {"tools": tools, "gpu_query": ran(fx("nvsmi_gpu_ndv4_ok.csv")),
+             "remap_query": ran(fx("nvsmi_remap_ndv4_ok.csv")), "kernel_log": ran(fx("dmesg_clean.txt")),
+             "nvbandwidth": ran(fx("nvbandwidth_ndv4_ok.txt")),
+             "nccl_node": [{"check": "nccl_all_reduce_node", **ran(fx("all_reduce_ndv4_node_ok.txt"))},
+                           {"check": "nccl_alltoall_node", **ran(fx("alltoall_ndv4_2node_sweep.txt"))}],
+             "fs_isdir": True, "fs_bench": {"write_mbps": 2000.0, "read_mbps": 3000.0, "errors": []},
+             "nodefile_exists": True}
+    probe.update(over)
+    return probe
+
+
+CLUSTER = {"enabled": True, "nodes": 2, "nodefile": "/etc/amlhpc/nodefile", "mpirun_args": "--allow-run-as-root -x A",
+           "args": "-b 8G -e 8G -g 1"}
+
+
+def test_node_checks_of_a_healthy_ndv4_head_in_table_order_with_the_cluster_runs():
+    limits = health.thresholds_for("Standard_ND96asr_v4")
+    out = health.node_checks(ndv4_probe(), limits, NAMES, vm_size="Standard_ND96asr_v4", fs_path="/mnt/beeond",
+                             cluster=CLUSTER)
+    assert [c["check"] for c in out["checks"]] == ["gpu_count", "gpu_health", "gpu_xid", "h2d_bandwidth",
+                                                   "nccl_all_reduce_node", "nccl_alltoall_node", "fs_write", "fs_read"]
+    assert all(c["status"] == "pass" for c in out["checks"]), out["checks"]
+    assert out["gpu_count"] == 8
+    assert [r["check"] for r in out["cluster_runs"]] == ["nccl_all_reduce_cluster", "nccl_alltoall_cluster"]
+    assert out["cluster_runs"][0]["argv"] == [
+        "/opt/t/mpirun", "-np", "16", "--hostfile", "/etc/amlhpc/nodefile", "--map-by", "ppr:8:node",
+        "--allow-run-as-root", "-x", "A", "/opt/t/all_reduce_perf", "-b", "8G", "-e", "8G", "-g", "1"]
+    assert out["cluster_runs"][0]["minimum"] == limits["allreduce_cluster_busbw"]
+
+
+def test_node_checks_without_any_tool_skip_each_check_with_its_reason():
+    probe = {"tools": NO_TOOLS, "fs_isdir": False, "nodefile_exists": False}
+    out = health.node_checks(probe, health.thresholds_for(""), NAMES, fs_path="/mnt/scratch", cluster=CLUSTER)
+    reasons = {c["check"]: (c["status"], c["reason"]) for c in out["checks"]}
+    assert reasons["gpu_count"] == ("skip", "nvidia-smi not found on PATH or in healthcheck_tool_dirs: "
+                                            "no NVIDIA driver on this host")
+    assert reasons["h2d_bandwidth"] == ("skip", "no GPU (nvidia-smi not found)")
+    assert reasons["nccl_all_reduce_node"] == ("skip", "no GPU (nvidia-smi not found)")
+    assert reasons["fs_write"] == ("skip", "/mnt/scratch is not a folder (shared file system not mounted?)")
+    assert reasons["nccl_all_reduce_cluster"] == ("skip", "no GPU (nvidia-smi not found)")
+    assert out["cluster_runs"] == [] and out["gpu_count"] == 0
+    # not a head: no cluster rows at all
+    assert "nccl_all_reduce_cluster" not in {c["check"] for c in health.node_checks(probe, {}, NAMES)["checks"]}
+
+
+@pytest.mark.parametrize(("cluster", "probe", "reason"), [
+    ({**CLUSTER, "enabled": False}, {}, "turned off (healthcheck_nccl_cluster: false)"),
+    ({**CLUSTER, "nodes": 1}, {}, "single-node cluster"),
+    (CLUSTER, {"tools": {**{k: f"/opt/t/{v}" for k, v in NAMES.items()}, "mpirun": ""}}, "mpirun not found"),
+    (CLUSTER, {"tools": {**{k: f"/opt/t/{v}" for k, v in NAMES.items()}, "alltoall_perf": ""}},
+     "alltoall_perf (nccl-tests) not found"),
+    (CLUSTER, {"nodefile_exists": False}, "nodefile /etc/amlhpc/nodefile does not exist"),
+])
+def test_cluster_run_skipped_with_the_first_reason_that_applies(cluster, probe, reason):
+    out = health.node_checks(ndv4_probe(**probe), health.thresholds_for("Standard_ND96asr_v4"), NAMES,
+                             fs_path="/x", cluster=cluster)
+    skipped = {c["check"]: c["reason"] for c in out["checks"] if c["status"] == "skip"}
+    assert skipped["nccl_alltoall_cluster"] == reason
+
+
+def test_node_checks_judge_failures_and_check_mode():
+    limits = health.thresholds_for("Standard_ND96asr_v4")
+    bad = ndv4_probe(gpu_query=ran(fx("nvsmi_gpu_ndv4_7gpus.csv")),
+                     kernel_log=ran("", rc=1, stderr="dmesg: read kernel buffer failed: Operation not permitted"),
+                     nccl_node=[{"check": "nccl_all_reduce_node", **ran(fx("all_reduce_ndv4_node_slow.txt"))}],
+                     fs_bench={"error": "file system benchmark under /x failed: [Errno 28] No space left on device"})
+    out = by_name(health.node_checks(bad, limits, NAMES, vm_size="Standard_ND96asr_v4", fs_path="/x")["checks"])
+    assert out["gpu_count"]["reason"] == "found 7 GPUs, expected 8 for Standard_ND96asr_v4"
+    assert out["gpu_xid"]["status"] == "skip" and "Operation not permitted" in out["gpu_xid"]["reason"]
+    assert out["nccl_all_reduce_node"]["status"] == "fail"
+    assert out["fs_write"]["status"] == "fail" and "No space left" in out["fs_read"]["reason"]
+    checked = by_name(health.node_checks(ndv4_probe(), limits, NAMES, fs_path="/x", check_mode=True)["checks"])
+    assert checked["fs_read"]["reason"] == "check mode: the test writes files"
+    assert checked["gpu_count"]["status"] == "pass"  # the read-only probes still count
+
+
+def test_bandwidth_test_per_gpu_when_there_is_no_nvbandwidth():
+    tools = {k: f"/opt/t/{v}" for k, v in NAMES.items()} | {"nvbandwidth": ""}
+    probe = ndv4_probe(tools=tools, bandwidth_test=[ran(fx("bandwidthtest_a100_gpu0.txt")),
+                                                   ran(fx("bandwidthtest_a100_gpu1_slow.txt"))])
+    out = by_name(health.node_checks(probe, health.thresholds_for("Standard_ND96asr_v4"), NAMES, fs_path="")["checks"])
+    assert out["h2d_bandwidth"]["status"] == "fail"
+    assert out["fs_write"]["reason"] == "no path (healthcheck_fs_path is empty)"
+
+
+def test_cluster_checks_are_the_heads_from_the_registered_loop():
+    results = [{"item": {"head": "nd-0", "check": "nccl_all_reduce_cluster", "minimum": 148.0}, "rc": 0,
+                "stdout": fx("all_reduce_ndv4_node_ok.txt"), "stderr": ""},
+               {"item": {"head": "nd-0", "check": "nccl_alltoall_cluster", "minimum": None}, "rc": 1,
+                "stdout": "", "stderr": "mpirun: connection refused"},
+               {"item": {"check": "old-style"}, "stdout": "x"}]
+    out = health.cluster_checks(results)
+    assert list(out) == ["nd-0"]
+    assert [(c["check"], c["status"]) for c in out["nd-0"]] == [("nccl_all_reduce_cluster", "pass"),
+                                                                ("nccl_alltoall_cluster", "fail")]

@@ -1,0 +1,273 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
+"""The healthcheck role's whole work on a node in one call: find the tools, measure, judge."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: healthcheck_node
+short_description: Measure one node's GPUs, host-device bandwidth, NCCL and shared mount, and judge them
+version_added: "1.0.0"
+description:
+  - Finds the measurement tools (on C(PATH), then in O(tool_dirs)), then runs on the node
+    what finds a bad node - C(nvidia-smi) (GPU list with ECC and page retirement, row
+    remapper), the kernel log (XID errors), C(nvbandwidth) or C(bandwidthTest) (one GPU at a
+    time), C(all_reduce_perf) and C(alltoall_perf) over the node's GPUs, and the shared
+    mount's write/read test (C(elbencho), or the project's own reader as
+    M(amlhpc.azureml.amlhpc_fs_bench) runs it) - and judges each against the VM size's
+    thresholds (C(plugins/module_utils/amlhpc/health.py)). A check whose tool is absent is
+    skipped with its reason.
+  - One module run per node instead of a probe, a command and a C(set_fact) per check.
+  - On a cluster's head (O(cluster) given) it also decides whether the multi-node NCCL run
+    can go ahead; the run itself comes after every node's own checks, once per cluster
+    (RV(cluster_runs)).
+  - Its action plugin makes RV(facts) host variables of the play (like
+    M(ansible.builtin.set_fact), not cached) - C(healthcheck_checks), C(healthcheck_limits),
+    C(healthcheck_tools), C(healthcheck_gpu_count), C(healthcheck_cluster_runs) and the raw
+    runs the HTML report plots (C(healthcheck_nccl_node_run), C(healthcheck_elbencho_run),
+    C(healthcheck_fs_bench_run)).
+attributes:
+  action:
+    support: full
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
+  check_mode:
+    support: full
+    details: The read-only probes run; the shared-mount test (which writes files) is skipped with its reason, and O(fs_path_create) only says it would create the folder.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
+options:
+  tools:
+    description: Names (or paths) of the tools, by key - C(nvidia_smi), C(nvbandwidth), C(bandwidth_test), C(all_reduce_perf), C(alltoall_perf), C(elbencho), C(mpirun).
+    type: dict
+    required: true
+  tool_dirs:
+    description: Folders searched after C(PATH) for the tools.
+    type: list
+    elements: str
+    default: []
+  vm_size:
+    description: VM size the thresholds and the expected GPU count come from; unknown sizes are measured, not gated.
+    type: str
+    default: ""
+  thresholds:
+    description: Threshold overrides by VM size or C(default) (the role's C(healthcheck_thresholds)).
+    type: dict
+    default: {}
+  kernel_log_command:
+    description: Command that prints the kernel log, searched for XID errors.
+    type: str
+    default: dmesg
+  nccl_node_args:
+    description: Arguments of the nccl-tests run over the node's GPUs (C(-g <GPU count>) is appended).
+    type: str
+    default: ""
+  command_timeout:
+    description: Longest a single measurement command may run, in seconds; one that runs longer is a failed check.
+    type: int
+    default: 900
+  fs_path:
+    description: Shared mount to measure; empty - skipped.
+    type: str
+    default: ""
+  fs_path_create:
+    description: Create O(fs_path) first (mode 0755).
+    type: bool
+    default: false
+  fs_files:
+    description: Files of the mount test.
+    type: int
+    default: 16
+  fs_file_size_mb:
+    description: Size of each file, MiB.
+    type: int
+    default: 256
+  fs_parallel:
+    description: Parallel writers, then readers.
+    type: int
+    default: 8
+  node_name:
+    description: The node's inventory name, in the name of elbencho's folder inside O(fs_path).
+    type: str
+    default: node
+  cluster:
+    description:
+      - Given on a cluster's head only - C(enabled) (bool), C(nodes) (the cluster's node
+        count), C(nodefile), C(mpirun_args), C(args) (of the multi-node nccl-tests run).
+    type: dict
+notes:
+  - The whole probe runs as the task's user; the healthcheck role becomes root
+    (C(healthcheck_become)), which reading the kernel log and writing into the mount need.
+"""
+
+EXAMPLES = r"""
+- name: Health check | Measure and judge this node
+  amlhpc.azureml.healthcheck_node:
+    tools: {nvidia_smi: nvidia-smi, nvbandwidth: nvbandwidth, bandwidth_test: bandwidthTest,
+            all_reduce_perf: all_reduce_perf, alltoall_perf: alltoall_perf, elbencho: elbencho, mpirun: mpirun}
+    tool_dirs: [/opt/nccl-tests/build, /usr/local/cuda/bin]
+    vm_size: Standard_ND96asr_v4
+    nccl_node_args: "-b 8G -e 8G -f 2 -c 1 -n 20"
+    fs_path: /mnt/beeond
+    node_name: "{{ inventory_hostname }}"
+  become: true
+"""
+
+RETURN = r"""
+checks:
+  description: The node's checks in the table's order, C({check, status (pass|fail|skip), value, threshold, reason}).
+  type: list
+  elements: dict
+  returned: always
+gpu_count:
+  description: GPUs nvidia-smi listed (0 without nvidia-smi).
+  type: int
+  returned: always
+limits:
+  description: The thresholds applied (the VM size's, with O(thresholds) over them).
+  type: dict
+  returned: always
+tools:
+  description: Each tool's path on the node, empty when not found.
+  type: dict
+  returned: always
+cluster_runs:
+  description: On a head whose cluster can run NCCL across its nodes, the commands to run (C(check), C(minimum), C(argv)).
+  type: list
+  elements: dict
+  returned: always
+facts:
+  description: What the action plugin makes host variables (C(healthcheck_checks) and the others named above).
+  type: dict
+  returned: always
+"""
+
+import os
+import shlex
+import shutil
+import subprocess
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc import fsbench, health
+
+TOOL_KEYS = ("nvidia_smi", "nvbandwidth", "bandwidth_test", "all_reduce_perf", "alltoall_perf", "elbencho", "mpirun")
+
+
+def run(argv: list[str], timeout: int) -> dict:
+    """rc, stdout, stderr of one command; a command that cannot start or runs past
+    ``timeout`` is rc -1 with the reason in stderr (judged as a failed check)."""
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return {"rc": -1, "stdout": "", "stderr": f"{argv[0]} ran longer than {timeout} s (healthcheck_command_timeout)"}
+    except OSError as exc:
+        return {"rc": -1, "stdout": "", "stderr": f"{argv[0]}: {exc}"}
+    return {"rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
+
+
+def find_tools(names: dict, dirs: list[str]) -> dict[str, str]:
+    path = os.pathsep.join([os.environ.get("PATH", ""), *dirs])
+    return {key: shutil.which(str(names.get(key) or ""), path=path) or "" if names.get(key) else "" for key in TOOL_KEYS}
+
+
+def probe(p: dict, check_mode: bool) -> dict:
+    """Run on the node what the checks read (health.node_checks judges it)."""
+    timeout = p["command_timeout"]
+    tools = find_tools(p["tools"], p["tool_dirs"])
+    out: dict = {"tools": tools}
+    gpus = 0
+    if tools["nvidia_smi"]:
+        out["gpu_query"] = run(health.nvidia_smi_gpu_args(tools["nvidia_smi"]), timeout)
+        out["remap_query"] = run(health.nvidia_smi_remap_args(tools["nvidia_smi"]), timeout)
+        out["kernel_log"] = run(shlex.split(p["kernel_log_command"]), timeout)
+        gpus = health.gpu_count_of(out["gpu_query"])
+        if tools["nvbandwidth"]:
+            out["nvbandwidth"] = run([tools["nvbandwidth"], "-t", "host_to_device_memcpy_ce",
+                                      "device_to_host_memcpy_ce"], timeout)
+        elif tools["bandwidth_test"]:
+            out["bandwidth_test"] = [run([tools["bandwidth_test"], f"--device={i}", "--memory=pinned"], timeout)
+                                     for i in range(gpus)]
+        out["nccl_node"] = [{"check": name, **run([tools[tool], *shlex.split(p["nccl_node_args"]), "-g", str(gpus)],
+                                                   timeout)}
+                            for name, tool, _limit in health.NODE_NCCL_TESTS if tools[tool]]
+    if p["cluster"] is not None:
+        out["nodefile_exists"] = os.path.exists(str(p["cluster"].get("nodefile") or ""))
+    fs_path = p["fs_path"]
+    out["fs_isdir"] = bool(fs_path) and os.path.isdir(fs_path)
+    if not out["fs_isdir"] or check_mode:
+        return out
+    if tools["elbencho"]:
+        files = -(-p["fs_files"] // p["fs_parallel"])
+        out["elbencho"] = run([tools["elbencho"], "--write", "--read", "--mkdirs", "--delfiles", "--deldirs",
+                               "--threads", str(p["fs_parallel"]), "--dirs", "1", "--files", str(files),
+                               "--size", f"{p['fs_file_size_mb']}m", "--block", "1m",
+                               f"{fs_path}/.amlhpc-elbencho-{p['node_name']}"], timeout)
+    else:
+        try:
+            out["fs_bench"] = fsbench.run(fs_path, files=p["fs_files"], file_size=p["fs_file_size_mb"] * 2**20,
+                                          parallel=p["fs_parallel"])
+        except (OSError, ValueError) as exc:
+            out["fs_bench"] = {"error": f"file system benchmark under {fs_path} failed: {exc}"}
+    return out
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "tools": {"type": "dict", "required": True},
+            "tool_dirs": {"type": "list", "elements": "str", "default": []},
+            "vm_size": {"type": "str", "default": ""},
+            "thresholds": {"type": "dict", "default": {}},
+            "kernel_log_command": {"type": "str", "default": "dmesg"},
+            "nccl_node_args": {"type": "str", "default": ""},
+            "command_timeout": {"type": "int", "default": 900},
+            "fs_path": {"type": "str", "default": ""},
+            "fs_path_create": {"type": "bool", "default": False},
+            "fs_files": {"type": "int", "default": 16},
+            "fs_file_size_mb": {"type": "int", "default": 256},
+            "fs_parallel": {"type": "int", "default": 8},
+            "node_name": {"type": "str", "default": "node"},
+            "cluster": {"type": "dict"},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        limits = health.thresholds_for(p["vm_size"], p["thresholds"])
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
+    changed = False
+    if p["fs_path_create"] and p["fs_path"] and not os.path.isdir(p["fs_path"]):
+        changed = True
+        if not module.check_mode:
+            try:
+                os.makedirs(p["fs_path"], mode=0o755)
+            except OSError as exc:
+                module.fail_json(msg=f"cannot create the mount test's folder {p['fs_path']}: {exc}")
+    raw = probe(p, module.check_mode)
+    judged = health.node_checks(raw, limits, {k: str(p["tools"].get(k) or k) for k in TOOL_KEYS},
+                                vm_size=p["vm_size"], fs_path=p["fs_path"], check_mode=module.check_mode,
+                                cluster=p["cluster"])
+    facts = {"healthcheck_checks": judged["checks"], "healthcheck_limits": limits, "healthcheck_tools": raw["tools"],
+             "healthcheck_gpu_count": judged["gpu_count"], "healthcheck_cluster_runs": judged["cluster_runs"],
+             # the raw runs, in the shapes the HTML report reads (module_utils/amlhpc/report_html.py)
+             "healthcheck_nccl_node_run": {"results": [{"item": {"check": r["check"]}, "stdout": r["stdout"],
+                                                        "stderr": r["stderr"], "rc": r["rc"]}
+                                                       for r in raw.get("nccl_node", [])]},
+             "healthcheck_elbencho_run": raw.get("elbencho") or {"skipped": True},
+             "healthcheck_fs_bench_run": raw.get("fs_bench") or {"skipped": True}}
+    module.exit_json(changed=changed, checks=judged["checks"], gpu_count=judged["gpu_count"], limits=limits,
+                     tools=raw["tools"], cluster_runs=judged["cluster_runs"], facts=facts)
+
+
+if __name__ == "__main__":
+    main()
