@@ -10,6 +10,8 @@ DOCUMENTATION = r"""
 module: healthcheck_node
 short_description: Measure one node's GPUs, host-device bandwidth, NCCL and shared mount, and judge them
 version_added: "1.0.0"
+author:
+  - amlhpc contributors (@amlhpc)
 description:
   - Finds the measurement tools (on C(PATH), then in O(tool_dirs)), then runs on the node
     what finds a bad node - C(nvidia-smi) (GPU list with ECC and page retirement, row
@@ -37,7 +39,9 @@ attributes:
     support: none
   check_mode:
     support: full
-    details: The read-only probes run; the shared-mount test (which writes files) is skipped with its reason, and O(fs_path_create) only says it would create the folder.
+    details:
+      - The read-only probes run; the shared-mount test (which writes files) is skipped with
+        its reason, and O(fs_path_create) only says it would create the folder.
   diff_mode:
     support: none
   platform:
@@ -47,7 +51,9 @@ extends_documentation_fragment:
   - ansible.builtin.action_common_attributes.flow
 options:
   tools:
-    description: Names (or paths) of the tools, by key - C(nvidia_smi), C(nvbandwidth), C(bandwidth_test), C(all_reduce_perf), C(alltoall_perf), C(elbencho), C(mpirun).
+    description:
+      - Names (or paths) of the tools, by key - C(nvidia_smi), C(nvbandwidth), C(bandwidth_test),
+        C(all_reduce_perf), C(alltoall_perf), C(elbencho), C(mpirun).
     type: dict
     required: true
   tool_dirs:
@@ -166,7 +172,9 @@ def run(argv: list[str], timeout: int) -> dict:
     """rc, stdout, stderr of one command; a command that cannot start or runs past
     ``timeout`` is rc -1 with the reason in stderr (judged as a failed check)."""
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=timeout, check=False)
+        # run_command has no timeout: a hung nvidia-smi or nccl-tests must end as a failed check
+        proc = subprocess.run(argv, capture_output=True, text=True, errors="replace",  # pylint: disable=ansible-bad-function
+                              timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return {"rc": -1, "stdout": "", "stderr": f"{argv[0]} ran longer than {timeout} s (healthcheck_command_timeout)"}
     except OSError as exc:
@@ -196,9 +204,9 @@ def probe(p: dict, check_mode: bool) -> dict:
         elif tools["bandwidth_test"]:
             out["bandwidth_test"] = [run([tools["bandwidth_test"], f"--device={i}", "--memory=pinned"], timeout)
                                      for i in range(gpus)]
-        out["nccl_node"] = [{"check": name, **run([tools[tool], *shlex.split(p["nccl_node_args"]), "-g", str(gpus)],
-                                                   timeout)}
-                            for name, tool, _limit in health.NODE_NCCL_TESTS if tools[tool]]
+        out["nccl_node"] = [
+            {"check": name, **run([tools[tool], *shlex.split(p["nccl_node_args"]), "-g", str(gpus)], timeout)}
+            for name, tool, _limit in health.NODE_NCCL_TESTS if tools[tool]]
     if p["cluster"] is not None:
         out["nodefile_exists"] = os.path.exists(str(p["cluster"].get("nodefile") or ""))
     fs_path = p["fs_path"]

@@ -358,8 +358,8 @@ def test_node_checks_judge_failures_and_check_mode():
 
 def test_bandwidth_test_per_gpu_when_there_is_no_nvbandwidth():
     tools = {k: f"/opt/t/{v}" for k, v in NAMES.items()} | {"nvbandwidth": ""}
-    probe = ndv4_probe(tools=tools, bandwidth_test=[ran(fx("bandwidthtest_a100_gpu0.txt")),
-                                                   ran(fx("bandwidthtest_a100_gpu1_slow.txt"))])
+    runs = [ran(fx("bandwidthtest_a100_gpu0.txt")), ran(fx("bandwidthtest_a100_gpu1_slow.txt"))]
+    probe = ndv4_probe(tools=tools, bandwidth_test=runs)
     out = by_name(health.node_checks(probe, health.thresholds_for("Standard_ND96asr_v4"), NAMES, fs_path="")["checks"])
     assert out["h2d_bandwidth"]["status"] == "fail"
     assert out["fs_write"]["reason"] == "no path (healthcheck_fs_path is empty)"
