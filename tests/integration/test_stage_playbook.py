@@ -69,3 +69,40 @@ def test_stage_playbook_refuses_an_expired_sas_in_one_sentence(azurite, pb_datas
     assert out.returncode != 0
     assert re.search(r"The SAS token expired at \d{4}-\d\d-\d\d \d\d:\d\d UTC: generate a new one \(read and list\) "
                      r"and run again\.", out.stdout), out.stdout[-3000:]
+
+
+def test_a_rerun_costs_each_node_at_most_three_host_tasks(azurite, pb_dataset, tmp_path):
+    """Controller CPU goes per host-task (README "Controller cost"): on a run with nothing to
+    do the role is one check-and-probe task, the skipped install and the stage per node; the
+    plan and the report table are run once."""
+    sas = azurite.container_sas(pb_dataset.container, "rl")
+    python = os.path.realpath(str(ROOT / ".venv" / "bin" / "python"))
+    inv = tmp_path / "inv.yml"
+    hosts = "".join(f"        local-{i}:\n          aml_node_rank: {i}\n          stage_dir: {tmp_path / f's{i}'}\n"
+                    for i in range(2))
+    inv.write_text("all:\n  vars:\n    ansible_connection: local\n"
+                   f"    ansible_python_interpreter: {python}\n    stage_become: false\n"
+                   f"    stage_azcopy_install: false\n    stage_azcopy_path: {ROOT / '.tools' / 'bin' / 'azcopy'}\n"
+                   "  children:\n    aml_nodes:\n      hosts:\n" + hosts)
+    extra = {"stage_account_url": azurite.endpoint, "stage_container": pb_dataset.container,
+             "stage_prefix": pb_dataset.prefix, "stage_mode": "balanced",
+             "stage_sas": "{{ lookup('ansible.builtin.env', 'TEST_STAGE_SAS') }}"}
+    env = {"TEST_STAGE_SAS": sas}
+    first = run_playbook("playbooks/stage.yml", extra, env, "-i", str(inv))
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
+    second = run_playbook("playbooks/stage.yml", extra, env, "-i", str(inv))
+    assert second.returncode == 0, second.stdout[-3000:]
+    tail = second.stdout[second.stdout.index("PLAY RECAP"):]
+    counts = {}
+    for host in ("local-0", "local-1"):
+        m = re.search(rf"^{host}\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=0\s+failed=0\s+skipped=(\d+)", tail, re.M)
+        assert m, tail
+        counts[host] = (int(m[1]) + int(m[3]), int(m[2]))
+    # local-1 runs the role's tasks only; local-0 also the run-once ones (plan, show, report)
+    assert counts["local-1"][0] <= 3 and counts["local-0"][0] <= counts["local-1"][0] + 3, counts
+    assert counts["local-0"][1] == counts["local-1"][1] == 0, counts
+    # each node's line, in one table
+    for i in range(2):
+        assert re.search(rf"local-{i}: \d+ files, 0 fetched .*GB on disk.*already there", second.stdout), \
+            second.stdout[-3000:]
+    assert re.search(r"sig=", second.stdout + second.stderr) is None
