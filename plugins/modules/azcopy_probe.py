@@ -106,18 +106,14 @@ src_kind:
   description: C(url-archive), C(url-binary), C(file-archive) or C(file-binary), from O(src); also C(stage_azcopy_src_kind).
   returned: success
   type: str
-rc:
-  description: Exit status of C(<azcopy> --version) (the error number when it could not be started).
+probe:
+  description:
+    - What C(<azcopy> --version) gave. C(rc) its exit status (the error number when it could not be started),
+      C(stdout) its output (e.g. C(azcopy version 10.32.2)), C(stderr) its error output (empty when it could not
+      be started).
   returned: always
-  type: int
-stdout:
-  description: Its output, e.g. C(azcopy version 10.32.2).
-  returned: always
-  type: str
-stderr:
-  description: Its error output (empty when it could not be started).
-  returned: always
-  type: str
+  type: dict
+  sample: {"rc": 0, "stdout": "azcopy version 10.32.2", "stderr": ""}
 """
 
 import subprocess
@@ -157,10 +153,10 @@ def main() -> None:
     rc, stdout, stderr = probe(p["azcopy"])
     decision = install_decision(install=p["install"], version=p["version"], src=p["src"], path=p["azcopy"],
                                 rc=rc, stdout=stdout, stderr=stderr)
+    found = {"rc": rc, "stdout": stdout, "stderr": stderr}  # not at the top: Ansible fails a result whose rc is not 0
     if decision["error"]:
-        module.fail_json(msg=decision["error"], rc=rc, stdout=stdout, stderr=stderr)
-    module.exit_json(changed=False, needed=decision["needed"], src_kind=decision["src_kind"], rc=rc, stdout=stdout,
-                     stderr=stderr)
+        module.fail_json(msg=decision["error"], probe=found)
+    module.exit_json(changed=False, needed=decision["needed"], src_kind=decision["src_kind"], probe=found)
 
 
 if __name__ == "__main__":
