@@ -24,7 +24,8 @@ class ActionModule(RoleCheckedAction):
         args = dict(self._task.args)
         shard = args.pop("shard", None)
         auth = args.get("auth", "sas")
-        error = stage_input_error(self._task_host(task_vars), shard, auth, boolean(args.pop("has_sas", False)))
+        host = str((task_vars or {}).get("inventory_hostname", ""))
+        error = stage_input_error(host, shard, auth, boolean(args.pop("has_sas", False)))
         if error:
             result.update(failed=True, msg=error)
             return result
@@ -35,6 +36,3 @@ class ActionModule(RoleCheckedAction):
                                           "stage_azcopy_src_kind": result["src_kind"]}, VariableLayer.EPHEMERAL_FACT)
         return result
 
-    @staticmethod
-    def _task_host(task_vars: dict[str, Any] | None) -> str:
-        return str((task_vars or {}).get("inventory_hostname", ""))

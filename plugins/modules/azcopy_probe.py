@@ -10,6 +10,8 @@ DOCUMENTATION = r"""
 module: azcopy_probe
 short_description: Check a node's stage inputs, probe its azcopy and decide whether to install the pinned one
 version_added: "1.0.0"
+author:
+  - amlhpc contributors (@amlhpc)
 description:
   - The first task of the C(amlhpc.azureml.stage) role on each node, in one host-task instead of an
     argument check, two asserts, two M(ansible.builtin.set_fact) and a probe.
@@ -116,23 +118,18 @@ probe:
   sample: {"rc": 0, "stdout": "azcopy version 10.32.2", "stderr": ""}
 """
 
-import subprocess
-
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_install import install_decision
 
 
-def probe(azcopy: str) -> tuple[int, str, str]:
+def probe(module: AnsibleModule, azcopy: str) -> tuple[int, str, str]:
     """``<azcopy> --version``: exit status and output, as ansible.builtin.command returns them
     (trailing newlines stripped); one that cannot be started gives its error number and no output."""
     try:
-        proc = subprocess.run([azcopy, "--version"], capture_output=True, text=True, errors="replace",
-                              timeout=60, check=False)
+        rc, out, err = module.run_command([azcopy, "--version"], handle_exceptions=False, errors="surrogate_or_replace")
     except OSError as exc:
         return exc.errno or 1, "", ""
-    except subprocess.TimeoutExpired:
-        return 124, "", f"{azcopy} --version did not answer within 60 s"
-    return proc.returncode, proc.stdout.rstrip("\r\n"), proc.stderr.rstrip("\r\n")
+    return rc, out.rstrip("\r\n"), err.rstrip("\r\n")
 
 
 def main() -> None:
@@ -150,7 +147,7 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    rc, stdout, stderr = probe(p["azcopy"])
+    rc, stdout, stderr = probe(module, p["azcopy"])
     decision = install_decision(install=p["install"], version=p["version"], src=p["src"], path=p["azcopy"],
                                 rc=rc, stdout=stdout, stderr=stderr)
     found = {"rc": rc, "stdout": stdout, "stderr": stderr}  # not at the top: Ansible fails a result whose rc is not 0
