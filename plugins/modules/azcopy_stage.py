@@ -21,7 +21,7 @@ description:
     fetched too.
   - Files this node staged before whose blob is gone are reported (RV(gone)) and removed only with
     O(prune=true).
-  - C(changed) is true exactly when a file was fetched or removed.
+  - C(changed) is true exactly when a file was fetched or removed, or the stage folder made or its mode set.
   - Resumable. azcopy writes into a hidden folder C(<dest>/.amlhpc-staging/<rank>) with
     C(--overwrite=false), so a rerun after a failure skips the files already fetched. Files are
     moved to their final names only after the whole job completed, so no half-written file ever
@@ -40,6 +40,9 @@ description:
     logs go to a private temporary folder that is removed afterwards. O(sas) and
     O(client_secret) are C(no_log) and every message is redacted, so the task needs no task-level
     C(no_log), and a failure shows its reason.
+  - Makes the stage folder O(dest) where it is missing (mode C(0755), and the missing folders above it,
+    as M(ansible.builtin.file) with C(state=directory) would; an existing one's mode is set to C(0755));
+    that alone makes the task C(changed).
   - The result carries a compact progress series (RV(progress)) for plots and the staging-time
     prediction (RV(prediction)) beside the measured RV(seconds).
 version_added: "1.0.0"
@@ -91,7 +94,7 @@ options:
     description: Client secret of the service principal; given to azcopy in its environment only. Never logged.
     type: str
   dest:
-    description: Stage folder on the node (may be shared by every node, e.g. BeeOND).
+    description: Stage folder on the node (may be shared by every node, e.g. BeeOND); made (C(0755)) where it is missing.
     type: path
     required: true
   rank:
@@ -149,7 +152,8 @@ attributes:
     support: full
     details: Reports whether a file would be fetched or removed; fetches nothing.
   diff_mode:
-    support: none
+    support: partial
+    details: Shows the stage folder made or its mode set; not the files fetched.
   platform:
     platforms: posix
 notes:
@@ -291,6 +295,7 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy impor
     stage_shard,
 )
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_model import predict_node, rates_from
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.files import ensure_folder
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 
@@ -391,6 +396,11 @@ def main() -> None:
         auth_env(p["auth"], **auth_options)
     except ValueError as exc:
         module.fail_json(msg=str(exc), sas_warnings=warnings)
+    try:
+        folder = ensure_folder(p["dest"], 0o755, module.check_mode)
+    except OSError as exc:
+        module.fail_json(msg=f"The stage folder {p['dest']}: {exc}", sas_warnings=warnings)
+    extra = {"diff": folder} if folder and module._diff else {}  # pylint: disable=protected-access
     source = blob_url(p["account_url"], p["container"], p["prefix"])
     shard = p["shard"]
     shard_args = _shard_args(shard)
@@ -400,12 +410,12 @@ def main() -> None:
         if expected is None:
             staged = shard_is_staged(source_url=source, stage_dir=p["dest"], rank=p["rank"],
                                      decompress=p["decompress"], **shard_args)
-            module.exit_json(changed=not staged, sas_warnings=warnings)
+            module.exit_json(changed=not staged or folder is not None, sas_warnings=warnings, **extra)
         todo = plan_sync(stage_dir=p["dest"], rank=p["rank"], expected=expected, decompress=p["decompress"],
                          verify=p["verify"], suffixes=_suffixes(shard), known=known)
-        module.exit_json(changed=bool(todo["fetch"]) or bool(p["prune"] and todo["gone"]),
+        module.exit_json(changed=bool(todo["fetch"]) or bool(p["prune"] and todo["gone"]) or folder is not None,
                          would_fetch=len(todo["fetch"]), gone=todo["gone"][:5], gone_count=len(todo["gone"]),
-                         sas_warnings=warnings)
+                         sas_warnings=warnings, **extra)
     try:
         result = stage_shard(
             azcopy=p["azcopy"], source_url=source, sas=sas, stage_dir=p["dest"], rank=p["rank"],
@@ -417,7 +427,8 @@ def main() -> None:
     except (StageError, OSError, ValueError) as exc:
         module.fail_json(msg=redact(str(exc), secrets), sas_warnings=warnings)
     result["summary"] = summary_line(result)
-    module.exit_json(sas_warnings=warnings, **result)
+    result["changed"] = bool(result.get("changed")) or folder is not None
+    module.exit_json(sas_warnings=warnings, **result, **extra)
 
 
 if __name__ == "__main__":

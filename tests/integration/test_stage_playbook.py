@@ -6,6 +6,7 @@ import json
 import os
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 from staging_helpers import ROOT, assert_identical_subset, upload_dataset
@@ -69,3 +70,78 @@ def test_stage_playbook_refuses_an_expired_sas_in_one_sentence(azurite, pb_datas
     assert out.returncode != 0
     assert re.search(r"The SAS token expired at \d{4}-\d\d-\d\d \d\d:\d\d UTC: generate a new one \(read and list\) "
                      r"and run again\.", out.stdout), out.stdout[-3000:]
+
+
+def two_nodes(azurite, data, tmp_path, **group_vars) -> tuple[Path, dict, dict]:
+    """Two nodes on the local connection, each its own stage folder; the inventory, the extra
+    variables and the environment (the SAS) of a playbooks/stage.yml run."""
+    python = os.path.realpath(str(ROOT / ".venv" / "bin" / "python"))
+    node_vars = {"ansible_connection": "local", "ansible_python_interpreter": python, "stage_become": False,
+                 "stage_azcopy_install": False, "stage_azcopy_path": str(ROOT / ".tools" / "bin" / "azcopy"),
+                 **group_vars}
+    hosts = {f"local-{i}": {"aml_node_rank": i, "stage_dir": str(tmp_path / f"s{i}")} for i in range(2)}
+    inv = tmp_path / "inv.json"
+    inv.write_text(json.dumps({"all": {"vars": node_vars, "children": {"aml_nodes": {"hosts": hosts}}}}))
+    extra = {"stage_account_url": azurite.endpoint, "stage_container": data.container, "stage_prefix": data.prefix,
+             "stage_mode": "balanced", "stage_sas": "{{ lookup('ansible.builtin.env', 'TEST_STAGE_SAS') }}"}
+    return inv, extra, {"TEST_STAGE_SAS": azurite.container_sas(data.container, "rl")}
+
+
+def test_a_rerun_costs_each_node_at_most_three_host_tasks(azurite, pb_dataset, tmp_path):
+    """Controller CPU goes per host-task (README "Controller cost"): on a run with nothing to
+    do the role is one check-and-probe task, the skipped install and the stage per node; the
+    plan and the report table are run once."""
+    inv, extra, env = two_nodes(azurite, pb_dataset, tmp_path)
+    first = run_playbook("playbooks/stage.yml", extra, env, "-i", str(inv))
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
+    second = run_playbook("playbooks/stage.yml", extra, env, "-i", str(inv))
+    assert second.returncode == 0, second.stdout[-3000:]
+    tail = second.stdout[second.stdout.index("PLAY RECAP"):]
+    counts = {}
+    for host in ("local-0", "local-1"):
+        m = re.search(rf"^{host}\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=0\s+failed=0\s+skipped=(\d+)", tail, re.M)
+        assert m, tail
+        counts[host] = (int(m[1]) + int(m[3]), int(m[2]))
+    # local-1 runs the role's tasks only; local-0 also the run-once ones (plan, show, report)
+    assert counts["local-1"][0] <= 3 and counts["local-0"][0] <= counts["local-1"][0] + 3, counts
+    assert counts["local-0"][1] == counts["local-1"][1] == 0, counts
+    # each node's line, in one table
+    for i in range(2):
+        assert re.search(rf"local-{i}: \d+ files, 0 fetched .*GB on disk.*already there", second.stdout), \
+            second.stdout[-3000:]
+    assert re.search(r"sig=", second.stdout + second.stderr) is None
+
+
+def test_a_wrong_variable_stops_every_node_before_it_acts(azurite, pb_dataset, tmp_path):
+    """The role's argument check, inside its first task (the role is imported without
+    Ansible's own), names the variable, and nothing is staged."""
+    inv, extra, env = two_nodes(azurite, pb_dataset, tmp_path)
+    out = run_playbook("playbooks/stage.yml", {**extra, "stage_verify": "maybe"}, env, "-i", str(inv))
+    assert out.returncode != 0
+    assert "Validation of arguments failed" in out.stdout and "stage_verify" in out.stdout, out.stdout[-3000:]
+    for host in ("local-0", "local-1"):
+        assert re.search(rf"^{host}\s+: .*changed=0 .*failed=1 ", out.stdout, re.M), out.stdout[-2000:]
+    assert not (tmp_path / "s0").exists() and not (tmp_path / "s1").exists()
+
+
+def test_no_azcopy_and_nothing_to_install_it_from_is_refused_by_name(azurite, pb_dataset, tmp_path):
+    missing = tmp_path / "bin" / "azcopy"
+    inv, extra, env = two_nodes(azurite, pb_dataset, tmp_path, stage_azcopy_install=True,
+                                stage_azcopy_path=str(missing))
+    out = run_playbook("playbooks/stage.yml", extra, env, "-i", str(inv), "--check")
+    assert out.returncode != 0
+    assert (f"azcopy 10.32.2 is not at {missing} (found: nothing) and stage_azcopy_src is empty: set it to "
+            "azcopy_linux_amd64_10.32.2.tar.gz (a path on the controller, or an https URL with "
+            "stage_azcopy_checksum).") in out.stdout, out.stdout[-3000:]
+    assert not (tmp_path / "s0").exists()
+
+
+def test_check_mode_makes_no_stage_folder_and_diff_names_it(azurite, pb_dataset, tmp_path):
+    inv, extra, env = two_nodes(azurite, pb_dataset, tmp_path)
+    out = run_playbook("playbooks/stage.yml", extra, env, "-i", str(inv), "--check", "--diff")
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert not (tmp_path / "s0").exists() and not (tmp_path / "s1").exists()
+    for i in range(2):
+        assert f'"path": "{tmp_path / f"s{i}"}",\n-    "state": "absent"\n+    "state": "directory"' in out.stdout, \
+            out.stdout[-3000:]
+    assert "Report every node's stage" in out.stdout and "GB on disk" not in out.stdout

@@ -115,3 +115,35 @@ def apply(module: Any, directories: list[dict[str, Any]], files: list[dict[str, 
         if made:
             backups[f["path"]] = made
     return {"changed": bool(changed), "changed_files": changed, "backups": backups, "diff": diffs}
+
+
+def ensure_folder(path: str, mode: int, check_mode: bool) -> dict[str, Any] | None:
+    """``path`` a folder with ``mode``, as ansible.builtin.file state=directory makes it: the
+    missing folders on the way made with that mode too, an existing one's mode set (owner
+    left as it is). Returns the diff (``before``, ``after``) when something changed (or would,
+    in check mode), else None. Raises NotADirectoryError when something else is there."""
+    path = os.path.abspath(path)
+    if os.path.isdir(path):
+        now = os.stat(path).st_mode & 0o7777
+        if now == mode:
+            return None
+        if not check_mode:
+            os.chmod(path, mode)
+        return {"before": {"path": path, "mode": f"{now:04o}"}, "after": {"path": path, "mode": f"{mode:04o}"}}
+    missing = []
+    here = path
+    while not os.path.isdir(here):
+        if os.path.lexists(here):
+            raise NotADirectoryError(f"{here} exists and is not a folder")
+        missing.append(here)
+        here = os.path.dirname(here)
+    if not check_mode:
+        for folder in reversed(missing):
+            try:
+                os.mkdir(folder, mode)
+            except FileExistsError:
+                if not os.path.isdir(folder):
+                    raise
+                continue
+            os.chmod(folder, mode)  # mkdir's mode is filtered by the umask
+    return {"before": {"path": path, "state": "absent"}, "after": {"path": path, "state": "directory"}}

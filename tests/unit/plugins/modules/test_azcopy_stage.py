@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -86,3 +87,35 @@ def test_prediction_sits_beside_the_measurement_in_the_summary():
         "96 files, 96 fetched (7 repaired), 0 gone (0 removed); 12.5 s measured, 20 s predicted "
         "(decompression CPU); repaired: train/a_001.tfrecord (checksum) and 6 more")
     assert azcopy_stage.prediction_for({**result, "fetched": 0}, {}) == {}
+
+
+def test_the_stage_folder_is_made_0755_and_check_mode_makes_nothing(tmp_path, capsys):
+    dest = tmp_path / "scratch" / "cosmoflow"
+    out = run(base(tmp_path, dest=str(dest), _ansible_check_mode=True, _ansible_diff=True), capsys)
+    assert out["changed"] is True and not out.get("failed"), out
+    assert out["diff"] == {"before": {"path": str(dest), "state": "absent"},
+                           "after": {"path": str(dest), "state": "directory"}}
+    assert not (tmp_path / "scratch").exists()
+    # a real run makes the folders (then fails on the missing azcopy, as before)
+    old_umask = os.umask(0o077)  # the mode is set, whatever the umask
+    try:
+        out = run(base(tmp_path, dest=str(dest)), capsys)
+    finally:
+        os.umask(old_umask)
+    assert out["failed"] and "azcopy was not found" in out["msg"]
+    assert [oct(p.stat().st_mode & 0o777) for p in (tmp_path / "scratch", dest)] == ["0o755", "0o755"]
+    dest.chmod(0o700)
+    out = run(base(tmp_path, dest=str(dest), _ansible_check_mode=True, _ansible_diff=True), capsys)
+    assert out["diff"] == {"before": {"path": str(dest), "mode": "0700"}, "after": {"path": str(dest), "mode": "0755"}}
+    (tmp_path / "file").write_text("x")
+    out = run(base(tmp_path, dest=str(tmp_path / "file")), capsys)
+    assert out["failed"] and out["msg"] == f"The stage folder {tmp_path / 'file'}: {tmp_path / 'file'} exists and is not a folder"
+
+
+def test_an_existing_0755_folder_with_its_shard_is_unchanged(tmp_path, capsys):
+    dest = tmp_path / "d"
+    dest.mkdir(mode=0o755)
+    dest.chmod(0o755)
+    shard = {"mode": "balanced", "expected": []}
+    out = run(base(tmp_path, dest=str(dest), shard=shard, _ansible_check_mode=True, _ansible_diff=True), capsys)
+    assert out["changed"] is False and "diff" not in out, out
