@@ -90,6 +90,29 @@ def run(argv: list[str], **kwargs) -> Measured:
     return Measured(wall, cpu, res.returncode, res.stdout, res.stderr, max(masters, 0.0))
 
 
+def containers_cpu(label: str) -> float | None:
+    """CPU seconds the running containers with this Docker label have used so far (the
+    twin's nodes: their sshd, the modules Ansible runs there, the pssh scripts), from their
+    cgroup (v1 cpuacct, or v2 cpu.stat); None where the cgroup files cannot be read."""
+    ids = subprocess.run(["docker", "ps", "-q", "--no-trunc", "--filter", f"label={label}"],
+                         capture_output=True, text=True, check=False).stdout.split()
+    total = 0.0
+    for cid in ids:
+        for path, scale in ((f"/sys/fs/cgroup/cpuacct/docker/{cid}/cpuacct.usage", 1e-9),
+                            (f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/cpu.stat", 1e-6)):
+            try:
+                with open(path) as fh:
+                    text = fh.read()
+            except OSError:
+                continue
+            value = text.split()[0] if path.endswith("usage") else text.split("usage_usec", 1)[1].split()[0]
+            total += int(value) * scale
+            break
+        else:
+            return None
+    return total
+
+
 def cpu_name() -> str:
     model = platform.processor() or "unknown CPU"
     try:

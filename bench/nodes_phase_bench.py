@@ -10,7 +10,9 @@ For each size: wall time and controller CPU seconds (user+sys of the ansible-pla
 process tree: its forks, the ssh clients and the ssh ControlPersist masters; see
 bench/cpumeter.py) of a first run on fresh nodes and a second (idempotent) run, the number
 of host-task results (PLAY RECAP ok+failed+skipped+unreachable), CPU per node and per
-host-task; then the marginal CPU per added node (least squares over the sizes), the
+host-task, and the nodes' own CPU seconds (the twin's containers: sshd and what runs there, from
+their cgroups; on this one machine they share the controller's cores, so they count in the
+wall time of both sides); then the marginal CPU per added node (least squares over the sizes), the
 projection to 512 nodes on a 4-core controller, and the ratio to parallel-ssh.
 
     .venv/bin/python bench/nodes_phase_bench.py [--sizes 1,4,16,32] [--playbook playbooks/nodes.yml]
@@ -172,6 +174,9 @@ def main() -> int:
     parser.add_argument("--prefix", default="perf-bench", help="name prefix of the bench's containers and network")
     parser.add_argument("--no-pssh", action="store_true", help="skip the parallel-ssh side")
     parser.add_argument("--log-dir", metavar="DIR", help="keep each run's ansible-playbook output there")
+    parser.add_argument("--cprofile", metavar="DIR",
+                        help="run the second run's ansible-playbook under cProfile (its main process: the strategy, "
+                             "run-once templating, result handling), writing DIR/<size>-second.prof")
     parser.add_argument("-e", "--extra", action="append", default=[], metavar="KEY=VALUE",
                         help="group var for the bench inventory (YAML value)")
     args = parser.parse_args()
@@ -214,7 +219,16 @@ def main() -> int:
                 nodes_file = inv.parent / "nodes.json" if args.site else tmp_path / "nodes.json"
                 argv = [ANSIBLE_PLAYBOOK, "-i", str(inv), args.playbook]
                 for run in ("first", "second"):
-                    m = cpumeter.run(argv, cwd=project, env=run_env, timeout=3600)
+                    label = f"amlhpc.twin={cluster.prefix}"
+                    nodes_before = cpumeter.containers_cpu(label)
+                    run_argv = argv
+                    if args.cprofile and run == "second":
+                        Path(args.cprofile).mkdir(parents=True, exist_ok=True)
+                        run_argv = [sys.executable, "-m", "cProfile", "-o",
+                                    str(Path(args.cprofile).resolve() / f"{size}-second.prof"), *argv]
+                    m = cpumeter.run(run_argv, cwd=project, env=run_env, timeout=3600)
+                    nodes_after = cpumeter.containers_cpu(label)
+                    node_cpu = None if None in (nodes_before, nodes_after) else nodes_after - nodes_before
                     if m.returncode != 0:
                         sys.exit(f"{args.playbook} failed ({run} run, {size} nodes):\n{m.stdout[-4000:]}{m.stderr[-2000:]}")
                     if args.log_dir:
@@ -227,6 +241,8 @@ def main() -> int:
                     line = (f"{size:>5} {run:>6} {m.wall:>7.1f} {m.cpu:>7.1f} {m.cpu / size:>8.2f} {tasks:>6} "
                             f"{1000 * m.cpu / max(tasks, 1):>7.0f} {changed:>7}")
                     masters = f"  (ssh masters {m.masters:.1f} s of it)"
+                    if node_cpu is not None:
+                        masters += f"  nodes' CPU {node_cpu:.1f} s"
                     if run == "second" and not args.no_pssh:
                         pargv = [sys.executable, str(ROOT / "bench" / "pssh_nodes.py"),
                                  "--nodes-file", str(nodes_file), "--key", str(cluster.key), "--user", cluster.admin_user,
@@ -234,7 +250,10 @@ def main() -> int:
                         if site is not None:
                             pargv += ["--site", "--hosts", ",".join(f"bench-{i}" for i in range(size)),
                                       "--account-url", site.url, "--account-key", site.mn.ACCOUNT_KEY]
+                        pnodes_before = cpumeter.containers_cpu(label)
                         p = cpumeter.run(pargv, cwd=ROOT, timeout=900)
+                        pnodes_after = cpumeter.containers_cpu(label)
+                        pnode_cpu = None if None in (pnodes_before, pnodes_after) else pnodes_after - pnodes_before
                         if p.returncode != 0:
                             sys.exit(f"pssh_nodes.py failed:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
                         pout = yaml.safe_load(p.stdout.strip().splitlines()[-1])
@@ -242,7 +261,8 @@ def main() -> int:
                         if pout.get("retried"):
                             print(f"      pssh retried: {'; '.join(pout['retried'])}", flush=True)
                         line += (f" | {p.wall:>9.1f} {p.cpu:>8.2f} {m.cpu / max(p.cpu, 1e-3):>8.0f}x"
-                                 f"  (pssh changed {pchanged} files; wall ratio {m.wall / max(p.wall, 1e-3):.1f}x)")
+                                 f"  (pssh changed {pchanged} files; wall ratio {m.wall / max(p.wall, 1e-3):.1f}x"
+                                 + (f"; pssh nodes' CPU {pnode_cpu:.1f} s" if pnode_cpu is not None else "") + ")")
                     print(line + masters, flush=True)
                     if run == "second":
                         for task in changed_tasks(m.stdout):

@@ -10,7 +10,7 @@ The same checks and writes as playbooks/nodes.yml with the roles' defaults:
           (nvidia-smi when present); NCCL: instance metadata (3 s timeout), SHARP plugin
           look-up, nvidia-smi topo -m, /etc/nccl.conf and /etc/amlhpc/nccl.env, no
           topology file for an unknown VM size
-  head:   root reaches every node by private IP with BatchMode (the trust check)
+  head:   root reaches every node by private IP with BatchMode (the trust check, 64 at a time)
 With --site, also what the whole site.yml does on every node when everything is in place
 (its second run; BeeOND off, no GPU tools on the twin):
   nodes:  the health check's tool look-up, the nodefile, the shared-mount write/read test
@@ -174,10 +174,14 @@ print(json.dumps({"pub": pub, "scan": scan, "made": made}))
 
 VERIFY_SCRIPT = r'''
 import json, subprocess, sys
+from concurrent.futures import ThreadPoolExecutor
 a = json.loads(sys.argv[1])
-bad = [ip for ip in a["ips"] if subprocess.run(
-    ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=10",
-     "-i", "/root/.ssh/id_rsa", "root@" + ip, "true"], capture_output=True).returncode != 0]
+def refused(ip):
+    return subprocess.run(
+        ["ssh", "-n", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=10",
+         "-i", "/root/.ssh/id_rsa", "root@" + ip, "true"], capture_output=True).returncode != 0
+with ThreadPoolExecutor(64) as pool:  # as the role: 64 at a time (ssh_trust_verify_parallel)
+    bad = [ip for ip, no in zip(a["ips"], pool.map(refused, a["ips"])) if no]
 print(json.dumps(bad))
 '''
 
