@@ -35,4 +35,3 @@ class ActionModule(RoleCheckedAction):
             self.register_host_variables({"stage_shard": shard, "stage_azcopy_needed": result["needed"],
                                           "stage_azcopy_src_kind": result["src_kind"]}, VariableLayer.EPHEMERAL_FACT)
         return result
-

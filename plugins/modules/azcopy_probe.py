@@ -119,6 +119,7 @@ probe:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_cmd import AUTH_MODES
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_install import install_decision
 
 
@@ -140,8 +141,7 @@ def main() -> None:
             "install": {"type": "bool", "default": True},
             "src": {"type": "str", "default": ""},
             "shard": {"type": "dict"},
-            "auth": {"type": "str", "default": "sas",
-                     "choices": ["sas", "managed_identity", "service_principal", "azure_cli"]},
+            "auth": {"type": "str", "default": "sas", "choices": list(AUTH_MODES)},
             "has_sas": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
