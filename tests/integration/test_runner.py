@@ -128,9 +128,11 @@ def check_report(page: str, summary_lines: list[str], events: list[dict]) -> Non
     assert not sections["nccl"]["images"]
     assert sections["nccl"]["nodata"][0].startswith("No data: no NCCL test ran: no GPU")
 
-    # Shared mount: the figures amlhpc_fs_bench returned.
-    bench = next(e["event_data"]["res"] for e in events if e["event"] == "runner_on_ok" and e["event_data"]["task"]
-                 == "Health check | Measure the shared mount with parallel writers and readers")
+    # Shared mount: the figures the project's reader returned inside the node's health check
+    # (healthcheck_node: its result carries the raw run it judged).
+    bench = next(e["event_data"]["res"]["facts"]["healthcheck_fs_bench_run"] for e in events
+                 if e["event"] == "runner_on_ok"
+                 and e["event_data"]["task"].startswith("Health check | Measure and judge this node"))
     fs = table_dicts(sections["fsbench"]["tables"][0])[0]
     assert (float(fs["write"]), float(fs["read"])) == (pytest.approx(bench["write_mbps"], abs=0.05),
                                                        pytest.approx(bench["read_mbps"], abs=0.05))
