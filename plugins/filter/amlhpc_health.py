@@ -39,12 +39,8 @@ def nccl(text: str, name: str, minimum: Any) -> dict[str, Any]:
 
 
 def report(hostvars: Any, all_hosts: list[str], active_hosts: list[str], cluster_run: Any = None) -> dict[str, Any]:
-    cluster = health.cluster_checks((cluster_run or {}).get("results") or [])
-    results = {}
-    for host in all_hosts:
-        checks = hostvars[host].get("healthcheck_checks") if host in active_hosts else None
-        results[host] = [*checks, *cluster.get(host, [])] if checks is not None else None
-    return health.report(results)
+    results = {host: hostvars[host].get("healthcheck_checks") if host in active_hosts else None for host in all_hosts}
+    return health.report(health.with_cluster_checks(results, (cluster_run or {}).get("results") or []))
 
 
 def cluster_runs(hostvars: Any, hosts: list[str]) -> list[dict[str, Any]]:

@@ -184,7 +184,7 @@ def run(argv: list[str], timeout: int) -> dict:
 
 def find_tools(names: dict, dirs: list[str]) -> dict[str, str]:
     path = os.pathsep.join([os.environ.get("PATH", ""), *dirs])
-    return {key: shutil.which(str(names.get(key) or ""), path=path) or "" if names.get(key) else "" for key in TOOL_KEYS}
+    return {key: (shutil.which(str(names[key]), path=path) or "") if names.get(key) else "" for key in TOOL_KEYS}
 
 
 def probe(p: dict, check_mode: bool) -> dict:

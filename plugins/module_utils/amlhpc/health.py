@@ -666,3 +666,11 @@ def cluster_checks(runs: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str
         out.setdefault(str(item["head"]), []).append(
             nccl_check(str(item["check"]), text, None if minimum in (None, "") else float(minimum)))
     return out
+
+
+def with_cluster_checks(results: Mapping[str, Iterable[Mapping[str, Any]] | None],
+                        cluster_run_results: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]] | None]:
+    """Each node's checks (None: no results), a head's followed by its cluster's multi-node
+    checks judged from the registered cluster runs (:func:`cluster_checks`)."""
+    cluster = cluster_checks(cluster_run_results)
+    return {node: None if checks is None else [*checks, *cluster.get(node, [])] for node, checks in results.items()}

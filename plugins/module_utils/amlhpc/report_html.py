@@ -257,17 +257,11 @@ def nccl_runs(node_vars: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
 def node_checks(node_vars: Sequence[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]] | None]:
     """Each node's ``healthcheck_checks``, a head's with its cluster's multi-node checks
     (judged from the registered cluster runs, as the gate judges them)."""
-    cluster: dict[str, list[dict[str, Any]]] = {}
-    for hv in node_vars:
-        reg = hv.get("healthcheck_nccl_cluster_run")
-        if isinstance(reg, Mapping) and reg.get("results"):
-            cluster = health.cluster_checks(reg["results"])
-            break
-    out: dict[str, list[dict[str, Any]] | None] = {}
-    for hv in node_vars:
-        name, checks = str(hv.get("inventory_hostname", "?")), hv.get("healthcheck_checks")
-        out[name] = None if checks is None else [*checks, *cluster.get(name, [])]
-    return out
+    # registered once (run_once), on every node alike
+    regs = [hv.get("healthcheck_nccl_cluster_run") for hv in node_vars]
+    runs = next((r["results"] for r in regs if isinstance(r, Mapping) and r.get("results")), [])
+    return health.with_cluster_checks({str(hv.get("inventory_hostname", "?")): hv.get("healthcheck_checks")
+                                       for hv in node_vars}, runs)
 
 
 def _skip_reasons(checks_by_node: Mapping[str, Sequence[Mapping[str, Any]] | None], prefix: str) -> list[str]:

@@ -375,3 +375,12 @@ def test_cluster_checks_are_the_heads_from_the_registered_loop():
     assert list(out) == ["nd-0"]
     assert [(c["check"], c["status"]) for c in out["nd-0"]] == [("nccl_all_reduce_cluster", "pass"),
                                                                 ("nccl_alltoall_cluster", "fail")]
+
+
+def test_with_cluster_checks_appends_each_cluster_to_its_head_and_keeps_missing_nodes():
+    results = [{"item": {"head": "nd-0", "check": "nccl_all_reduce_cluster", "minimum": None}, "rc": 0,
+                "stdout": fx("all_reduce_ndv4_node_ok.txt"), "stderr": ""}]
+    mine = [health.skipped("fs_write", "x")]
+    out = health.with_cluster_checks({"nd-0": mine, "nd-1": mine, "nd-2": None}, results)
+    assert [c["check"] for c in out["nd-0"]] == ["fs_write", "nccl_all_reduce_cluster"]
+    assert out["nd-1"] == mine and out["nd-2"] is None
