@@ -11,6 +11,11 @@ ssh only. :class:`PipelinedOnlyAction` turns pipelining on for the task's connec
 refuses to run when it still cannot be used (a become method or connection without
 pipelining, ``ANSIBLE_KEEP_REMOTE_FILES``, or async), so the payload only ever travels on the
 interpreter's stdin.
+
+Under Mitogen for Ansible (its strategy swaps every connection for its own) there is no
+pipelining to turn on: its runner hands a new-style module its arguments in memory
+(``ansible.module_utils.basic._ANSIBLE_ARGS``), never in a file, so the module runs as it is,
+unless async (Mitogen's async job is another process).
 """
 
 from __future__ import annotations
@@ -19,6 +24,13 @@ from typing import Any
 
 from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.plugins.action import ActionBase
+
+
+def _is_mitogen(connection: Any) -> bool:
+    """Whether the task runs on one of Mitogen's connections (they all derive from
+    ``ansible_mitogen.connection.Connection``; the plugin loader names the plugin's own
+    module after Ansible's, so the base classes tell, not the class itself)."""
+    return any(cls.__module__.startswith("ansible_mitogen.") for cls in type(connection).__mro__)
 
 
 class PipelinedOnlyAction(ActionBase):
@@ -30,6 +42,10 @@ class PipelinedOnlyAction(ActionBase):
         result = super().run(tmp, task_vars)
         del tmp
         wrap_async = bool(self._task.async_val)
+        if _is_mitogen(self._connection) and not wrap_async:
+            result.update(self._execute_module(module_name=self._task.action, module_args=self._task.args,
+                                               task_vars=task_vars, wrap_async=False))
+            return result
         if self._connection.has_pipelining:
             try:
                 self._connection.set_option("pipelining", True)
@@ -38,7 +54,7 @@ class PipelinedOnlyAction(ActionBase):
                 # looks it up in the global config on first use and caches it in _options.
                 self._connection._options["pipelining"] = True  # pylint: disable=protected-access
                 self._connection._origins["pipelining"] = "action plugin"  # pylint: disable=protected-access
-        if not self._is_pipelining_enabled("new", wrap_async):
+        if _is_mitogen(self._connection) or not self._is_pipelining_enabled("new", wrap_async):
             raise AnsibleActionFail(
                 f"{self._task.action} carries a secret and runs only pipelined (module and arguments on the interpreter's "
                 f"stdin, never in a file): connection {self._connection.transport!r}"

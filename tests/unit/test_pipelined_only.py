@@ -1,0 +1,65 @@
+"""Modules whose arguments carry a secret (azcopy_stage, dataset_upload) run only where the
+arguments never sit in a file on the target (plugins/plugin_utils/pipelined.py): pipelined,
+or under Mitogen for Ansible, whose runner hands a module its arguments in memory.
+
+Each test runs a real play on localhost through ansible-playbook: azcopy_stage with a SAS and
+an azcopy path that does not exist, so that a module that ran fails with its own message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
+SAS = "se=2099-01-01T00%3A00%3A00Z&sp=rl&sv=2026-10-06&sr=c&sig=FAKE-pipelined-test%3D%3D"
+MISSING = "azcopy was not found at /nonexistent/azcopy: install it (role stage) or set its path"
+
+
+def run_play(tmp_path: Path, **env: str) -> dict:
+    play = tmp_path / "play.yml"
+    play.write_text(f"""
+- hosts: localhost
+  connection: local
+  gather_facts: false
+  tasks:
+    - amlhpc.azureml.azcopy_stage:
+        azcopy: /nonexistent/azcopy
+        account_url: http://127.0.0.1:1/devstoreaccount1
+        container: c
+        sas: "{SAS}"
+        dest: "{tmp_path / 'stage'}"
+        rank: 0
+        shard: {{mode: suffix, include_pattern: "*_000.tfrecord"}}
+""")
+    proc = subprocess.run([ANSIBLE_PLAYBOOK, "-i", "localhost,", str(play)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
+                                            "ANSIBLE_LOCAL_TEMP": str(tmp_path / "local-tmp"), **env})
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    out, _ = json.JSONDecoder().raw_decode(proc.stdout[proc.stdout.index("{"):])
+    result = out["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    assert SAS not in proc.stdout + proc.stderr
+    return result
+
+
+def test_the_module_runs_pipelined_on_the_local_connection(tmp_path):
+    assert run_play(tmp_path)["msg"] == MISSING
+
+
+def test_a_payload_kept_in_a_file_is_refused_before_the_module_runs(tmp_path):
+    result = run_play(tmp_path, ANSIBLE_KEEP_REMOTE_FILES="1")
+    assert result["msg"].startswith("amlhpc.azureml.azcopy_stage carries a secret and runs only pipelined")
+    assert not (tmp_path / "stage").exists()
+
+
+def test_under_mitogen_the_module_runs_with_its_arguments_in_memory(tmp_path):
+    ansible_mitogen = pytest.importorskip("ansible_mitogen")
+    strategies = Path(ansible_mitogen.__file__).parent / "plugins" / "strategy"
+    result = run_play(tmp_path, ANSIBLE_STRATEGY_PLUGINS=str(strategies), ANSIBLE_STRATEGY="mitogen_linear")
+    assert result["msg"] == MISSING
