@@ -15,10 +15,29 @@ role was loaded with Ansible's own check (``roles:``, ``include_role`` without
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
+
+
+def role_argspecs(role: Any) -> dict[str, Any]:
+    """The role's ``argument_specs``, as ``Role._get_role_argspecs`` finds them (its
+    ``meta/argument_specs.yml``, else ``meta/main.yml``'s), read with libyaml.
+
+    The check runs in every node's task, in a worker forked for that task alone, so nothing
+    read there is kept for the next: Ansible's own loader took about 9 ms of CPU for a 4.5 kB
+    spec, libyaml 1 ms (the specs are plain YAML: no vault, no tags)."""
+    # pylint: disable=protected-access
+    for ext in (".yml", ".yaml"):
+        path = os.path.join(role._role_path, "meta", "argument_specs" + ext)
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                data = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # nosec B506: a safe loader
+            return (data.get("argument_specs") if isinstance(data, dict) else None) or {}
+    return role._get_role_argspecs() or {}
 
 
 def role_argument_errors(action: Any, task_vars: dict[str, Any]) -> dict[str, Any] | None:
@@ -30,7 +49,7 @@ def role_argument_errors(action: Any, task_vars: dict[str, Any]) -> dict[str, An
     if role is None or getattr(role, "_should_validate", True):
         return None
     entry = (getattr(role, "_from_files", None) or {}).get("tasks") or "main"
-    spec = (role._get_role_argspecs() or {}).get(entry) or {}
+    spec = role_argspecs(role).get(entry) or {}
     options = spec.get("options") or {}
     if not options:
         return None
