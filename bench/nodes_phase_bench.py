@@ -16,7 +16,7 @@ wall time of both sides); then the marginal CPU per added node (least squares ov
 projection to 512 nodes on a 4-core controller, and the ratio to parallel-ssh.
 
     .venv/bin/python bench/nodes_phase_bench.py [--sizes 1,4,16,32] [--playbook playbooks/nodes.yml]
-        [--site] [--mitogen] [--label text] [--profile-tasks N]
+        [--site] [--mitogen] [--label text] [--profile-tasks N] [--pyspy DIR]
 
 --site runs the whole site.yml instead, set up as tests/integration/test_multinode.py sets it
 up (Azurite on the nodes' gateway, the twin's AzureML stand-in; the first run makes and stages
@@ -33,6 +33,7 @@ import os
 import re
 import sys
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 
@@ -43,6 +44,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import cpumeter  # noqa: E402
+import pyspy_breakdown  # noqa: E402
 from twin.cluster import Twin, free_base_port  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -177,6 +179,10 @@ def main() -> int:
     parser.add_argument("--cprofile", metavar="DIR",
                         help="run the second run's ansible-playbook under cProfile (its main process: the strategy, "
                              "run-once templating, result handling), writing DIR/<size>-second.prof")
+    parser.add_argument("--pyspy", metavar="DIR",
+                        help="record the second run with py-spy, its workers included (requirements-bench.txt), to "
+                             "DIR/<size>-second.raw, and print where the workers' CPU went (bench/pyspy_breakdown.py); "
+                             "that run's CPU figure includes py-spy's own")
     parser.add_argument("-e", "--extra", action="append", default=[], metavar="KEY=VALUE",
                         help="group var for the bench inventory (YAML value)")
     args = parser.parse_args()
@@ -226,6 +232,11 @@ def main() -> int:
                         Path(args.cprofile).mkdir(parents=True, exist_ok=True)
                         run_argv = [sys.executable, "-m", "cProfile", "-o",
                                     str(Path(args.cprofile).resolve() / f"{size}-second.prof"), *argv]
+                    if args.pyspy and run == "second":
+                        Path(args.pyspy).mkdir(parents=True, exist_ok=True)
+                        raw = Path(args.pyspy).resolve() / f"{size}-second.raw"
+                        run_argv = [str(BIN / "py-spy"), "record", "--subprocesses", "--nonblocking", "--rate", "100",
+                                    "--format", "raw", "-o", str(raw), "--", *run_argv]
                     m = cpumeter.run(run_argv, cwd=project, env=run_env, timeout=3600)
                     nodes_after = cpumeter.containers_cpu(label)
                     node_cpu = None if None in (nodes_before, nodes_after) else nodes_after - nodes_before
@@ -269,6 +280,8 @@ def main() -> int:
                             print(f"      changed again: {task}", flush=True)
                         for task in slowest_tasks(m.stdout, args.profile_tasks):
                             print(f"      {task}", flush=True)
+                        if args.pyspy:
+                            print(textwrap.indent(pyspy_breakdown.report(str(raw)), "      "), flush=True)
             finally:
                 if site is not None:
                     site.close()
