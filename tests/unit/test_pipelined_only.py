@@ -40,7 +40,8 @@ def run_play(tmp_path: Path, **env: str) -> dict:
 """)
     proc = subprocess.run([ANSIBLE_PLAYBOOK, "-i", "localhost,", str(play)], cwd=ROOT, capture_output=True, text=True,
                           timeout=300, check=False, env={**os.environ, "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
-                                            "ANSIBLE_LOCAL_TEMP": str(tmp_path / "local-tmp"), **env})
+                                            "ANSIBLE_LOCAL_TEMP": str(tmp_path / "local-tmp"),
+                                            "ANSIBLE_STRATEGY": "linear", **env})
     assert proc.returncode != 0, proc.stdout[-3000:]
     out = json.JSONDecoder().raw_decode(proc.stdout[proc.stdout.index("{"):])[0]
     result = out["plays"][0]["tasks"][0]["hosts"]["localhost"]
