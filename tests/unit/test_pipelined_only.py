@@ -38,7 +38,9 @@ def run_play(tmp_path: Path, **env: str) -> dict:
         rank: 0
         shard: {{mode: suffix, include_pattern: "*_000.tfrecord"}}
 """)
-    proc = subprocess.run([ANSIBLE_PLAYBOOK, "-i", "localhost,", str(play)], cwd=ROOT, capture_output=True, text=True,
+    # This Python on the local connection: interpreter discovery may find a shim that fails.
+    proc = subprocess.run([ANSIBLE_PLAYBOOK, "-i", "localhost,", "-e", f"ansible_python_interpreter={sys.executable}",
+                           str(play)], cwd=ROOT, capture_output=True, text=True,
                           timeout=300, check=False, env={**os.environ, "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
                                             "ANSIBLE_LOCAL_TEMP": str(tmp_path / "local-tmp"),
                                             "ANSIBLE_STRATEGY": "linear", **env})
