@@ -39,11 +39,10 @@ def run_play(tmp_path: Path, **env: str) -> dict:
         shard: {{mode: suffix, include_pattern: "*_000.tfrecord"}}
 """)
     # This Python on the local connection: interpreter discovery may find a shim that fails.
+    env = {**os.environ, "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json", "ANSIBLE_LOCAL_TEMP": str(tmp_path / "local-tmp"),
+           "ANSIBLE_STRATEGY": "linear", **env}
     proc = subprocess.run([ANSIBLE_PLAYBOOK, "-i", "localhost,", "-e", f"ansible_python_interpreter={sys.executable}",
-                           str(play)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, check=False, env={**os.environ, "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
-                                            "ANSIBLE_LOCAL_TEMP": str(tmp_path / "local-tmp"),
-                                            "ANSIBLE_STRATEGY": "linear", **env})
+                           str(play)], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False, env=env)
     assert proc.returncode != 0, proc.stdout[-3000:]
     out = json.JSONDecoder().raw_decode(proc.stdout[proc.stdout.index("{"):])[0]
     result = out["plays"][0]["tasks"][0]["hosts"]["localhost"]
