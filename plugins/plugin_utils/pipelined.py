@@ -42,11 +42,8 @@ class PipelinedOnlyAction(ActionBase):
         result = super().run(tmp, task_vars)
         del tmp
         wrap_async = bool(self._task.async_val)
-        if _is_mitogen(self._connection) and not wrap_async:
-            result.update(self._execute_module(module_name=self._task.action, module_args=self._task.args,
-                                               task_vars=task_vars, wrap_async=False))
-            return result
-        if self._connection.has_pipelining:
+        mitogen = _is_mitogen(self._connection)
+        if not mitogen and self._connection.has_pipelining:
             try:
                 self._connection.set_option("pipelining", True)
             except (KeyError, AnsibleError):
@@ -54,7 +51,9 @@ class PipelinedOnlyAction(ActionBase):
                 # looks it up in the global config on first use and caches it in _options.
                 self._connection._options["pipelining"] = True  # pylint: disable=protected-access
                 self._connection._origins["pipelining"] = "action plugin"  # pylint: disable=protected-access
-        if _is_mitogen(self._connection) or not self._is_pipelining_enabled("new", wrap_async):
+        # Mitogen keeps a module's arguments in memory unless async; elsewhere only pipelining does.
+        in_memory = not wrap_async if mitogen else self._is_pipelining_enabled("new", wrap_async)
+        if not in_memory:
             raise AnsibleActionFail(
                 f"{self._task.action} carries a secret and runs only pipelined (module and arguments on the interpreter's "
                 f"stdin, never in a file): connection {self._connection.transport!r}"
