@@ -45,10 +45,29 @@ def make_nodes(n: int, cluster: str = "gpu", states: dict[int, str] | None = Non
     return out
 
 
+def identity_payload(block: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The "identity" of a GET, from the one a request sent: ARM adds the principal ids, and
+    each user-assigned identity gets its principal and client id."""
+    if not block or str(block.get("type", "None")) == "None":
+        return None
+    out: dict[str, Any] = {"type": block["type"]}
+    if "SystemAssigned" in block["type"]:
+        out.update(principalId="11111111-0000-0000-0000-000000000001", tenantId="22222222-0000-0000-0000-000000000002")
+    users = block.get("userAssignedIdentities") or {}
+    if users:
+        out["userAssignedIdentities"] = {
+            rid: {"principalId": hashlib.sha256(rid.lower().encode()).hexdigest()[:8] + "-0000-0000-0000-000000000003",
+                  "clientId": hashlib.sha256(rid.lower().encode()).hexdigest()[8:16] + "-0000-0000-0000-000000000004"}
+            for rid in users}
+    return out
+
+
 def compute_payload(name: str, vm_size: str = "STANDARD_ND96ASR_V4", min_nodes: int = 4, max_nodes: int = 4,
                     admin_user: str = "azureuser", ssh_key: str | None = FAKE_KEY,
-                    public_access: str = "Enabled", current: int | None = None) -> dict[str, Any]:
-    """A REST ComputeResource of an AmlCompute cluster (GET .../computes/<name>)."""
+                    public_access: str = "Enabled", current: int | None = None, vm_priority: str = "Dedicated",
+                    identity: dict[str, Any] | None = None, idle: str = "PT1800S") -> dict[str, Any]:
+    """A REST ComputeResource of an AmlCompute cluster (GET .../computes/<name>). ``identity``:
+    the identity block as a create request sends it (None: the cluster has none)."""
     current = max_nodes if current is None else current
     creds: dict[str, Any] = {"adminUserName": admin_user}
     if ssh_key:
@@ -58,15 +77,16 @@ def compute_payload(name: str, vm_size: str = "STANDARD_ND96ASR_V4", min_nodes: 
               f"workspaces/{WS}/computes/{name}",
         "name": name, "type": "Microsoft.MachineLearningServices/workspaces/computes", "location": "eastus",
         "tags": {},
+        **({"identity": identity_payload(identity)} if identity_payload(identity) else {}),
         "properties": {
             "computeType": "AmlCompute", "computeLocation": "eastus", "description": None,
             "resourceId": None, "provisioningState": "Succeeded", "provisioningErrors": None,
             "isAttachedCompute": False, "disableLocalAuth": True,
             "createdOn": "2026-11-01T10:00:00.000Z", "modifiedOn": "2026-11-01T10:00:00.000Z",
             "properties": {
-                "vmSize": vm_size, "vmPriority": "Dedicated", "osType": "Linux",
+                "vmSize": vm_size, "vmPriority": vm_priority, "osType": "Linux",
                 "scaleSettings": {"minNodeCount": min_nodes, "maxNodeCount": max_nodes,
-                                  "nodeIdleTimeBeforeScaleDown": "PT1800S"},
+                                  "nodeIdleTimeBeforeScaleDown": idle},
                 "userAccountCredentials": creds, "subnet": None,
                 "remoteLoginPortPublicAccess": public_access, "enableNodePublicIp": True,
                 "allocationState": "Steady", "allocationStateTransitionTime": "2026-11-01T10:05:00.000Z",
@@ -85,6 +105,8 @@ class World:
     clusters: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> {"compute": ..., "nodes": [...]}
     # name -> the "identity" block of the create request, as the real SDK serialised it
     identities: dict[str, Any] = field(default_factory=dict)
+    # name -> the "identity" blocks of the requests that changed it (v1 PATCH, v2 PUT), in order
+    identity_updates: dict[str, list[Any]] = field(default_factory=dict)
     page_size: int = 100
     auth_error: str | None = None
     workspace: str = WS
@@ -145,8 +167,35 @@ class World:
     def create(self, name: str, vm_size: str, min_nodes: int, max_nodes: int, admin_user: str,
                ssh_key: str | None, public_access: str) -> None:
         self.clusters[name] = {"compute": compute_payload(name, vm_size, min_nodes, max_nodes, admin_user, ssh_key,
-                                                          public_access, current=0), "nodes": []}
+                                                          public_access, current=0,
+                                                          identity=self.identities.get(name)), "nodes": []}
         self.set_scale(name, min_nodes, max_nodes)
+
+    def identity_of(self, name: str) -> dict[str, Any] | None:
+        return self.clusters[name]["compute"].get("identity")
+
+    def put_identity(self, name: str, block: dict[str, Any] | None) -> None:
+        """A PUT of the whole resource (azure-ai-ml's begin_update): its identity replaces the old."""
+        self._set_identity(name, block)
+
+    def patch_identity(self, name: str, block: dict[str, Any]) -> None:
+        """A PATCH (azureml-core's add_identity): the type is the one sent; user-assigned
+        identities sent are added to those there, one sent as null is removed (ARM's merge)."""
+        have = self.identity_of(name) or {}
+        users = dict(have.get("userAssignedIdentities") or {}) if "UserAssigned" in block.get("type", "") else {}
+        for rid, value in (block.get("userAssignedIdentities") or {}).items():
+            if value is None:
+                users.pop(rid, None)
+            else:
+                users[rid] = value
+        self._set_identity(name, {"type": block["type"], "userAssignedIdentities": users})
+
+    def _set_identity(self, name: str, block: dict[str, Any] | None) -> None:
+        self.identity_updates.setdefault(name, []).append(block)
+        compute = self.clusters[name]["compute"]
+        compute.pop("identity", None)
+        if identity_payload(block):
+            compute["identity"] = identity_payload(block)
 
 
 # ---------------------------------------------------------------------------------------
@@ -216,6 +265,23 @@ def install_v1(monkeypatch, world: World) -> None:
             self.admin_user_ssh_key = creds.get("adminUserSshPublicKey")
             self.remote_login_port_public_access = inner.get("remoteLoginPortPublicAccess")
             self.status = AmlComputeStatus.deserialize(props)
+            # As azureml-core's AmlCompute._initialize reads them.
+            self.identity_type = compute["identity"]["type"] if "identity" in compute else None
+            self.identity_id = compute["identity"]["userAssignedIdentities"] \
+                if self.identity_type and "userAssignedIdentities" in compute["identity"] else None
+
+        def add_identity(self, identity_type, identity_id=None):
+            world.calls["v1 add_identity (PATCH)"] += 1
+            # azureml-core's own checks and PATCH body.
+            RealAmlCompute._validate_identity(identity_type, identity_id)
+            payload = {"location": "eastus", "properties": {}, "identity": {}}
+            if identity_id and identity_type == "UserAssigned":
+                payload["identity"] = {"type": "UserAssigned", "userAssignedIdentities": {}}
+                RealAmlCompute._build_identity_id_payload(payload, identity_id)
+            elif identity_type == "SystemAssigned":
+                payload["identity"] = {"type": "SystemAssigned"}
+            world.patch_identity(self.name, payload["identity"])
+            self._load()
 
         def list_nodes(self):
             world.calls["v1 list_nodes (POST listNodes)"] += 1
@@ -333,6 +399,8 @@ def _transport(world: World):
                     inner = body["properties"]["properties"]
                     if name not in world.clusters:
                         world.identities[name] = body.get("identity")
+                    else:
+                        world.put_identity(name, body.get("identity"))
                     creds = inner.get("userAccountCredentials") or {}
                     scale = inner["scaleSettings"]
                     if name in world.clusters:

@@ -19,8 +19,11 @@ description:
     until no node is left, otherwise RV(msg) says how many are left and when they go."
   - An autoscaling cluster (O(min_nodes) != O(max_nodes)) is refused while
     O(beeond_enabled) is true, because a scale-down destroys the BeeOND file system.
-  - A cluster that exists with another VM size, admin user, SSH key or remote login setting
-    is refused (AmlCompute cannot change them in place); the module never deletes a cluster.
+  - On an existing cluster it also sets the idle time when O(idle_seconds_before_scaledown)
+    differs, and adds O(identity_resource_id) when the cluster lacks it.
+  - A cluster that exists with another VM size, VM priority, admin user, SSH key or remote
+    login setting is refused (AmlCompute cannot change them in place); the module never
+    deletes a cluster.
   - Works through azureml-core (SDK v1) or azure-ai-ml (SDK v2), with the same
     authentication options as the azureml_compute inventory plugin.
 version_added: "1.0.0"
@@ -74,7 +77,8 @@ options:
   idle_seconds_before_scaledown:
     description:
       - Idle time before AmlCompute releases a node above O(min_nodes).
-      - Default 1800 with O(state=present), 120 with O(state=scaled_to_zero).
+      - With O(state=present), set on an existing cluster when it differs; not set, a new cluster
+        gets 1800 and an existing one keeps its own. 120 by default with O(state=scaled_to_zero).
     type: int
   admin_user:
     description: Admin user on the nodes. Required with O(state=present).
@@ -94,9 +98,13 @@ options:
   identity_resource_id:
     description:
       - ARM resource id of a user-assigned managed identity to give the nodes, set when the cluster
-        is created (an existing cluster keeps its identity). Grant it Storage Blob Data Reader on the
-        data set's account or container and stage with C(stage_auth=managed_identity) and
+        is created and added to an existing cluster that lacks it (ids compare case-insensitively;
+        the identities the cluster has stay, none is removed). Grant it Storage Blob Data Reader on
+        the data set's account or container and stage with C(stage_auth=managed_identity) and
         C(stage_msi_client_id) set to the identity's client id, and no SAS exists at all.
+      - With O(sdk=azureml-core), adding it to a cluster that has a system-assigned identity is
+        refused (in check mode too), because that SDK would drop the system-assigned one. The message
+        names the two ways that keep both (O(sdk=azure-ai-ml), or C(az ml compute update)).
     type: str
     default: ""
   wait:
@@ -150,16 +158,20 @@ action:
   type: str
   sample: create
 changes:
-  description: Scale settings changed, as [before, after].
+  description:
+    - Settings changed, as [before, after] - C(min_nodes), C(max_nodes), C(idle_seconds) (seconds),
+      C(identity) (the cluster's user-assigned identity ids).
   returned: always
   type: dict
-  sample: {"min_nodes": [0, 4]}
+  sample: {"min_nodes": [0, 4], "identity": [[], ["/subscriptions/.../userAssignedIdentities/stage-reader"]]}
 cluster:
-  description: The cluster's properties after the change (as far as the SDK reports them).
+  description:
+    - The cluster's properties after the change (as far as the SDK reports them); C(identity) lists
+      its user-assigned identities' ARM ids as Azure spells them.
   returned: when the cluster exists
   type: dict
   sample: {"name": "gpu-a100", "vm_size": "STANDARD_ND96ASR_V4", "min_nodes": 4, "max_nodes": 4,
-           "admin_user": "azureuser", "remote_login_port_public_access": "Enabled"}
+           "admin_user": "azureuser", "remote_login_port_public_access": "Enabled", "identity": []}
 nodes:
   description: The nodes after waiting, as list_nodes() records.
   returned: when O(wait) ran
@@ -209,8 +221,10 @@ def ssh_banner(host: str, port: int, timeout: float = 5.0) -> bool:
 def _info_dict(info: ClusterInfo | None) -> dict[str, Any]:
     if info is None:
         return {}
-    return {k: getattr(info, k) for k in ("name", "vm_size", "min_nodes", "max_nodes", "admin_user",
-                                          "remote_login_port_public_access", "provisioning_state")}
+    out = {k: getattr(info, k) for k in ("name", "vm_size", "min_nodes", "max_nodes", "admin_user",
+                                         "remote_login_port_public_access", "provisioning_state")}
+    out["identity"] = list(info.identity_ids)
+    return out
 
 
 def wait_for_nodes(module: AnsibleModule, client, name: str, want: int, reachable: bool) -> tuple[list, str]:
@@ -263,13 +277,12 @@ def run(module: AnsibleModule) -> dict[str, Any]:
                            admin_user=p["admin_user"], ssh_public_key=p["ssh_public_key"].strip(),
                            remote_login_port_public_access=p["remote_login_port_public_access"],
                            vm_priority=p["vm_priority"],
-                           idle_seconds_before_scaledown=1800 if p["idle_seconds_before_scaledown"] is None
-                           else p["idle_seconds_before_scaledown"],
+                           idle_seconds_before_scaledown=p["idle_seconds_before_scaledown"],
                            beeond_enabled=p["beeond_enabled"], identity_resource_id=p["identity_resource_id"])
         problems = spec_problems(spec)
         if problems:
             module.fail_json(msg="; ".join(problems))
-        plan = plan_cluster(spec, current)
+        plan = plan_cluster(spec, current, sdk=p["sdk"])
         want = spec.min_nodes
 
     result.update(action=plan.action, changes={k: list(v) for k, v in plan.changes.items()})
@@ -281,7 +294,8 @@ def run(module: AnsibleModule) -> dict[str, Any]:
             after[key] = new
     if plan.action == "create":
         after = {"name": name, "vm_size": spec.vm_size, "min_nodes": spec.min_nodes, "max_nodes": spec.max_nodes,
-                 "admin_user": spec.admin_user, "remote_login_port_public_access": spec.remote_login_port_public_access}
+                 "admin_user": spec.admin_user, "remote_login_port_public_access": spec.remote_login_port_public_access,
+                 "identity": [spec.identity_resource_id] if spec.identity_resource_id else []}
     if module._diff:
         result["diff"] = {"before": before, "after": after}
     if module.check_mode:
@@ -291,13 +305,14 @@ def run(module: AnsibleModule) -> dict[str, Any]:
     if plan.action == "create":
         client.create(spec, timeout_s=p["wait_timeout"])
     elif plan.action == "update":
-        new_min = plan.changes.get("min_nodes", (None, current.min_nodes))[1]
-        new_max = plan.changes.get("max_nodes", (None, current.max_nodes))[1]
-        if p["state"] == "scaled_to_zero":
-            new_idle = idle
-        else:
-            new_idle = spec.idle_seconds_before_scaledown
-        client.scale(name, new_min, new_max, new_idle, timeout_s=p["wait_timeout"])
+        # The identity first: nodes a scale-up adds come with it.
+        if "identity" in plan.changes:
+            client.add_identity(name, spec.identity_resource_id, timeout_s=p["wait_timeout"])
+        if plan.changes.keys() & {"min_nodes", "max_nodes", "idle_seconds"}:
+            new_min = plan.changes.get("min_nodes", (None, current.min_nodes))[1]
+            new_max = plan.changes.get("max_nodes", (None, current.max_nodes))[1]
+            new_idle = plan.changes.get("idle_seconds", (None, current.idle_seconds))[1]
+            client.scale(name, new_min, new_max, new_idle, timeout_s=p["wait_timeout"])
     if plan.action != "none":
         current = client.cluster(name)
     result["cluster"] = _info_dict(current)

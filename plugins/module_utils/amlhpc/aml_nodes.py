@@ -92,6 +92,9 @@ class ClusterInfo:
     provisioning_state: str | None = None
     current_node_count: int | None = None
     idle_seconds: int | None = None  # scaleSettings.nodeIdleTimeBeforeScaleDown, in seconds
+    vm_priority: str | None = None  # Dedicated / LowPriority (v2: dedicated / low_priority)
+    identity_type: str | None = None  # e.g. UserAssigned, SystemAssigned,UserAssigned (None: no identity)
+    identity_ids: tuple[str, ...] = ()  # ARM ids of its user-assigned identities, as Azure spells them
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -460,6 +463,10 @@ def resolve_auth(requested: str, options: Mapping[str, Any], environ: Mapping[st
 # Cluster lifecycle
 
 
+# The idle time a cluster is created with when none is given (AmlCompute's own default).
+DEFAULT_IDLE_SECONDS = 1800
+
+
 @dataclass(frozen=True)
 class ClusterSpec:
     """The cluster the lifecycle module makes sure of."""
@@ -472,12 +479,17 @@ class ClusterSpec:
     ssh_public_key: str
     remote_login_port_public_access: str = "Enabled"
     vm_priority: str = "dedicated"
-    idle_seconds_before_scaledown: int = 1800
+    # None: 1800 s when the cluster is created, and an existing cluster's is kept.
+    idle_seconds_before_scaledown: int | None = None
     beeond_enabled: bool = False
-    # ARM id of a user-assigned managed identity given to the nodes (set at creation), e.g. for
-    # staging with no SAS: /subscriptions/<s>/resourceGroups/<rg>/providers/
-    # Microsoft.ManagedIdentity/userAssignedIdentities/<name>
+    # ARM id of a user-assigned managed identity given to the nodes (at creation, or added to an
+    # existing cluster that lacks it), e.g. for staging with no SAS:
+    # /subscriptions/<s>/resourceGroups/<rg>/providers/Microsoft.ManagedIdentity/userAssignedIdentities/<name>
     identity_resource_id: str = ""
+
+    @property
+    def idle_at_creation(self) -> int:
+        return DEFAULT_IDLE_SECONDS if self.idle_seconds_before_scaledown is None else self.idle_seconds_before_scaledown
 
 
 @dataclass
@@ -508,18 +520,43 @@ def _key_body(key: str | None) -> str | None:
     return " ".join(parts[:2]) if len(parts) >= 2 else None
 
 
-def plan_cluster(spec: ClusterSpec, current: ClusterInfo | None) -> ClusterPlan:
+def _priority(value: str) -> str:
+    return value.lower().replace("_", "")  # LowPriority (v1, REST), low_priority (v2), lowpriority (ours)
+
+
+def has_identity(current: ClusterInfo, resource_id: str) -> bool:
+    """Whether the cluster has that user-assigned identity (ARM ids compare case-insensitively:
+    Azure answers ``resourcegroups`` where the id was given with ``resourceGroups``)."""
+    return resource_id.lower() in {i.lower() for i in current.identity_ids}
+
+
+def identity_refusal(name: str, current: ClusterInfo, resource_id: str, sdk: str) -> str | None:
+    """Why the identity cannot be added with this SDK, or None. azureml-core's
+    ``AmlCompute.add_identity`` PATCHes type ``UserAssigned``: it would take the nodes'
+    system-assigned identity (and what was granted to it) away."""
+    if sdk != "azureml-core" or "systemassigned" not in (current.identity_type or "").lower().replace("_", ""):
+        return None
+    return (f"cluster '{name}' has a system-assigned identity, which azureml-core cannot keep while it adds "
+            f"{resource_id}: run with sdk azure-ai-ml (aml_cluster_sdk), or add it yourself with "
+            f"az ml compute update --name {name} --identity-type system_assigned,user_assigned "
+            f"--user-assigned-identities {resource_id}")
+
+
+def plan_cluster(spec: ClusterSpec, current: ClusterInfo | None, sdk: str = "azure-ai-ml") -> ClusterPlan:
     """What to do to get from ``current`` (None: no such cluster) to ``spec``.
 
-    AmlCompute can change only its scale settings once created; a cluster that differs in
-    VM size, admin user, SSH key or remote login access must be deleted and created again,
-    which this refuses to do behind the user's back.
+    AmlCompute can change only its scale settings and identities once created; a cluster that
+    differs in VM size, VM priority, admin user, SSH key or remote login access must be deleted
+    and created again, which this refuses to do behind the user's back. The wanted identity is
+    added to those the cluster has (none is removed); ``sdk`` is the client that would add it.
     """
     if current is None:
         return ClusterPlan("create", {"cluster": (None, spec.name)})
     fixed = []
     if current.vm_size and current.vm_size.lower() != spec.vm_size.lower():
         fixed.append(f"vm_size {current.vm_size} (wanted {spec.vm_size})")
+    if current.vm_priority and _priority(current.vm_priority) != _priority(spec.vm_priority):
+        fixed.append(f"vm_priority {_priority(current.vm_priority)} (wanted {_priority(spec.vm_priority)})")
     if current.admin_user and current.admin_user != spec.admin_user:
         fixed.append(f"admin user {current.admin_user} (wanted {spec.admin_user})")
     have_key, want_key = _key_body(current.ssh_public_key), _key_body(spec.ssh_public_key)
@@ -536,6 +573,15 @@ def plan_cluster(spec: ClusterSpec, current: ClusterInfo | None) -> ClusterPlan:
         changes["min_nodes"] = (current.min_nodes, spec.min_nodes)
     if current.max_nodes != spec.max_nodes:
         changes["max_nodes"] = (current.max_nodes, spec.max_nodes)
+    idle = spec.idle_seconds_before_scaledown
+    if idle is not None and current.idle_seconds is not None and int(current.idle_seconds) != idle:
+        changes["idle_seconds"] = (int(current.idle_seconds), idle)
+    rid = spec.identity_resource_id
+    if rid and not has_identity(current, rid):
+        refusal = identity_refusal(spec.name, current, rid, sdk)
+        if refusal:
+            raise AmlNodesError(refusal)
+        changes["identity"] = (list(current.identity_ids), [*current.identity_ids, rid])
     return ClusterPlan("update" if changes else "none", changes)
 
 

@@ -125,6 +125,10 @@ class AmlClient:
         """Set the scale settings and wait (at most ``timeout_s``) for the operation."""
         raise NotImplementedError
 
+    def add_identity(self, name: str, resource_id: str, timeout_s: int = 1800) -> None:
+        """Give the cluster that user-assigned identity too (its other identities kept)."""
+        raise NotImplementedError
+
 
 # ---------------------------------------------------------------------------------------
 # SDK v1: azureml-core
@@ -200,7 +204,10 @@ class AzuremlCoreClient(AmlClient):
             remote_login_port_public_access=getattr(target, "remote_login_port_public_access", None),
             provisioning_state=getattr(target, "provisioning_state", None),
             current_node_count=getattr(status, "current_node_count", None),
-            idle_seconds=getattr(scale, "idle_seconds_before_scaledown", None))
+            idle_seconds=getattr(scale, "idle_seconds_before_scaledown", None),
+            vm_priority=getattr(target, "vm_priority", None), identity_type=getattr(target, "identity_type", None),
+            # identity_id: the GET's userAssignedIdentities, a mapping id -> {principalId, clientId}
+            identity_ids=tuple(getattr(target, "identity_id", None) or ()))
 
     def list_nodes(self, name: str) -> list[dict[str, Any]]:
         target = self._target(name)
@@ -216,7 +223,7 @@ class AzuremlCoreClient(AmlClient):
         ws = self.workspace()
         config = AmlCompute.provisioning_configuration(
             vm_size=spec.vm_size, vm_priority=spec.vm_priority, min_nodes=spec.min_nodes, max_nodes=spec.max_nodes,
-            idle_seconds_before_scaledown=spec.idle_seconds_before_scaledown, admin_username=spec.admin_user,
+            idle_seconds_before_scaledown=spec.idle_at_creation, admin_username=spec.admin_user,
             admin_user_ssh_key=spec.ssh_public_key,
             remote_login_port_public_access=spec.remote_login_port_public_access,
             **({"identity_type": "UserAssigned", "identity_id": [spec.identity_resource_id]}
@@ -235,6 +242,18 @@ class AzuremlCoreClient(AmlClient):
         try:
             target.update(min_nodes=min_nodes, max_nodes=max_nodes, idle_seconds_before_scaledown=idle_seconds)
             target.wait_for_completion(show_output=False, timeout_in_minutes=max(1, timeout_s // 60))
+        except Exception as exc:
+            raise self._fail(exc, name, workspace_checked=True) from None
+
+    def add_identity(self, name: str, resource_id: str, timeout_s: int = 1800) -> None:
+        target = self._target(name, fresh=True)
+        if target is None:
+            raise AmlNodesError(cluster_not_found(name, self.workspace_name))
+        # A PATCH of type UserAssigned: the ones listed are added to those there
+        # (plan_cluster refused a cluster with a system-assigned identity, which it would drop).
+        have = list(target.identity_id or ()) if "UserAssigned" in (target.identity_type or "") else []
+        try:
+            target.add_identity("UserAssigned", [*have, resource_id])
         except Exception as exc:
             raise self._fail(exc, name, workspace_checked=True) from None
 
@@ -305,13 +324,17 @@ class AzureAiMlClient(AmlClient):
             raise AmlNodesError(not_amlcompute(name, self.workspace_name, kind))
         ssh = getattr(entity, "ssh_settings", None)
         public = getattr(entity, "ssh_public_access_enabled", None)
+        identity = getattr(entity, "identity", None)
         return ClusterInfo(
             name=name, vm_size=getattr(entity, "size", None), min_nodes=getattr(entity, "min_instances", None),
             max_nodes=getattr(entity, "max_instances", None), admin_user=getattr(ssh, "admin_username", None),
             ssh_public_key=getattr(ssh, "ssh_key_value", None),
             remote_login_port_public_access=None if public is None else ("Enabled" if public else "Disabled"),
             provisioning_state=_enum_text(getattr(entity, "provisioning_state", None)),
-            idle_seconds=getattr(entity, "idle_time_before_scale_down", None))
+            idle_seconds=getattr(entity, "idle_time_before_scale_down", None),
+            vm_priority=getattr(entity, "tier", None),
+            identity_type=getattr(identity, "type", None),
+            identity_ids=tuple(u.resource_id for u in getattr(identity, "user_assigned_identities", None) or ()))
 
     def list_nodes(self, name: str) -> list[dict[str, Any]]:
         try:
@@ -329,7 +352,7 @@ class AzureAiMlClient(AmlClient):
                 ManagedIdentityConfiguration(resource_id=spec.identity_resource_id)])}
         entity = AmlCompute(
             **identity, name=spec.name, size=spec.vm_size, min_instances=spec.min_nodes, max_instances=spec.max_nodes,
-            idle_time_before_scale_down=spec.idle_seconds_before_scaledown, tier=spec.vm_priority,
+            idle_time_before_scale_down=spec.idle_at_creation, tier=spec.vm_priority,
             ssh_public_access_enabled=spec.remote_login_port_public_access == "Enabled",
             ssh_settings=AmlComputeSshSettings(admin_username=spec.admin_user, ssh_key_value=spec.ssh_public_key))
         try:
@@ -343,6 +366,24 @@ class AzureAiMlClient(AmlClient):
             raise AmlNodesError(cluster_not_found(name, self.workspace_name))
         entity.min_instances, entity.max_instances = min_nodes, max_nodes
         entity.idle_time_before_scale_down = idle_seconds
+        try:
+            self.client().compute.begin_update(entity).result(timeout=timeout_s)
+        except Exception as exc:
+            raise self._fail(exc, name) from None
+
+    def add_identity(self, name: str, resource_id: str, timeout_s: int = 1800) -> None:
+        from azure.ai.ml.entities import IdentityConfiguration, ManagedIdentityConfiguration
+        entity = self._entity(name)
+        if entity is None:
+            raise AmlNodesError(cluster_not_found(name, self.workspace_name))
+        wanted = ManagedIdentityConfiguration(resource_id=resource_id)
+        identity = entity.identity
+        if identity is None:
+            entity.identity = IdentityConfiguration(type="user_assigned", user_assigned_identities=[wanted])
+        else:  # begin_update PUTs the whole resource: the identities there go with it
+            if "user_assigned" not in identity.type:
+                identity.type = f"{identity.type},user_assigned"  # system_assigned,user_assigned
+            identity.user_assigned_identities = [*(identity.user_assigned_identities or []), wanted]
         try:
             self.client().compute.begin_update(entity).result(timeout=timeout_s)
         except Exception as exc:

@@ -85,6 +85,103 @@ def test_creates_the_cluster_with_a_user_assigned_identity(capsys, monkeypatch, 
     identity = world.identities["gpu"]
     assert identity["type"].lower().replace("_", "") == "userassigned"
     assert [k.lower() for k in identity["userAssignedIdentities"]] == [rid.lower()]
+    # The cluster Azure now reports has it: nothing to do on the next run.
+    again = run(capsys, args(sdk, identity_resource_id=rid))
+    assert again["changed"] is False and again["action"] == "none", again
+
+
+def _rid(name: str, lower: bool = False) -> str:
+    rg = "resourcegroups" if lower else "resourceGroups"  # ARM ids are case-insensitive; Azure mixes the case
+    return f"/subscriptions/{SUB}/{rg}/{RG}/providers/Microsoft.ManagedIdentity/userAssignedIdentities/{name}"
+
+
+def _user_identities(world, name: str = "gpu") -> list[str]:
+    return sorted(k.lower() for k in ((world.identity_of(name) or {}).get("userAssignedIdentities") or {}))
+
+
+@pytest.mark.parametrize("sdk", SDKS)
+def test_adds_the_identity_to_a_cluster_made_without_it(capsys, monkeypatch, world, sdk):
+    # The cluster was made before identity_resource_id was set (or by hand): staging with
+    # stage_auth managed_identity would get no token on its nodes. Check mode says so first.
+    world.add("gpu", make_nodes(4), vm_size="STANDARD_ND96ASR_V4")
+    install(monkeypatch, world, sdk)
+    rid = _rid("stage-reader")
+    dry = run(capsys, args(sdk, identity_resource_id=rid, _ansible_check_mode=True, _ansible_diff=True))
+    assert dry["changed"] is True and dry["action"] == "update", dry
+    assert dry["changes"] == {"identity": [[], [rid]]}
+    assert dry["diff"]["before"]["identity"] == [] and dry["diff"]["after"]["identity"] == [rid]
+    assert world.identity_of("gpu") is None and not world.identity_updates
+    out = run(capsys, args(sdk, identity_resource_id=rid))
+    assert out["changed"] is True and out["changes"] == {"identity": [[], [rid]]}, out
+    assert _user_identities(world) == [rid.lower()]
+    assert out["cluster"]["identity"] == [rid] or [i.lower() for i in out["cluster"]["identity"]] == [rid.lower()]
+    # The scale was not touched: the nodes stay.
+    scale = world.clusters["gpu"]["compute"]["properties"]["properties"]["scaleSettings"]
+    assert (scale["minNodeCount"], scale["maxNodeCount"]) == (4, 4)
+    again = run(capsys, args(sdk, identity_resource_id=_rid("stage-reader", lower=True)))
+    assert again["changed"] is False, again
+
+
+@pytest.mark.parametrize("sdk", SDKS)
+def test_adding_the_identity_keeps_the_user_assigned_ones_there(capsys, monkeypatch, world, sdk):
+    other = _rid("acr-pull")
+    world.add("gpu", make_nodes(4), vm_size="STANDARD_ND96ASR_V4",
+              identity={"type": "UserAssigned", "userAssignedIdentities": {other: {}}})
+    install(monkeypatch, world, sdk)
+    rid = _rid("stage-reader")
+    out = run(capsys, args(sdk, identity_resource_id=rid))
+    assert out["changed"] is True and out["changes"] == {"identity": [[other], [other, rid]]}, out
+    assert _user_identities(world) == sorted([other.lower(), rid.lower()])
+    assert world.identity_of("gpu")["type"] == "UserAssigned"
+
+
+def test_adding_the_identity_keeps_the_system_assigned_one_with_azure_ai_ml(capsys, monkeypatch, world):
+    world.add("gpu", make_nodes(4), vm_size="STANDARD_ND96ASR_V4", identity={"type": "SystemAssigned"})
+    install_v2(monkeypatch, world)
+    rid = _rid("stage-reader")
+    out = run(capsys, args("azure-ai-ml", identity_resource_id=rid))
+    assert out["changed"] is True, out
+    assert world.identity_of("gpu")["type"] == "SystemAssigned,UserAssigned"
+    assert _user_identities(world) == [rid.lower()]
+
+
+def test_azureml_core_refuses_to_drop_the_system_assigned_identity(capsys, monkeypatch, world):
+    # azureml-core's add_identity PATCHes type UserAssigned, which would take the nodes'
+    # system-assigned identity away (and what the workspace granted it): refused, in check
+    # mode too, with the two ways that keep both.
+    world.add("gpu", make_nodes(4), vm_size="STANDARD_ND96ASR_V4", identity={"type": "SystemAssigned"})
+    install_v1(monkeypatch, world)
+    rid = _rid("stage-reader")
+    for extra in ({"_ansible_check_mode": True}, {}):
+        out = run(capsys, args("azureml-core", identity_resource_id=rid, **extra))
+        assert out["failed"], out
+        assert ("cluster 'gpu' has a system-assigned identity, which azureml-core cannot keep while it adds "
+                f"{rid}") in out["msg"]
+        assert "sdk azure-ai-ml" in out["msg"] and "az ml compute update" in out["msg"]
+    assert world.identity_of("gpu")["type"] == "SystemAssigned" and not world.identity_updates
+
+
+@pytest.mark.parametrize("sdk", SDKS)
+def test_changes_the_idle_time_of_an_existing_cluster(capsys, monkeypatch, world, sdk):
+    world.add("gpu", make_nodes(4), vm_size="STANDARD_ND96ASR_V4")
+    install(monkeypatch, world, sdk)
+    out = run(capsys, args(sdk, idle_seconds_before_scaledown=600))
+    assert out["changed"] is True and out["changes"] == {"idle_seconds": [1800, 600]}, out
+    assert _idle_seconds(world) == 600
+    scale = world.clusters["gpu"]["compute"]["properties"]["properties"]["scaleSettings"]
+    assert (scale["minNodeCount"], scale["maxNodeCount"]) == (4, 4)
+    assert run(capsys, args(sdk, idle_seconds_before_scaledown=600))["changed"] is False
+    # Not set: the idle time the cluster has is kept.
+    assert run(capsys, args(sdk))["changed"] is False and _idle_seconds(world) == 600
+
+
+@pytest.mark.parametrize("sdk", SDKS)
+def test_refuses_a_cluster_with_another_vm_priority(capsys, monkeypatch, world, sdk):
+    world.add("gpu", make_nodes(4), vm_size="STANDARD_ND96ASR_V4", vm_priority="LowPriority")
+    install(monkeypatch, world, sdk)
+    out = run(capsys, args(sdk))
+    assert out["failed"] and "exists with vm_priority lowpriority (wanted dedicated)" in out["msg"], out
+    assert run(capsys, args(sdk, vm_priority="lowpriority"))["changed"] is False
 
 
 @pytest.mark.parametrize("sdk", SDKS)
