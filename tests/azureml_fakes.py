@@ -344,7 +344,8 @@ def install_v1(monkeypatch, world: World) -> None:
 # SDK v2
 
 
-def _transport(world: World):
+def fake_transport(world: World):
+    """An azure-core HTTP transport that answers azure-ai-ml's REST calls from ``world``."""
     import requests
     from azure.core.pipeline.transport import HttpTransport
     from azure.core.rest._requests_basic import RestRequestsTransportResponse
@@ -432,9 +433,9 @@ def _transport(world: World):
     return Transport()
 
 
-def install_v2(monkeypatch, world: World) -> None:
-    """Make ``azure.ai.ml.MLClient`` the real client over a fake HTTP transport and a fake credential."""
-    import azure.ai.ml
+def fake_credential(world: World, wrapped: Any = None) -> Any:
+    """A token credential that hands out a fake token (or ``world.auth_error``), wrapping the
+    one the code under test built (kept in ``wrapped``)."""
     from azure.core.credentials import AccessToken, AccessTokenInfo
     from azure.core.exceptions import ClientAuthenticationError
 
@@ -455,6 +456,13 @@ def install_v2(monkeypatch, world: World) -> None:
             self._check()
             return AccessTokenInfo("fake-token", int(time.time()) + 3600)
 
+    return Credential(wrapped)
+
+
+def install_v2(monkeypatch, world: World) -> None:
+    """Make ``azure.ai.ml.MLClient`` the real client over a fake HTTP transport and a fake credential."""
+    import azure.ai.ml
+
     real = azure.ai.ml.MLClient
 
     class FakeMLClient(real):
@@ -462,7 +470,8 @@ def install_v2(monkeypatch, world: World) -> None:
                      **kwargs):
             world.calls["v2 MLClient"] += 1
             world.credentials.append(credential)
-            kwargs["transport"] = _transport(world)
-            super().__init__(Credential(credential), subscription_id, resource_group_name, workspace_name, **kwargs)
+            kwargs["transport"] = fake_transport(world)
+            super().__init__(fake_credential(world, credential), subscription_id, resource_group_name, workspace_name,
+                             **kwargs)
 
     monkeypatch.setattr(azure.ai.ml, "MLClient", FakeMLClient)

@@ -1,4 +1,6 @@
-"""The twin's AzureML: what azure-ai-ml's ``MLClient`` talks to when aml_job submits to the twin.
+"""The twin's AzureML: what azure-ai-ml's ``MLClient`` talks to when aml_job submits to the twin,
+and when the cluster phase (aml_compute_cluster, the azureml_compute inventory) asks for the
+cluster (``TwinWorld``: its REST payload in the state file, its nodes the twin's containers).
 
 ``aml_job`` (backend azure_ai_ml) runs unchanged: it builds the real ``command`` job; the
 stand-in turns it into the REST payload the service would receive
@@ -8,7 +10,8 @@ environment variables, all from the payload. The job history (name -> status) li
 state file, so a second ``aml_job`` sees the finished run as the service would.
 
 Set by the test: ``TWIN_AZUREML_STATE`` (a JSON file: ``{"twin": <Twin.save_state path>,
-"python": <the workload venv's interpreter>, "jobs": {...}}``) and ``PYTHONPATH`` including
+"python": <the workload venv's interpreter>, "jobs": {...}}``, and for the cluster's API
+``"cluster": <name>, "workspace": <name>, "computes": {<name>: <ComputeResource payload>}``) and ``PYTHONPATH`` including
 ``tests/twin/azureml_standin``. What it cannot stand in for: image builds from the Dockerfile
 (the job containers run the test image with the workload venv mounted), Key Vault secrets,
 run history in the portal.
@@ -22,6 +25,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from azure.ai.ml import MLClient  # the real client: the stand-in's sitecustomize replaces it after this import
+
+from azureml_fakes import RG, SUB, WS, World, fake_transport, fake_credential
 from twin.cluster import Twin
 
 
@@ -83,9 +89,60 @@ class TwinJobs:
             shutil.copytree(job["outputs"], dest)
 
 
-class TwinMLClient:
-    """``MLClient(credential, subscription_id, resource_group, workspace_name)``: only ``jobs``."""
+class TwinWorld(World):
+    """The twin's AmlCompute, behind the REST calls azure-ai-ml makes (``fake_transport``): the
+    cluster's ``ComputeResource`` payload lives in the state file (``computes``: name ->
+    payload; ``cluster``: the one whose nodes are the twin's), and its nodes are the twin's
+    containers, listed by ``listNodes`` as AmlCompute lists them. A scale the service is asked
+    for adds or removes containers (``Twin.scale``: new nodes come with new node ids, host keys
+    and ports), so the inventory read after it finds what is really there. An identity change
+    is recorded in the payload, as ARM answers it."""
+
+    def __init__(self, state_path: str) -> None:
+        self.state_path = Path(state_path)
+        state = json.loads(self.state_path.read_text())
+        super().__init__(workspace=state.get("workspace", WS), grow_on_scale=False)
+        self.twin_state = Path(state["twin"])
+        self.twin = Twin.attach(self.twin_state)
+        self.cluster = state.get("cluster")
+        for name, compute in state.get("computes", {}).items():
+            self.clusters[name] = {"compute": compute,
+                                   "nodes": self.twin.list_nodes() if name == self.cluster else []}
+
+    def set_scale(self, name: str, min_nodes: int, max_nodes: int, idle: str | None = None) -> None:
+        super().set_scale(name, min_nodes, max_nodes, idle)
+        if name == self.cluster and len(self.twin.nodes) != min_nodes:
+            self.twin.scale(min_nodes)
+            self.twin.save_state(self.twin_state)
+        if name == self.cluster:
+            self.clusters[name]["nodes"] = self.twin.list_nodes()
+        inner = self.clusters[name]["compute"]["properties"]["properties"]
+        inner["currentNodeCount"] = inner["targetNodeCount"] = len(self.clusters[name]["nodes"])
+        self._save()
+
+    def _set_identity(self, name: str, block: dict[str, Any] | None) -> None:
+        super()._set_identity(name, block)
+        self._save()
+
+    def _save(self) -> None:
+        state = json.loads(self.state_path.read_text())
+        state["computes"] = {name: c["compute"] for name, c in self.clusters.items()}
+        self.state_path.write_text(json.dumps(state, indent=2))
+
+
+class TwinMLClient(MLClient):
+    """``MLClient(credential, subscription_id, resource_group, workspace_name)``: azure-ai-ml's
+    own client over :class:`TwinWorld` (``compute``: get, create or update, list nodes), with
+    the twin's ``jobs``."""
 
     def __init__(self, credential: Any = None, subscription_id: str | None = None,
-                 resource_group_name: str | None = None, workspace_name: str | None = None, **_: Any) -> None:
-        self.jobs = TwinJobs(os.environ["TWIN_AZUREML_STATE"])
+                 resource_group_name: str | None = None, workspace_name: str | None = None, **kwargs: Any) -> None:
+        world = TwinWorld(os.environ["TWIN_AZUREML_STATE"])
+        kwargs["transport"] = fake_transport(world)
+        super().__init__(fake_credential(world, credential), subscription_id or SUB, resource_group_name or RG,
+                         workspace_name or world.workspace, **kwargs)
+        self._twin_jobs = TwinJobs(os.environ["TWIN_AZUREML_STATE"])
+
+    @property
+    def jobs(self) -> TwinJobs:  # type: ignore[override]
+        return self._twin_jobs

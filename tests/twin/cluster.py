@@ -53,7 +53,8 @@ scratch_path="/mnt/scratch", admin_user="azureuser", image=None)``
   is a ``job_spec`` v1/v2 dict or azure-ai-ml's REST payload of a command job.
 * ``tests/twin/azureml_standin/``: on ``PYTHONPATH`` with ``TWIN_AZUREML_STATE`` set, azure-ai-ml's
   ``MLClient`` becomes the twin's AzureML: ``aml_job`` (backend azure_ai_ml) submits to it unchanged
-  and the job runs on the twin's nodes.
+  and the job runs on the twin's nodes; the compute calls (get, create or update, list nodes) are
+  answered from the state file and the twin's containers, and a scale scales the twin.
 """
 
 from __future__ import annotations

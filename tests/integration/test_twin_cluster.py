@@ -1,0 +1,138 @@
+"""The cluster phase (playbooks/cluster.yml, the aml_cluster role) and its teardown on the
+AmlCompute twin, through azure-ai-ml, as a user runs them.
+
+The inventory and the cluster settings are the user's examples
+(``inventory/examples/v2-cli.azureml_compute.yml``, ``group_vars/all/aml_cluster.yml``)
+filled in for the twin. azure-ai-ml runs for real (the inventory plugin's ``listNodes`` and the
+module's compute GET/PUT) over the twin's stand-in transport (``tests/twin/azureml.py``
+``TwinWorld``): the compute's REST payload lives in a state file and its nodes are the twin's
+containers, so a scale the module asks for really adds or removes nodes. Azure itself is not
+reached: the payloads are hand-written after the REST API's (``tests/azureml_fakes.py``).
+
+* an existing cluster at its size: nothing changes, the nodes are waited for (their real sshd
+  banners), the inventory is read again;
+* one more node: the cluster is scaled, a new container comes up, and a play after the
+  refresh reaches all three nodes with host keys checked;
+* the nodes' identity (``aml_cluster_identity_resource_id``) on a cluster made without it:
+  check mode shows it and changes nothing; a run adds it; the next run changes nothing;
+* the teardown scales to 0 and waits until no node is left (the containers are gone).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from test_multinode import ANSIBLE_PLAYBOOK, recap, twin_env
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from azureml_fakes import SUB, compute_payload  # noqa: E402
+from twin.cluster import ADMIN_USER, Twin, docker, free_base_port  # noqa: E402
+
+CLUSTER = "tw-gpu"
+IDENTITY = (f"/subscriptions/{SUB}/resourceGroups/rg-hpc/providers/Microsoft.ManagedIdentity/"
+            "userAssignedIdentities/stage-reader")
+
+
+@pytest.fixture()
+def twin(tmp_path):
+    t = Twin(2, tmp_path / "twin", prefix="amlhpc-twin-cl", base_port=free_base_port(3))
+    try:
+        yield t.start()
+    finally:
+        t.stop()
+
+
+def user_files(twin: Twin, where: Path) -> tuple[Path, Path]:
+    """The examples, filled in for the twin: the inventory file and the stand-in's state."""
+    example = yaml.safe_load((ROOT / "inventory" / "examples" / "v2-cli.azureml_compute.yml").read_text())
+    example.update({"subscription_id": SUB, "clusters": [{"name": CLUSTER}], "cache": False,
+                    "known_hosts_file": str(where / "known_hosts")})
+    inv = where / "inventory" / f"{CLUSTER}.azureml_compute.yml"
+    (inv.parent / "group_vars" / "all").mkdir(parents=True)
+    inv.write_text(yaml.safe_dump(example))
+    settings = yaml.safe_load((ROOT / "inventory" / "examples" / "group_vars" / "all" / "aml_cluster.yml").read_text())
+    settings.update({"aml_cluster_name": CLUSTER, "aml_cluster_node_count": 2, "aml_cluster_subscription_id": SUB,
+                     "aml_cluster_auth_source": "cli", "aml_cluster_wait_timeout": 120,
+                     "aml_cluster_ssh_public_key_file": str(twin.key.with_suffix(".pub")),
+                     "ansible_ssh_private_key_file": str(twin.key)})
+    (inv.parent / "group_vars" / "all" / "aml_cluster.yml").write_text(yaml.safe_dump(settings))
+    # The cluster as the service has it: made earlier at 2 nodes, without an identity.
+    state = where / "azureml.json"
+    state.write_text(json.dumps({
+        "twin": str(twin.save_state(where / "twin.json")), "cluster": CLUSTER, "workspace": "ws-hpc", "jobs": {},
+        "computes": {CLUSTER: compute_payload(CLUSTER, vm_size="STANDARD_ND96ASR_V4", min_nodes=2, max_nodes=2,
+                                              admin_user=ADMIN_USER,
+                                              ssh_key=twin.key.with_suffix(".pub").read_text().strip())}}))
+    return inv, state
+
+
+def play(inv: Path, state: Path, *args: str) -> subprocess.CompletedProcess:
+    run = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), *args], cwd=ROOT, env=twin_env(state),
+                         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600, check=False)
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
+    return run
+
+
+def compute(state: Path) -> dict:
+    return json.loads(state.read_text())["computes"][CLUSTER]
+
+
+def containers(twin: Twin) -> int:
+    return len(docker("ps", "-q", "--filter", f"label=amlhpc.twin={twin.prefix}").split())
+
+
+def test_cluster_phase_and_teardown_on_the_twin(twin, tmp_path):
+    inv, state = user_files(twin, tmp_path)
+    # After the cluster play, a play on the nodes as the inventory now lists them.
+    reach = tmp_path / "reach.yml"
+    reach.write_text(yaml.safe_dump([{"name": "Reach", "hosts": "aml_nodes", "gather_facts": False,
+                                      "tasks": [{"name": "Ping", "ansible.builtin.ping": {}}]}]))
+    cluster_yml = str(ROOT / "playbooks" / "cluster.yml")
+
+    same = play(inv, state, cluster_yml, str(reach))
+    assert recap(same.stdout)["localhost"]["changed"] == 0, same.stdout[-4000:]
+    assert f"cluster '{CLUSTER}': none; 2 node(s) idle" in same.stdout
+    assert {h: r["ok"] for h, r in recap(same.stdout).items() if h != "localhost"} == {
+        f"{CLUSTER}-0": 1, f"{CLUSTER}-1": 1}
+
+    # One more node: AmlCompute (the twin) brings up a new machine at the next NAT port; the
+    # inventory read after the scale has it, its host key is scanned, the play reaches it.
+    grown = play(inv, state, cluster_yml, str(reach), "-e", "aml_cluster_node_count=3")
+    assert recap(grown.stdout)["localhost"]["changed"] == 1
+    assert f"cluster '{CLUSTER}': update; 3 node(s) idle" in grown.stdout
+    assert containers(twin) == 3
+    scale = compute(state)["properties"]["properties"]["scaleSettings"]
+    assert (scale["minNodeCount"], scale["maxNodeCount"]) == (3, 3)
+    assert sorted(h for h in recap(grown.stdout) if h != "localhost") == [f"{CLUSTER}-{i}" for i in range(3)]
+    assert all(r["unreachable"] == 0 and r["failed"] == 0 for r in recap(grown.stdout).values())
+
+    # The nodes' identity, on a cluster made without it. Check mode: shown, not changed.
+    ident = ["-e", "aml_cluster_node_count=3", "-e", f"aml_cluster_identity_resource_id={IDENTITY}"]
+    dry = play(inv, state, cluster_yml, *ident, "--check", "--diff")
+    assert recap(dry.stdout)["localhost"]["changed"] == 1
+    assert re.search(r'\+\s+"' + re.escape(IDENTITY) + '"', dry.stdout), dry.stdout[-4000:]
+    assert "identity" not in compute(state)
+    added = play(inv, state, cluster_yml, *ident)
+    assert recap(added.stdout)["localhost"]["changed"] == 1
+    identity = compute(state)["identity"]
+    assert identity["type"] == "UserAssigned" and [k.lower() for k in identity["userAssignedIdentities"]] == [
+        IDENTITY.lower()]
+    again = play(inv, state, cluster_yml, *ident)
+    assert recap(again.stdout)["localhost"]["changed"] == 0, again.stdout[-4000:]
+
+    # The teardown: min 0 and a short idle time; it waits until AmlCompute let the nodes go.
+    down = play(inv, state, str(ROOT / "playbooks" / "cluster_teardown.yml"))
+    assert recap(down.stdout)["localhost"]["changed"] == 1
+    assert containers(twin) == 0
+    scale = compute(state)["properties"]["properties"]["scaleSettings"]
+    assert (scale["minNodeCount"], scale["maxNodeCount"], scale["nodeIdleTimeBeforeScaleDown"]) == (0, 3, "PT2M")
+    assert "0 node(s) left" in down.stdout or "no node left" in down.stdout, down.stdout[-4000:]
