@@ -122,6 +122,10 @@ class World:
     release_after_polls: int = 0
     _releasing: dict[str, list[int]] = field(default_factory=dict)
 
+    def refresh(self) -> None:
+        """Called when a client connects (azureml-core's Workspace): a world kept elsewhere
+        (the twin's state file) is read again here; this one lives in memory."""
+
     def add(self, name: str, nodes: list[dict[str, Any]], **props: Any) -> None:
         props.setdefault("min_nodes", len(nodes))
         props.setdefault("max_nodes", len(nodes))
@@ -227,6 +231,7 @@ def install_v1(monkeypatch, world: World) -> None:
     class FakeWorkspace:
         def __init__(self, subscription_id, resource_group, workspace_name, auth=None, **kwargs):
             world.calls["v1 Workspace"] += 1
+            world.refresh()
             world.credentials.append(auth)
             if world.auth_error:
                 raise AuthenticationException(world.auth_error)

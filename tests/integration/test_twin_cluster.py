@@ -1,13 +1,15 @@
 """The cluster phase (playbooks/cluster.yml, the aml_cluster role) and its teardown on the
-AmlCompute twin, through azure-ai-ml, as a user runs them.
+AmlCompute twin, through either SDK, as a user runs them.
 
 The inventory and the cluster settings are the user's examples
-(``inventory/examples/v2-cli.azureml_compute.yml``, ``group_vars/all/aml_cluster.yml``)
-filled in for the twin. azure-ai-ml runs for real (the inventory plugin's ``listNodes`` and the
-module's compute GET/PUT) over the twin's stand-in transport (``tests/twin/azureml.py``
-``TwinWorld``): the compute's REST payload lives in a state file and its nodes are the twin's
-containers, so a scale the module asks for really adds or removes nodes. Azure itself is not
-reached: the payloads are hand-written after the REST API's (``tests/azureml_fakes.py``).
+(``inventory/examples/v2-cli.azureml_compute.yml`` or ``v1-env.azureml_compute.yml``, and
+``group_vars/all/aml_cluster.yml``) filled in for the twin. The cluster's API is the twin's
+stand-in (``tests/twin/azureml.py`` ``TwinWorld``): the compute's REST payload lives in a state
+file and its nodes are the twin's containers, so a scale the module asks for really adds or
+removes nodes. azure-ai-ml runs for real over a transport that answers from it;
+azureml-core's Workspace/AmlCompute are the unit tests' fakes over it, with the SDK's own
+readers (``tests/azureml_fakes.py``). Azure itself is not reached: the payloads are
+hand-written after the REST API's.
 
 * an existing cluster at its size: nothing changes, the nodes are waited for (their real sshd
   banners), the inventory is read again;
@@ -38,6 +40,12 @@ from azureml_fakes import SUB, compute_payload  # noqa: E402
 from twin.cluster import ADMIN_USER, Twin, docker, free_base_port  # noqa: E402
 
 CLUSTER = "tw-gpu"
+# The example inventory of each SDK, and the service principal the v1 one reads from the
+# environment (fake values: the stand-in takes any).
+EXAMPLES = {"azure-ai-ml": "v2-cli.azureml_compute.yml", "azureml-core": "v1-env.azureml_compute.yml"}
+SP_SECRET = "twin-sp-secret-not-for-logs"
+SP_ENV = {"AZURE_CLIENT_ID": "11111111-2222-3333-4444-555555555555", "AZURE_SECRET": SP_SECRET,
+          "AZURE_TENANT": "66666666-7777-8888-9999-000000000000", "AZURE_SUBSCRIPTION_ID": SUB}
 IDENTITY = (f"/subscriptions/{SUB}/resourceGroups/rg-hpc/providers/Microsoft.ManagedIdentity/"
             "userAssignedIdentities/stage-reader")
 
@@ -51,17 +59,18 @@ def twin(tmp_path):
         t.stop()
 
 
-def user_files(twin: Twin, where: Path) -> tuple[Path, Path]:
+def user_files(twin: Twin, where: Path, sdk: str) -> tuple[Path, Path]:
     """The examples, filled in for the twin: the inventory file and the stand-in's state."""
-    example = yaml.safe_load((ROOT / "inventory" / "examples" / "v2-cli.azureml_compute.yml").read_text())
-    example.update({"subscription_id": SUB, "clusters": [{"name": CLUSTER}], "cache": False,
-                    "known_hosts_file": str(where / "known_hosts")})
+    example = yaml.safe_load((ROOT / "inventory" / "examples" / EXAMPLES[sdk]).read_text())
+    example.update({"clusters": [{"name": CLUSTER}], "cache": False, "known_hosts_file": str(where / "known_hosts")})
+    if sdk == "azure-ai-ml":
+        example["subscription_id"] = SUB
     inv = where / "inventory" / f"{CLUSTER}.azureml_compute.yml"
     (inv.parent / "group_vars" / "all").mkdir(parents=True)
     inv.write_text(yaml.safe_dump(example))
     settings = yaml.safe_load((ROOT / "inventory" / "examples" / "group_vars" / "all" / "aml_cluster.yml").read_text())
-    settings.update({"aml_cluster_name": CLUSTER, "aml_cluster_node_count": 2, "aml_cluster_subscription_id": SUB,
-                     "aml_cluster_auth_source": "cli", "aml_cluster_wait_timeout": 120,
+    settings.update({"aml_cluster_name": CLUSTER, "aml_cluster_node_count": 2, "aml_cluster_sdk": sdk,
+                     "aml_cluster_wait_timeout": 120,
                      "aml_cluster_ssh_public_key_file": str(twin.key.with_suffix(".pub")),
                      "ansible_ssh_private_key_file": str(twin.key)})
     (inv.parent / "group_vars" / "all" / "aml_cluster.yml").write_text(yaml.safe_dump(settings))
@@ -76,9 +85,13 @@ def user_files(twin: Twin, where: Path) -> tuple[Path, Path]:
 
 
 def play(inv: Path, state: Path, *args: str) -> subprocess.CompletedProcess:
-    run = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), *args], cwd=ROOT, env=twin_env(state),
+    # The role's auth_source auto takes the service principal from the environment (v1's
+    # example reads it too); the v2 example logs in with the CLI's credential.
+    env = {**twin_env(state), **SP_ENV}
+    run = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), *args], cwd=ROOT, env=env,
                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600, check=False)
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
+    assert SP_SECRET not in run.stdout + run.stderr
     return run
 
 
@@ -90,8 +103,9 @@ def containers(twin: Twin) -> int:
     return len(docker("ps", "-q", "--filter", f"label=amlhpc.twin={twin.prefix}").split())
 
 
-def test_cluster_phase_and_teardown_on_the_twin(twin, tmp_path):
-    inv, state = user_files(twin, tmp_path)
+@pytest.mark.parametrize("sdk", ["azure-ai-ml", "azureml-core"])
+def test_cluster_phase_and_teardown_on_the_twin(twin, tmp_path, sdk):
+    inv, state = user_files(twin, tmp_path, sdk)
     # After the cluster play, a play on the nodes as the inventory now lists them.
     reach = tmp_path / "reach.yml"
     reach.write_text(yaml.safe_dump([{"name": "Reach", "hosts": "aml_nodes", "gather_facts": False,
@@ -133,6 +147,7 @@ def test_cluster_phase_and_teardown_on_the_twin(twin, tmp_path):
     down = play(inv, state, str(ROOT / "playbooks" / "cluster_teardown.yml"))
     assert recap(down.stdout)["localhost"]["changed"] == 1
     assert containers(twin) == 0
-    scale = compute(state)["properties"]["properties"]["scaleSettings"]
-    assert (scale["minNodeCount"], scale["maxNodeCount"], scale["nodeIdleTimeBeforeScaleDown"]) == (0, 3, "PT2M")
+    from azureml.core.compute.amlcompute import ScaleSettings  # the SDK's own ISO 8601 reading (PT2M, PT120S)
+    scale = ScaleSettings.deserialize(compute(state)["properties"]["properties"]["scaleSettings"])
+    assert (scale.minimum_node_count, scale.maximum_node_count, scale.idle_seconds_before_scaledown) == (0, 3, 120)
     assert "0 node(s) left" in down.stdout or "no node left" in down.stdout, down.stdout[-4000:]

@@ -25,9 +25,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from azure.ai.ml import MLClient  # the real client: the stand-in's sitecustomize replaces it after this import
-
-from azureml_fakes import RG, SUB, WS, World, fake_transport, fake_credential
+from azureml_fakes import RG, SUB, WS, World, fake_credential, fake_transport, install_v1
 from twin.cluster import Twin
 
 
@@ -102,12 +100,17 @@ class TwinWorld(World):
         self.state_path = Path(state_path)
         state = json.loads(self.state_path.read_text())
         super().__init__(workspace=state.get("workspace", WS), grow_on_scale=False)
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Read the state file and the twin again: another process (the module) may have scaled
+        the twin since this one (the inventory plugin, read again by refresh_inventory) last looked."""
+        state = json.loads(self.state_path.read_text())
         self.twin_state = Path(state["twin"])
         self.twin = Twin.attach(self.twin_state)
         self.cluster = state.get("cluster")
-        for name, compute in state.get("computes", {}).items():
-            self.clusters[name] = {"compute": compute,
-                                   "nodes": self.twin.list_nodes() if name == self.cluster else []}
+        self.clusters = {name: {"compute": compute, "nodes": self.twin.list_nodes() if name == self.cluster else []}
+                         for name, compute in state.get("computes", {}).items()}
 
     def set_scale(self, name: str, min_nodes: int, max_nodes: int, idle: str | None = None) -> None:
         super().set_scale(name, min_nodes, max_nodes, idle)
@@ -130,19 +133,37 @@ class TwinWorld(World):
         self.state_path.write_text(json.dumps(state, indent=2))
 
 
-class TwinMLClient(MLClient):
-    """``MLClient(credential, subscription_id, resource_group, workspace_name)``: azure-ai-ml's
-    own client over :class:`TwinWorld` (``compute``: get, create or update, list nodes), with
-    the twin's ``jobs``."""
+def twin_ml_client(real: type) -> type:
+    """In place of azure-ai-ml's ``MLClient`` (``real``): that client itself over
+    :class:`TwinWorld` (``compute``: get, create or update, list nodes), with the twin's ``jobs``."""
 
-    def __init__(self, credential: Any = None, subscription_id: str | None = None,
-                 resource_group_name: str | None = None, workspace_name: str | None = None, **kwargs: Any) -> None:
-        world = TwinWorld(os.environ["TWIN_AZUREML_STATE"])
-        kwargs["transport"] = fake_transport(world)
-        super().__init__(fake_credential(world, credential), subscription_id or SUB, resource_group_name or RG,
-                         workspace_name or world.workspace, **kwargs)
-        self._twin_jobs = TwinJobs(os.environ["TWIN_AZUREML_STATE"])
+    class TwinMLClient(real):  # type: ignore[misc,valid-type]
+        def __init__(self, credential: Any = None, subscription_id: str | None = None,
+                     resource_group_name: str | None = None, workspace_name: str | None = None,
+                     **kwargs: Any) -> None:
+            world = TwinWorld(os.environ["TWIN_AZUREML_STATE"])
+            kwargs["transport"] = fake_transport(world)
+            super().__init__(fake_credential(world, credential), subscription_id or SUB, resource_group_name or RG,
+                             workspace_name or world.workspace, **kwargs)
+            self._twin_jobs = TwinJobs(os.environ["TWIN_AZUREML_STATE"])
 
-    @property
-    def jobs(self) -> TwinJobs:  # type: ignore[override]
-        return self._twin_jobs
+        @property
+        def jobs(self) -> TwinJobs:
+            return self._twin_jobs
+
+    return TwinMLClient
+
+
+class _SetAttr:
+    """What install_v1 needs of pytest's monkeypatch, for a process that stays patched."""
+
+    @staticmethod
+    def setattr(target: Any, name: str, value: Any) -> None:
+        setattr(target, name, value)
+
+
+def install_azureml_core() -> None:
+    """azureml-core's Workspace, AmlCompute and ComputeTarget become the fakes of
+    ``tests/azureml_fakes.py`` over :class:`TwinWorld`: its own ScaleSettings, status and
+    node-page readers on the twin's payload and nodes."""
+    install_v1(_SetAttr(), TwinWorld(os.environ["TWIN_AZUREML_STATE"]))
