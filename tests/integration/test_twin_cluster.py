@@ -11,8 +11,9 @@ azureml-core's Workspace/AmlCompute are the unit tests' fakes over it, with the 
 readers (``tests/azureml_fakes.py``). Azure itself is not reached: the payloads are
 hand-written after the REST API's.
 
-* an existing cluster at its size: nothing changes, the nodes are waited for (their real sshd
-  banners), the inventory is read again;
+* no cluster yet: the inventory is empty, the cluster play creates the cluster (2 new
+  machines), waits for their sshd banners, reads the inventory again, and a play reaches them;
+* the cluster at its size: nothing changes;
 * one more node: the cluster is scaled, a new container comes up, and a play after the
   refresh reaches all three nodes with host keys checked;
 * the nodes' identity (``aml_cluster_identity_resource_id``) on a cluster made without it:
@@ -36,7 +37,7 @@ from test_multinode import ANSIBLE_PLAYBOOK, recap, twin_env
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from azureml_fakes import SUB, compute_payload  # noqa: E402
+from azureml_fakes import SUB  # noqa: E402
 from twin.cluster import ADMIN_USER, Twin, docker, free_base_port  # noqa: E402
 
 CLUSTER = "tw-gpu"
@@ -52,7 +53,8 @@ IDENTITY = (f"/subscriptions/{SUB}/resourceGroups/rg-hpc/providers/Microsoft.Man
 
 @pytest.fixture()
 def twin(tmp_path):
-    t = Twin(2, tmp_path / "twin", prefix="amlhpc-twin-cl", base_port=free_base_port(3))
+    # No node yet: the cluster does not exist until the cluster phase makes it.
+    t = Twin(0, tmp_path / "twin", prefix="amlhpc-twin-cl", base_port=free_base_port(3))
     try:
         yield t.start()
     finally:
@@ -74,13 +76,10 @@ def user_files(twin: Twin, where: Path, sdk: str) -> tuple[Path, Path]:
                      "aml_cluster_ssh_public_key_file": str(twin.key.with_suffix(".pub")),
                      "ansible_ssh_private_key_file": str(twin.key)})
     (inv.parent / "group_vars" / "all" / "aml_cluster.yml").write_text(yaml.safe_dump(settings))
-    # The cluster as the service has it: made earlier at 2 nodes, without an identity.
+    # The workspace has no cluster of that name yet (no compute, no node).
     state = where / "azureml.json"
-    state.write_text(json.dumps({
-        "twin": str(twin.save_state(where / "twin.json")), "cluster": CLUSTER, "workspace": "ws-hpc", "jobs": {},
-        "computes": {CLUSTER: compute_payload(CLUSTER, vm_size="STANDARD_ND96ASR_V4", min_nodes=2, max_nodes=2,
-                                              admin_user=ADMIN_USER,
-                                              ssh_key=twin.key.with_suffix(".pub").read_text().strip())}}))
+    state.write_text(json.dumps({"twin": str(twin.save_state(where / "twin.json")), "cluster": CLUSTER,
+                                 "workspace": "ws-hpc", "jobs": {}, "computes": {}}))
     return inv, state
 
 
@@ -111,6 +110,23 @@ def test_cluster_phase_and_teardown_on_the_twin(twin, tmp_path, sdk):
     reach.write_text(yaml.safe_dump([{"name": "Reach", "hosts": "aml_nodes", "gather_facts": False,
                                       "tasks": [{"name": "Ping", "ansible.builtin.ping": {}}]}]))
     cluster_yml = str(ROOT / "playbooks" / "cluster.yml")
+
+    # From nothing: the inventory is empty (with a warning), the cluster play makes the cluster
+    # (2 new machines), waits for their sshd, reads the inventory again, and the next play
+    # reaches both nodes.
+    made = play(inv, state, cluster_yml, str(reach))
+    assert recap(made.stdout)["localhost"]["changed"] == 1, made.stdout[-4000:]
+    assert f"cluster '{CLUSTER}': create; 2 node(s) idle" in made.stdout
+    said = " ".join((made.stdout + made.stderr).split())
+    assert f"cluster '{CLUSTER}' was not found in workspace 'ws-hpc': playbooks/cluster.yml creates it" in said
+    assert {h: r["ok"] for h, r in recap(made.stdout).items() if h != "localhost"} == {
+        f"{CLUSTER}-0": 1, f"{CLUSTER}-1": 1}
+    assert containers(twin) == 2
+    props = compute(state)["properties"]["properties"]
+    assert props["vmSize"].lower() == "standard_nd96asr_v4" and props["vmPriority"] == "Dedicated"
+    assert props["userAccountCredentials"] == {"adminUserName": ADMIN_USER,
+                                               "adminUserSshPublicKey": twin.key.with_suffix(".pub").read_text().strip()}
+    assert "identity" not in compute(state)
 
     same = play(inv, state, cluster_yml, str(reach))
     assert recap(same.stdout)["localhost"]["changed"] == 0, same.stdout[-4000:]
