@@ -18,7 +18,8 @@ hand-written after the REST API's.
   refresh reaches all three nodes with host keys checked;
 * the nodes' identity (``aml_cluster_identity_resource_id``) on a cluster made without it:
   check mode shows it and changes nothing; a run adds it; the next run changes nothing;
-* the teardown scales to 0 and waits until no node is left (the containers are gone).
+* the teardown (``playbooks/teardown.yml``, ``make teardown``) leaves the nodes unchanged
+  (BeeOND off, no GPU), scales to 0 and waits until no node is left (the containers are gone).
 """
 
 from __future__ import annotations
@@ -160,8 +161,13 @@ def test_cluster_phase_and_teardown_on_the_twin(twin, tmp_path, sdk):
     assert recap(again.stdout)["localhost"]["changed"] == 0, again.stdout[-4000:]
 
     # The teardown: min 0 and a short idle time; it waits until AmlCompute let the nodes go.
-    down = play(inv, state, str(ROOT / "playbooks" / "cluster_teardown.yml"))
-    assert recap(down.stdout)["localhost"]["changed"] == 1
+    # make teardown: BeeOND (off) and the GPU clocks (no GPU on the twin) on the nodes, then
+    # the cluster to 0.
+    down = play(inv, state, str(ROOT / "playbooks" / "teardown.yml"))
+    counts = recap(down.stdout)
+    assert counts["localhost"]["changed"] == 1
+    assert {h: (r["changed"], r["failed"], r["unreachable"]) for h, r in counts.items() if h != "localhost"} == {
+        f"{CLUSTER}-{i}": (0, 0, 0) for i in range(3)}, down.stdout[-4000:]
     assert containers(twin) == 0
     from azureml.core.compute.amlcompute import ScaleSettings  # the SDK's own ISO 8601 reading (PT2M, PT120S)
     scale = ScaleSettings.deserialize(compute(state)["properties"]["properties"]["scaleSettings"])
