@@ -157,6 +157,11 @@ action:
   returned: always
   type: str
   sample: create
+summary:
+  description: RV(action) and what it changes (or, in check mode, would change), in a few words.
+  returned: always
+  type: str
+  sample: "update (min_nodes 0 -> 4, identity [] -> ['/subscriptions/.../userAssignedIdentities/stage-reader'])"
 changes:
   description:
     - Settings changed, as [before, after] - C(min_nodes), C(max_nodes), C(idle_seconds) (seconds),
@@ -199,6 +204,7 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_nodes im
     nodes_ready,
     plan_cluster,
     plan_scale_to_zero,
+    plan_summary,
     resolve_auth,
     spec_problems,
     subscription_from,
@@ -285,7 +291,8 @@ def run(module: AnsibleModule) -> dict[str, Any]:
         plan = plan_cluster(spec, current, sdk=p["sdk"])
         want = spec.min_nodes
 
-    result.update(action=plan.action, changes={k: list(v) for k, v in plan.changes.items()})
+    result.update(action=plan.action, changes={k: list(v) for k, v in plan.changes.items()},
+                  summary=plan_summary(plan))
     result["changed"] = plan.action != "none"
     before = _info_dict(current)
     after = dict(before)

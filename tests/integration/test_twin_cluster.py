@@ -139,7 +139,7 @@ def test_cluster_phase_and_teardown_on_the_twin(twin, tmp_path, sdk):
     # inventory read after the scale has it, its host key is scanned, the play reaches it.
     grown = play(inv, state, cluster_yml, str(reach), "-e", "aml_cluster_node_count=3")
     assert recap(grown.stdout)["localhost"]["changed"] == 1
-    assert f"cluster '{CLUSTER}': update; 3 node(s) idle" in grown.stdout
+    assert f"cluster '{CLUSTER}': update (min_nodes 2 -> 3, max_nodes 2 -> 3); 3 node(s) idle" in grown.stdout
     assert containers(twin) == 3
     scale = compute(state)["properties"]["properties"]["scaleSettings"]
     assert (scale["minNodeCount"], scale["maxNodeCount"]) == (3, 3)
@@ -154,6 +154,7 @@ def test_cluster_phase_and_teardown_on_the_twin(twin, tmp_path, sdk):
     assert "identity" not in compute(state)
     added = play(inv, state, cluster_yml, *ident)
     assert recap(added.stdout)["localhost"]["changed"] == 1
+    assert f"cluster '{CLUSTER}': update (identity [] -> ['{IDENTITY}']); 3 node(s) idle" in added.stdout
     identity = compute(state)["identity"]
     assert identity["type"] == "UserAssigned" and [k.lower() for k in identity["userAssignedIdentities"]] == [
         IDENTITY.lower()]

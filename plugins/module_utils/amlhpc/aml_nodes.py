@@ -585,6 +585,12 @@ def plan_cluster(spec: ClusterSpec, current: ClusterInfo | None, sdk: str = "azu
     return ClusterPlan("update" if changes else "none", changes)
 
 
+def plan_summary(plan: ClusterPlan) -> str:
+    """The plan in a few words, e.g. ``update (min_nodes 0 -> 4, identity [] -> ['/subscriptions/...'])``."""
+    changed = [f"{key} {before} -> {after}" for key, (before, after) in plan.changes.items() if key != "cluster"]
+    return f"{plan.action} ({', '.join(changed)})" if changed else plan.action
+
+
 # Idle time a teardown sets: AmlCompute releases each node this long after it went idle
 # (the cluster's own default, 1800 s, keeps paid GPU nodes for half an hour).
 TEARDOWN_IDLE_SECONDS = 120

@@ -21,6 +21,7 @@ from amlhpc.aml_nodes import (
     plan_cluster,
     plan_hosts,
     plan_scale_to_zero,
+    plan_summary,
     rank_order,
     records_from_payload,
     resolve_auth,
@@ -187,6 +188,39 @@ def test_plan_create_update_none():
 def test_unchangeable_differences_are_refused(current, words):
     with pytest.raises(AmlNodesError, match=f"cluster 'gpu' exists with {words}.*cannot change in place"):
         plan_cluster(spec(), current)
+
+
+def test_identity_is_added_to_those_there_and_compared_without_case():
+    rid = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.ManagedIdentity/userAssignedIdentities/reader"
+    other = rid.replace("reader", "acr-pull")
+    plan = plan_cluster(spec(identity_resource_id=rid), info(identity_type="UserAssigned", identity_ids=(other,)))
+    assert plan.changes == {"identity": ([other], [other, rid])}
+    assert plan_cluster(spec(identity_resource_id=rid.replace("resourceGroups", "resourcegroups")),
+                        info(identity_type="UserAssigned", identity_ids=(rid,))).action == "none"
+    # azureml-core would replace a system-assigned identity; azure-ai-ml keeps it.
+    system = info(identity_type="SystemAssigned")
+    assert plan_cluster(spec(identity_resource_id=rid), system, sdk="azure-ai-ml").changes == {"identity": ([], [rid])}
+    with pytest.raises(AmlNodesError, match="has a system-assigned identity, which azureml-core cannot keep"):
+        plan_cluster(spec(identity_resource_id=rid), system, sdk="azureml-core")
+
+
+def test_idle_time_and_vm_priority():
+    assert plan_cluster(spec(idle_seconds_before_scaledown=600), info(idle_seconds=1800.0)).changes == {
+        "idle_seconds": (1800, 600)}
+    assert plan_cluster(spec(), info(idle_seconds=120)).action == "none"  # not set: kept
+    assert plan_cluster(spec(), info(vm_priority="Dedicated")).action == "none"
+    assert plan_cluster(spec(vm_priority="lowpriority"), info(vm_priority="low_priority")).action == "none"
+    with pytest.raises(AmlNodesError, match="exists with vm_priority lowpriority \\(wanted dedicated\\)"):
+        plan_cluster(spec(), info(vm_priority="LowPriority"))
+
+
+def test_plan_summary_says_what_changes():
+    assert plan_summary(plan_cluster(spec(), None)) == "create"
+    assert plan_summary(plan_cluster(spec(), info())) == "none"
+    assert plan_summary(plan_cluster(spec(min_nodes=8, max_nodes=8, identity_resource_id="/x/id"), info())) == (
+        "update (min_nodes 4 -> 8, max_nodes 4 -> 8, identity [] -> ['/x/id'])")
+    assert plan_summary(plan_scale_to_zero(info(idle_seconds=1800), 120)) == (
+        "update (min_nodes 4 -> 0, idle_seconds 1800 -> 120)")
 
 
 def test_same_key_with_another_comment_is_the_same_key():

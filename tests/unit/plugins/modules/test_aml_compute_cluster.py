@@ -108,7 +108,7 @@ def test_adds_the_identity_to_a_cluster_made_without_it(capsys, monkeypatch, wor
     rid = _rid("stage-reader")
     dry = run(capsys, args(sdk, identity_resource_id=rid, _ansible_check_mode=True, _ansible_diff=True))
     assert dry["changed"] is True and dry["action"] == "update", dry
-    assert dry["changes"] == {"identity": [[], [rid]]}
+    assert dry["changes"] == {"identity": [[], [rid]]} and dry["summary"] == f"update (identity [] -> ['{rid}'])"
     assert dry["diff"]["before"]["identity"] == [] and dry["diff"]["after"]["identity"] == [rid]
     assert world.identity_of("gpu") is None and not world.identity_updates
     out = run(capsys, args(sdk, identity_resource_id=rid))
