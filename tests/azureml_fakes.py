@@ -69,6 +69,7 @@ def compute_payload(name: str, vm_size: str = "STANDARD_ND96ASR_V4", min_nodes: 
     """A REST ComputeResource of an AmlCompute cluster (GET .../computes/<name>). ``identity``:
     the identity block as a create request sends it (None: the cluster has none)."""
     current = max_nodes if current is None else current
+    identity = identity_payload(identity)
     creds: dict[str, Any] = {"adminUserName": admin_user}
     if ssh_key:
         creds["adminUserSshPublicKey"] = ssh_key
@@ -77,7 +78,7 @@ def compute_payload(name: str, vm_size: str = "STANDARD_ND96ASR_V4", min_nodes: 
               f"workspaces/{WS}/computes/{name}",
         "name": name, "type": "Microsoft.MachineLearningServices/workspaces/computes", "location": "eastus",
         "tags": {},
-        **({"identity": identity_payload(identity)} if identity_payload(identity) else {}),
+        **({"identity": identity} if identity else {}),
         "properties": {
             "computeType": "AmlCompute", "computeLocation": "eastus", "description": None,
             "resourceId": None, "provisioningState": "Succeeded", "provisioningErrors": None,
@@ -178,10 +179,6 @@ class World:
     def identity_of(self, name: str) -> dict[str, Any] | None:
         return self.clusters[name]["compute"].get("identity")
 
-    def put_identity(self, name: str, block: dict[str, Any] | None) -> None:
-        """A PUT of the whole resource (azure-ai-ml's begin_update): its identity replaces the old."""
-        self._set_identity(name, block)
-
     def patch_identity(self, name: str, block: dict[str, Any]) -> None:
         """A PATCH (azureml-core's add_identity): the type is the one sent; user-assigned
         identities sent are added to those there, one sent as null is removed (ARM's merge)."""
@@ -192,14 +189,16 @@ class World:
                 users.pop(rid, None)
             else:
                 users[rid] = value
-        self._set_identity(name, {"type": block["type"], "userAssignedIdentities": users})
+        self.put_identity(name, {"type": block["type"], "userAssignedIdentities": users})
 
-    def _set_identity(self, name: str, block: dict[str, Any] | None) -> None:
+    def put_identity(self, name: str, block: dict[str, Any] | None) -> None:
+        """A PUT of the whole resource (azure-ai-ml's begin_update): its identity replaces the old."""
         self.identity_updates.setdefault(name, []).append(block)
         compute = self.clusters[name]["compute"]
         compute.pop("identity", None)
-        if identity_payload(block):
-            compute["identity"] = identity_payload(block)
+        answer = identity_payload(block)
+        if answer:
+            compute["identity"] = answer
 
 
 # ---------------------------------------------------------------------------------------

@@ -114,17 +114,17 @@ class TwinWorld(World):
 
     def set_scale(self, name: str, min_nodes: int, max_nodes: int, idle: str | None = None) -> None:
         super().set_scale(name, min_nodes, max_nodes, idle)
-        if name == self.cluster and len(self.twin.nodes) != min_nodes:
-            self.twin.scale(min_nodes)
-            self.twin.save_state(self.twin_state)
         if name == self.cluster:
+            if len(self.twin.nodes) != min_nodes:
+                self.twin.scale(min_nodes)
+                self.twin.save_state(self.twin_state)
             self.clusters[name]["nodes"] = self.twin.list_nodes()
         inner = self.clusters[name]["compute"]["properties"]["properties"]
         inner["currentNodeCount"] = inner["targetNodeCount"] = len(self.clusters[name]["nodes"])
         self._save()
 
-    def _set_identity(self, name: str, block: dict[str, Any] | None) -> None:
-        super()._set_identity(name, block)
+    def put_identity(self, name: str, block: dict[str, Any] | None) -> None:
+        super().put_identity(name, block)
         self._save()
 
     def _save(self) -> None:

@@ -6,6 +6,7 @@ the variable this file does nothing. See tests/twin/azureml.py."""
 
 import importlib.abc
 import importlib.util
+import json
 import os
 import sys
 
@@ -23,11 +24,12 @@ if os.environ.get("TWIN_AZUREML_STATE"):
 
     def _azureml_core(module):
         with open(os.environ["TWIN_AZUREML_STATE"]) as state:
-            if '"computes"' in state.read():  # only where the test stands in for the cluster's API
-                # The import system names it in its package only after this returns; the
-                # fakes import azureml.core.compute now.
-                setattr(sys.modules["azureml"], "core", module)
-                _twin().install_azureml_core()
+            stands_in = "computes" in json.load(state)  # only where the test stands in for the cluster's API
+        if stands_in:
+            # The import system names it in its package only after this returns; the fakes
+            # import azureml.core.compute now.
+            setattr(sys.modules["azureml"], "core", module)
+            _twin().install_azureml_core()
 
     class _TwinAzureMLFinder(importlib.abc.MetaPathFinder):
         """After the real azure.ai.ml / azureml.core is imported, put the twin in its place."""
