@@ -52,3 +52,112 @@ def test_the_spec_read_with_libyaml_is_ansibles(role):
     ansible_read = DataLoader().load_from_file(str(ROOT / "roles" / role / "meta" / "argument_specs.yml"))["argument_specs"]
     assert role_args.role_argspecs(Role()) == ansible_read
     assert set(ansible_read) >= {"main"}
+
+
+# --- The check looks into a variable only as deep as the role's spec does -------------------
+# stage_plan (the azcopy_shards result every node of the play holds) lists every blob of the
+# data set. Templating it whole in every node's check cost O(files of the whole data set) of
+# controller CPU per node (2.3 s per node for 65,536 files, bench/role_check_bench.py), for a
+# spec that only asks "is it a dict".
+
+STAGE = ROOT / "roles" / "stage"
+
+
+class _StageRole:
+    """What role_argument_errors reads of a Role imported with rolespec_validate: false."""
+    _should_validate = False
+    _from_files: dict = {}
+    _role_path = str(STAGE)
+
+    @staticmethod
+    def get_name() -> str:
+        return "amlhpc.azureml.stage"
+
+
+class _RecordingTemplar:
+    """Ansible's own Templar, keeping what it was asked to template."""
+
+    def __init__(self, variables: dict) -> None:
+        from ansible.template import Templar
+        self.real = Templar(loader=DataLoader(), variables=variables)
+        self.asked: list = []
+
+    def template(self, value, **kwargs):
+        self.asked.append(value)
+        return self.real.template(value, **kwargs)
+
+
+def _stage_vars(**extra) -> dict:
+    """The stage role's defaults as Ansible loads them (their templates trusted), then ``extra``."""
+    return {**DataLoader().load_from_file(str(STAGE / "defaults" / "main.yml")), **extra}
+
+
+def _plan(files: int) -> dict:
+    sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
+    from amlhpc.shards import Blob, plan_shards, plan_summary
+    blobs = [Blob(name=f"train/univ_{i:06d}_{i % 64:03d}.tfrecord.gz", size=1000 + i, raw_size=4000 + i,
+                  content_encoding="gzip") for i in range(files)]
+    return plan_summary(plan_shards([f"n{i}" for i in range(4)], "suffix", blobs), "suffix")
+
+
+def _check(task_vars: dict) -> tuple[dict | None, _RecordingTemplar]:
+    templar = _RecordingTemplar(task_vars)
+    action = type("Action", (), {"_task": type("Task", (), {"_role": _StageRole()})(), "_templar": templar})()
+    return role_args.role_argument_errors(action, task_vars), templar
+
+
+def _holds(value, target) -> bool:
+    if value is target:
+        return True
+    if isinstance(value, dict):
+        return any(_holds(v, target) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_holds(v, target) for v in value)
+    return False
+
+
+def test_a_node_s_check_does_not_walk_the_whole_plan():
+    plan = _plan(2048)
+    result, templar = _check(_stage_vars(stage_plan=plan, stage_account_url="http://127.0.0.1:10000/a"))
+    assert result is None
+    assert not any(_holds(v, plan) or _holds(v, plan["shards"]) for v in templar.asked), \
+        "the plan went through the templar; the spec only checks that it is a dict"
+    # What the check does template: the values that are templates (stage_dir is one).
+    assert any(isinstance(v, str) and "beeond_mount_point" in v for v in templar.asked)
+
+
+def _full_check(task_vars: dict) -> list[str]:
+    """Ansible's way: every value of the role's options templated whole, then validated."""
+    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+    from ansible.template import Templar
+    options = role_args.role_argspecs(_StageRole())["main"]["options"]
+    provided = Templar(loader=DataLoader(), variables=task_vars).template(
+        {k: task_vars[k] for k in options if k in task_vars})
+    return ArgumentSpecValidator(options).validate(provided, validate_role_argument_spec=True).error_messages
+
+
+def _trusted(text: str):
+    from ansible.template import trust_as_template
+    return trust_as_template(text)
+
+
+@pytest.mark.parametrize(("case", "extra"), [
+    ("a plan", {"stage_plan": "PLAN"}),
+    ("no plan", {}),
+    ("a plan that is a string", {"stage_plan": "notadict"}),
+    ("a plan that is a list", {"stage_plan": ["n0"]}),
+    ("a plan from a template", {"stage_plan": "TEMPLATE", "my_plan": "PLAN"}),
+    ("a model with a template inside", {"stage_model": {"nic_gbps": "TEMPLATE-INT"}, "gbps": 40}),
+    ("a model that is a list", {"stage_model": [1, 2]}),
+    ("a package list of dicts", {"stage_azcopy_packages": [{"name": "x"}]}),
+    ("a wrong int", {"stage_cap_mbps": "fast"}),
+    ("a wrong bool beside a plan", {"stage_prune": "maybe", "stage_plan": "PLAN"}),
+])
+def test_the_check_gives_ansible_s_verdict(case, extra):
+    plan = _plan(64)
+    swap = {"PLAN": plan, "TEMPLATE": _trusted("{{ my_plan }}"), "TEMPLATE-INT": _trusted("{{ gbps }}")}
+    task_vars = _stage_vars(**{k: swap.get(v, v) if isinstance(v, str) else v for k, v in extra.items()})
+    result, _ = _check(task_vars)
+    expected = _full_check(task_vars)
+    assert (result or {}).get("argument_errors", []) == expected, case
+    assert (result is None) == (not expected), case
