@@ -159,6 +159,34 @@ def start_twin(size: int, workdir: Path, prefix: str) -> Twin:
     raise AssertionError("unreachable")
 
 
+PHASES = ("cluster", "ssh_trust", "nvme_raid", "gpu_clocks", "nccl", "healthcheck", "stage", "submit")
+
+
+def print_phases(argv: list[str], project: Path, env: dict, label: str, size: int) -> None:
+    """Each phase of site.yml alone on a cluster where everything is in place (its play's tag),
+    less a run of the always-tagged plays (validate and report, which every tagged run has);
+    each the least controller CPU of two runs."""
+    def measure(tags: str) -> tuple[float, float, float]:
+        """(wall, controller CPU, nodes' CPU) of the run with the least controller CPU of two."""
+        runs = []
+        for _ in range(2):
+            before = cpumeter.containers_cpu(label)
+            m = cpumeter.run([*argv, "--tags", tags], cwd=project, env=env, timeout=1800)
+            after = cpumeter.containers_cpu(label)
+            if m.returncode != 0:
+                sys.exit(f"--tags {tags} failed:\n{m.stdout[-3000:]}{m.stderr[-1000:]}")
+            runs.append((m.wall, m.cpu, (after - before) if None not in (before, after) else float("nan")))
+        return min(runs, key=lambda r: r[1])
+
+    base = measure("always")
+    print(f"      phases alone, less the always plays (validate, report: {base[0]:.1f} s wall, "
+          f"{base[1]:.1f} s controller CPU, {base[2]:.1f} s nodes' CPU):", flush=True)
+    print(f"      {'phase':<12} {'wall s':>7} {'ctrl CPU s':>10} {'per node':>8} {'nodes CPU s':>11} {'per node':>8}", flush=True)
+    for phase in PHASES:
+        wall, cpu, nodes = (a - b for a, b in zip(measure(phase), base))
+        print(f"      {phase:<12} {wall:>7.1f} {cpu:>10.1f} {cpu / size:>8.2f} {nodes:>11.1f} {nodes / size:>8.2f}", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1,4,16,32")
@@ -183,6 +211,9 @@ def main() -> int:
                         help="record the second run with py-spy, its workers included (requirements-bench.txt), to "
                              "DIR/<size>-second.raw, and print where the workers' CPU went (bench/pyspy_breakdown.py); "
                              "that run's CPU figure includes py-spy's own")
+    parser.add_argument("--phases", action="store_true",
+                        help="with --site: after the second run, each phase alone (--tags <phase>), less a run of "
+                             "the always-tagged plays (validate, report): wall, controller CPU and nodes' CPU per phase")
     parser.add_argument("-e", "--extra", action="append", default=[], metavar="KEY=VALUE",
                         help="group var for the bench inventory (YAML value)")
     args = parser.parse_args()
@@ -275,6 +306,8 @@ def main() -> int:
                                  f"  (pssh changed {pchanged} files; wall ratio {m.wall / max(p.wall, 1e-3):.1f}x"
                                  + (f"; pssh nodes' CPU {pnode_cpu:.1f} s" if pnode_cpu is not None else "") + ")")
                     print(line + masters, flush=True)
+                    if run == "second" and args.phases and site is not None:
+                        print_phases(argv, project, run_env, label, size)
                     if run == "second":
                         for task in changed_tasks(m.stdout):
                             print(f"      changed again: {task}", flush=True)
