@@ -2,7 +2,7 @@
 """Controller CPU of finding each node's cluster head and nodefile lines, by node count.
 
 The beeond role needs, on every node, its cluster's head and nodefile lines. Up to round 7 each
-node read them itself: ``hostvars | amlhpc_cluster_nodes(groups['cluster_' ~ aml_cluster])``,
+node read them itself: ``hostvars | amlhpc.azureml.amlhpc_cluster_nodes(groups['cluster_' ~ aml_cluster])``,
 a hostvars lookup of every node of the cluster from every node (N x N). Now one run-once task
 makes ssh_trust's plan (``amlhpc_ssh_trust_plan``) for the play and each node reads its
 cluster's entry (roles/beeond/tasks/refuse.yml). This runs, side by side in one run, on N
