@@ -3,7 +3,7 @@
 
 Every node of the stage play holds ``stage_plan``, the azcopy_shards result, which lists
 every blob of the data set (with its expected size and checksum). The stage role is imported
-with ``rolespec_validate: false`` and its first task, the azcopy_probe action, checks the
+with ``rolespec_validate: false`` and its first task, the azcopy_stage action, checks the
 role's variables against ``roles/stage/meta/argument_specs.yml`` in that node's worker
 (``plugins/plugin_utils/role_args.py``). Ansible's own check (and this one up to round 7)
 templates every variable whole, the plan included: CPU that grows with the whole data set,

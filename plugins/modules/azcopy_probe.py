@@ -13,8 +13,10 @@ version_added: "1.0.0"
 author:
   - amlhpc contributors (@amlhpc)
 description:
-  - The first task of the C(amlhpc.azureml.stage) role on each node, in one host-task instead of an
-    argument check, two asserts, two M(ansible.builtin.set_fact) and a probe.
+  - The azcopy probe of the C(amlhpc.azureml.stage) role as a task of its own. Since round 7 the role
+    probes inside M(amlhpc.azureml.azcopy_stage) (its O(amlhpc.azureml.azcopy_stage#module:version)
+    option), one module run per node instead of two; this module stays for playbooks that probe
+    without staging.
   - Its action plugin, on the controller, checks the role's variables against the role's argument
     spec when the role was imported with C(rolespec_validate=false) (the same check and message as
     Ansible's), then that this node has a shard in the plan (O(shard)) and, with O(auth=sas), that a
@@ -120,17 +122,7 @@ probe:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_cmd import AUTH_MODES
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_install import install_decision
-
-
-def probe(module: AnsibleModule, azcopy: str) -> tuple[int, str, str]:
-    """``<azcopy> --version``: exit status and output, as ansible.builtin.command returns them
-    (trailing newlines stripped); one that cannot be started gives its error number and no output."""
-    try:
-        rc, out, err = module.run_command([azcopy, "--version"], handle_exceptions=False, errors="surrogate_or_replace")
-    except OSError as exc:
-        return exc.errno or 1, "", ""
-    return rc, out.rstrip("\r\n"), err.rstrip("\r\n")
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_install import install_decision, run_version
 
 
 def main() -> None:
@@ -147,7 +139,7 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    rc, stdout, stderr = probe(module, p["azcopy"])
+    rc, stdout, stderr = run_version(module.run_command, p["azcopy"])
     decision = install_decision(install=p["install"], version=p["version"], src=p["src"], path=p["azcopy"],
                                 rc=rc, stdout=stdout, stderr=stderr)
     found = {"rc": rc, "stdout": stdout, "stderr": stderr}  # not at the top: Ansible fails a result whose rc is not 0

@@ -45,6 +45,12 @@ description:
     that alone makes the task C(changed).
   - The result carries a compact progress series (RV(progress)) for plots and the staging-time
     prediction (RV(prediction)) beside the measured RV(seconds).
+  - As the C(amlhpc.azureml.stage) role's task (O(version) set), the action plugin first checks on the
+    controller the role's variables against its argument spec (when the role was imported with
+    C(rolespec_validate=false)), that O(shard) is set and, with O(auth=sas), that O(sas) is; a node that
+    fails them is not contacted. It then makes C(stage_shard) (O(shard)), C(stage_azcopy_needed)
+    (RV(needed)) and C(stage_azcopy_src_kind) (RV(src_kind)) host variables of the play, like
+    M(ansible.builtin.set_fact) (not cached).
 version_added: "1.0.0"
 author:
   - amlhpc contributors (@amlhpc)
@@ -98,9 +104,29 @@ options:
     type: path
     required: true
   rank:
-    description: This node's rank; names its staging folder and record.
+    description: This node's rank; names its staging folder and record. Default the rank of O(shard).
     type: int
-    required: true
+  version:
+    description:
+      - The pinned azcopy version (C(stage_azcopy_version)). When set, the module first runs
+        C(<azcopy> --version) and decides as M(amlhpc.azureml.azcopy_probe) does, in the same module run
+        (the stage role's one module run per node; the probe was a second one).
+      - Where the pinned azcopy is to be installed (RV(needed)), the module stages nothing and makes
+        nothing, and returns RV(needed) and RV(src_kind); the role installs it and runs the stage again.
+        In check mode it goes on to report the pending stage (which needs no azcopy).
+      - Empty, azcopy is not probed.
+    type: str
+    default: ""
+  install:
+    description:
+      - With O(version), whether azcopy is to be installed where the pinned version does not run
+        (C(stage_azcopy_install)); false takes any azcopy that runs.
+    type: bool
+    default: true
+  src:
+    description: With O(version), the controller path or https URL azcopy would be installed from (C(stage_azcopy_src)); empty for none.
+    type: str
+    default: ""
   shard:
     description:
       - This node's entry of the C(azcopy_shards) plan (C(shards[inventory_hostname])).
@@ -270,9 +296,24 @@ prediction:
   sample: {"seconds": 782.2, "minutes": 13.04, "bottleneck": "decompression CPU", "nodes": 4,
            "limits_s": {"account egress": 44.0, "NIC": 453.0, "decompression CPU": 782.2}}
 summary:
-  description: One line for the report, e.g. C(96 files, 3 fetched (2 repaired), 0 gone; 2.1 s measured, 1.9 s predicted (NIC)).
+  description:
+    - One line for the report, e.g. C(96 files, 3 fetched (2 repaired), 0 gone; 2.1 s measured, 1.9 s predicted (NIC)),
+      or C(azcopy 10.32.2 is to be installed first).
   returned: success
   type: str
+needed:
+  description: With O(version), the pinned azcopy is to be installed first (nothing was staged then, outside check mode).
+  returned: when O(version) is set
+  type: bool
+src_kind:
+  description: With O(version), C(url-archive), C(url-binary), C(file-archive) or C(file-binary), from O(src).
+  returned: when O(version) is set
+  type: str
+probe:
+  description: With O(version), what C(<azcopy> --version) gave (C(rc), C(stdout), C(stderr)), as M(amlhpc.azureml.azcopy_probe) returns it.
+  returned: when O(version) is set
+  type: dict
+  sample: {"rc": 0, "stdout": "azcopy version 10.32.2", "stderr": ""}
 sas_warnings:
   description: Warnings about the SAS token (e.g. it grants more than read and list).
   returned: always
@@ -295,6 +336,7 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy impor
     stage_shard,
 )
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_model import predict_node, rates_from
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_install import install_decision, run_version
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.files import ensure_folder
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
@@ -351,6 +393,20 @@ def summary_line(result: dict) -> str:
     return text
 
 
+def probe_azcopy(module: AnsibleModule, warnings: list[str]) -> dict:
+    """``<azcopy> --version`` and the install decision (the stage role's probe, as
+    azcopy_probe makes it): ``needed``, ``src_kind`` and ``probe``; fails with the role's
+    message where azcopy neither runs as pinned nor can be installed."""
+    p = module.params
+    rc, out, err = run_version(module.run_command, p["azcopy"])
+    decision = install_decision(install=p["install"], version=p["version"], src=p["src"], path=p["azcopy"],
+                                rc=rc, stdout=out, stderr=err)
+    found = {"rc": rc, "stdout": out, "stderr": err}  # not at the top: Ansible fails a result whose rc is not 0
+    if decision["error"]:
+        module.fail_json(msg=decision["error"], probe=found, sas_warnings=warnings)
+    return {"needed": decision["needed"], "src_kind": decision["src_kind"], "probe": found}
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -365,7 +421,10 @@ def main() -> None:
             "client_id": {"type": "str", "default": ""},
             "client_secret": {"type": "str", "no_log": True},
             "dest": {"type": "path", "required": True},
-            "rank": {"type": "int", "required": True},
+            "rank": {"type": "int"},
+            "version": {"type": "str", "default": ""},
+            "install": {"type": "bool", "default": True},
+            "src": {"type": "str", "default": ""},
             "shard": {"type": "dict", "required": True},
             "known_names": {"type": "str", "default": ""},
             "verify": {"type": "str", "default": "size", "choices": list(VERIFY_MODES)},
@@ -396,31 +455,38 @@ def main() -> None:
         auth_env(p["auth"], **auth_options)
     except ValueError as exc:
         module.fail_json(msg=str(exc), sas_warnings=warnings)
+    probed = probe_azcopy(module, warnings) if p["version"] else {}
+    if probed.get("needed") and not module.check_mode:
+        module.exit_json(changed=False, summary=f"azcopy {p['version']} is to be installed first",
+                         sas_warnings=warnings, **probed)
+    shard = p["shard"]
+    rank = p["rank"] if p["rank"] is not None else shard.get("rank")
+    if rank is None:
+        module.fail_json(msg="rank is not set and the shard has none", sas_warnings=warnings)
     try:
         folder = ensure_folder(p["dest"], 0o755, module.check_mode)
     except OSError as exc:
         module.fail_json(msg=f"The stage folder {p['dest']}: {exc}", sas_warnings=warnings)
     extra = {"diff": folder} if folder and module._diff else {}  # pylint: disable=protected-access
     source = blob_url(p["account_url"], p["container"], p["prefix"])
-    shard = p["shard"]
     shard_args = _shard_args(shard)
     expected = _expected(shard)
     known = NameSet.load(p["known_names"]) if p["known_names"] else None
     if module.check_mode:
         if expected is None:
-            staged = shard_is_staged(source_url=source, stage_dir=p["dest"], rank=p["rank"],
+            staged = shard_is_staged(source_url=source, stage_dir=p["dest"], rank=rank,
                                      decompress=p["decompress"], **shard_args)
-            module.exit_json(changed=not staged or folder is not None, sas_warnings=warnings, **extra)
-        todo = plan_sync(stage_dir=p["dest"], rank=p["rank"], expected=expected, decompress=p["decompress"],
+            module.exit_json(changed=not staged or folder is not None, sas_warnings=warnings, **probed, **extra)
+        todo = plan_sync(stage_dir=p["dest"], rank=rank, expected=expected, decompress=p["decompress"],
                          verify=p["verify"], suffixes=_suffixes(shard), known=known)
         module.exit_json(changed=bool(todo["fetch"]) or bool(p["prune"] and todo["gone"]) or folder is not None,
                          would_fetch=len(todo["fetch"]), gone=todo["gone"][:5], gone_count=len(todo["gone"]),
-                         sas_warnings=warnings, **extra)
+                         sas_warnings=warnings, **probed, **extra)
     try:
         result = stage_shard(
-            azcopy=p["azcopy"], source_url=source, sas=sas, stage_dir=p["dest"], rank=p["rank"],
+            azcopy=p["azcopy"], source_url=source, sas=sas, stage_dir=p["dest"], rank=rank,
             expected=expected, decompress=p["decompress"], cap_mbps=p["cap_mbps"] or None,
-            timeout=p["timeout"] or None, node=f"node {p['rank']}", progress_file=p["progress_file"] or None,
+            timeout=p["timeout"] or None, node=f"node {rank}", progress_file=p["progress_file"] or None,
             verify=p["verify"], prune=p["prune"], suffixes=_suffixes(shard), known=known, auth=p["auth"],
             auth_options=auth_options, **shard_args)
         result["prediction"] = prediction_for(result, p["model"])
@@ -428,7 +494,7 @@ def main() -> None:
         module.fail_json(msg=redact(str(exc), secrets), sas_warnings=warnings)
     result["summary"] = summary_line(result)
     result["changed"] = bool(result.get("changed")) or folder is not None
-    module.exit_json(sas_warnings=warnings, **result, **extra)
+    module.exit_json(sas_warnings=warnings, **result, **probed, **extra)
 
 
 if __name__ == "__main__":

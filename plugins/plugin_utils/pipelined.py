@@ -33,6 +33,35 @@ def _is_mitogen(connection: Any) -> bool:
     return any(cls.__module__.startswith("ansible_mitogen.") for cls in type(connection).__mro__)
 
 
+def run_pipelined(action: ActionBase, result: dict[str, Any], task_vars: dict[str, Any] | None,
+                  module_args: dict[str, Any]) -> dict[str, Any]:
+    """The task's module with ``module_args``, run by ``action`` pipelined (or refused, saying
+    why it cannot be), into ``result``."""
+    # pylint: disable=protected-access
+    wrap_async = bool(action._task.async_val)
+    mitogen = _is_mitogen(action._connection)
+    if not mitogen and action._connection.has_pipelining:
+        try:
+            action._connection.set_option("pipelining", True)
+        except (KeyError, AnsibleError):
+            # A connection that declares no option of its own (community.docker's docker)
+            # looks it up in the global config on first use and caches it in _options.
+            action._connection._options["pipelining"] = True
+            action._connection._origins["pipelining"] = "action plugin"
+    # Mitogen keeps a module's arguments in memory unless async; elsewhere only pipelining does.
+    in_memory = not wrap_async if mitogen else action._is_pipelining_enabled("new", wrap_async)
+    if not in_memory:
+        raise AnsibleActionFail(
+            f"{action._task.action} carries a secret and runs only pipelined (module and arguments on the interpreter's "
+            f"stdin, never in a file): connection {action._connection.transport!r}"
+            + (f" with become method {action._play_context.become_method!r}" if action._play_context.become else "")
+            + " cannot pipeline here (async, ANSIBLE_KEEP_REMOTE_FILES, or a become method without "
+            "pipelining such as su). Run it without async, or with become_method sudo.")
+    result.update(action._execute_module(module_name=action._task.action, module_args=module_args,
+                                         task_vars=task_vars, wrap_async=wrap_async))
+    return result
+
+
 class PipelinedOnlyAction(ActionBase):
     """Run the task's module pipelined, or fail saying why it cannot be."""
 
@@ -41,25 +70,4 @@ class PipelinedOnlyAction(ActionBase):
     def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         del tmp
-        wrap_async = bool(self._task.async_val)
-        mitogen = _is_mitogen(self._connection)
-        if not mitogen and self._connection.has_pipelining:
-            try:
-                self._connection.set_option("pipelining", True)
-            except (KeyError, AnsibleError):
-                # A connection that declares no option of its own (community.docker's docker)
-                # looks it up in the global config on first use and caches it in _options.
-                self._connection._options["pipelining"] = True  # pylint: disable=protected-access
-                self._connection._origins["pipelining"] = "action plugin"  # pylint: disable=protected-access
-        # Mitogen keeps a module's arguments in memory unless async; elsewhere only pipelining does.
-        in_memory = not wrap_async if mitogen else self._is_pipelining_enabled("new", wrap_async)
-        if not in_memory:
-            raise AnsibleActionFail(
-                f"{self._task.action} carries a secret and runs only pipelined (module and arguments on the interpreter's "
-                f"stdin, never in a file): connection {self._connection.transport!r}"
-                + (f" with become method {self._play_context.become_method!r}" if self._play_context.become else "")
-                + " cannot pipeline here (async, ANSIBLE_KEEP_REMOTE_FILES, or a become method without "
-                "pipelining such as su). Run it without async, or with become_method sudo.")
-        result.update(self._execute_module(module_name=self._task.action, module_args=self._task.args,
-                                           task_vars=task_vars, wrap_async=wrap_async))
-        return result
+        return run_pipelined(self, result, task_vars, self._task.args)

@@ -10,6 +10,7 @@ first task. Standard library only.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 
@@ -23,6 +24,17 @@ def stage_input_error(host: str, shard: Any, auth: str, has_sas: bool) -> str | 
                 "(stage_auth: managed_identity).")
     return (f"No shard planned for {host}: run the role through playbooks/stage.yml, "
             "which plans the shards (azcopy_shards) first.")
+
+
+def run_version(run_command: Callable[..., tuple[int, str, str]], azcopy: str) -> tuple[int, str, str]:
+    """``<azcopy> --version`` through ``run_command`` (AnsibleModule's): exit status and output,
+    as ansible.builtin.command returns them (trailing newlines stripped); one that cannot be
+    started gives its error number and no output."""
+    try:
+        rc, out, err = run_command([azcopy, "--version"], handle_exceptions=False, errors="surrogate_or_replace")
+    except OSError as exc:
+        return exc.errno or 1, "", ""
+    return rc, out.rstrip("\r\n"), err.rstrip("\r\n")
 
 
 def src_kind(src: str) -> str:

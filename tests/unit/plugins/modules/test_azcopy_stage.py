@@ -119,3 +119,51 @@ def test_an_existing_0755_folder_with_its_shard_is_unchanged(tmp_path, capsys):
     shard = {"mode": "balanced", "expected": []}
     out = run(base(tmp_path, dest=str(dest), shard=shard, _ansible_check_mode=True, _ansible_diff=True), capsys)
     assert out["changed"] is False and "diff" not in out, out
+
+
+# --- With ``version``: the stage role's probe in the same module run (one per node, not two) ---
+
+def fake_azcopy(tmp_path, out: str, rc: int = 0) -> str:
+    path = tmp_path / "azcopy"
+    path.write_text(f"#!/bin/sh\nif [ \"$1\" = --version ]; then echo '{out}'; exit {rc}; fi\nexit 3\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_a_missing_azcopy_stops_before_the_stage_and_asks_for_the_install(tmp_path, capsys):
+    dest = tmp_path / "scratch"
+    out = run(base(tmp_path, dest=str(dest), azcopy=str(tmp_path / "none"), version="10.32.2",
+                   src="https://example.org/azcopy_linux_amd64_10.32.2.tar.gz"), capsys)
+    assert not out.get("failed"), out
+    assert (out["needed"], out["src_kind"], out["changed"]) == (True, "url-archive", False)
+    assert out["probe"]["rc"] == 2 and "rc" not in out
+    assert not dest.exists()  # nothing made before azcopy is there
+    assert out["summary"] == "azcopy 10.32.2 is to be installed first"
+
+
+def test_check_mode_with_azcopy_missing_still_reports_the_pending_stage(tmp_path, capsys):
+    dest = tmp_path / "scratch"
+    out = run(base(tmp_path, dest=str(dest), azcopy=str(tmp_path / "none"), version="10.32.2",
+                   src=str(tmp_path / "azcopy_linux_amd64_10.32.2.tar.gz"), _ansible_check_mode=True), capsys)
+    assert not out.get("failed"), out
+    assert out["needed"] is True and out["src_kind"] == "file-archive"
+    assert out["changed"] is True and not dest.exists()
+
+
+def test_nothing_to_install_from_is_refused_by_the_stage_too(tmp_path, capsys):
+    azcopy = fake_azcopy(tmp_path, "azcopy version 10.30.0")
+    out = run(base(tmp_path, azcopy=azcopy, version="10.32.2"), capsys)
+    assert out["failed"]
+    assert out["msg"].startswith(f"azcopy 10.32.2 is not at {azcopy} (found: azcopy version 10.30.0) and stage_azcopy_src "
+                                 "is empty")
+
+
+def test_the_pinned_azcopy_goes_on_to_the_stage(tmp_path, capsys):
+    dest = tmp_path / "d"
+    dest.mkdir(mode=0o755)
+    dest.chmod(0o755)
+    out = run(base(tmp_path, dest=str(dest), shard={"mode": "balanced", "expected": [], "rank": 3},
+                   azcopy=fake_azcopy(tmp_path, "azcopy version 10.32.2"), version="10.32.2", rank=None), capsys)
+    assert not out.get("failed"), out
+    assert (out["needed"], out["changed"], out["files"]) == (False, False, 0)
+    assert out["probe"]["stdout"] == "azcopy version 10.32.2"
