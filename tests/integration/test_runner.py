@@ -45,7 +45,7 @@ def test_local_default_through_ansible_runner(tmp_path):
                          "Validate the inventory and variables"]
     assert plays[-1] == "Report"
     ok_tasks = {e["event_data"]["task"] for e in events if e["event"] == "runner_on_ok"}
-    assert "Stage | Copy this node's shard with azcopy" in ok_tasks
+    assert "Stage | Check the inputs, probe azcopy and copy this node's shard" in ok_tasks
     assert "Submit | Run the training job (local)" in ok_tasks
 
     # The report is an event too: skipped phases with the switch that turned each off (the
