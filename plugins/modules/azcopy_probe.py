@@ -122,7 +122,7 @@ probe:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_cmd import AUTH_MODES
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_install import install_decision, run_version
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_install import probe_install
 
 
 def main() -> None:
@@ -139,10 +139,8 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    rc, stdout, stderr = run_version(module.run_command, p["azcopy"])
-    decision = install_decision(install=p["install"], version=p["version"], src=p["src"], path=p["azcopy"],
-                                rc=rc, stdout=stdout, stderr=stderr)
-    found = {"rc": rc, "stdout": stdout, "stderr": stderr}  # not at the top: Ansible fails a result whose rc is not 0
+    decision, found = probe_install(module.run_command, azcopy=p["azcopy"], install=p["install"],
+                                    version=p["version"], src=p["src"])
     if decision["error"]:
         module.fail_json(msg=decision["error"], probe=found)
     module.exit_json(changed=False, needed=decision["needed"], src_kind=decision["src_kind"], probe=found)

@@ -60,3 +60,14 @@ def install_decision(*, install: bool, version: str, src: str, path: str, rc: in
         else:
             error = f"azcopy does not run at {path}: {stderr.strip()} (install it, or set stage_azcopy_install: true)."
     return {"needed": needed, "src_kind": src_kind(src), "error": error}
+
+
+def probe_install(run_command: Callable[..., tuple[int, str, str]], *, azcopy: str, install: bool, version: str,
+                  src: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``<azcopy> --version`` and the install decision on it, as the stage role takes them:
+    the decision (``install_decision``) and what was found (``rc``, ``stdout``, ``stderr``, to
+    return as ``probe``: not at the top of a result, where Ansible fails an ``rc`` not 0)."""
+    rc, out, err = run_version(run_command, azcopy)
+    decision = install_decision(install=install, version=version, src=src, path=azcopy, rc=rc, stdout=out,
+                                stderr=err)
+    return decision, {"rc": rc, "stdout": out, "stderr": err}

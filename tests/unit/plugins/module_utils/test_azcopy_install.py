@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from amlhpc.azcopy_install import install_decision, src_kind, stage_input_error
+from amlhpc.azcopy_install import install_decision, probe_install, src_kind, stage_input_error
 
 SHARD = {"rank": 1, "mode": "balanced"}
 
@@ -74,3 +74,24 @@ def test_install_off_takes_any_version_that_runs_and_refuses_one_that_does_not()
     assert out["needed"] is False
     assert out["error"] == ("azcopy does not run at /usr/local/bin/azcopy: cannot execute binary file "
                             "(install it, or set stage_azcopy_install: true).")
+
+
+def test_probe_install_runs_azcopy_once_and_returns_the_decision_with_what_it_found():
+    calls = []
+
+    def run_command(argv, **kw):
+        calls.append(argv)
+        return 0, "azcopy version 10.30.0\n", ""
+    decision, found = probe_install(run_command, azcopy="/opt/azcopy", install=True, version="10.32.2",
+                                    src="/srv/azcopy_linux_amd64_10.32.2.tar.gz")
+    assert calls == [["/opt/azcopy", "--version"]]
+    assert decision == {"needed": True, "src_kind": "file-archive", "error": None}
+    assert found == {"rc": 0, "stdout": "azcopy version 10.30.0", "stderr": ""}
+
+
+def test_probe_install_of_an_azcopy_that_cannot_start_names_the_path():
+    def run_command(argv, **kw):
+        raise FileNotFoundError(2, "No such file or directory")
+    decision, found = probe_install(run_command, azcopy="/opt/azcopy", install=False, version="10.32.2", src="")
+    assert found == {"rc": 2, "stdout": "", "stderr": ""}
+    assert decision["error"].startswith("azcopy does not run at /opt/azcopy")
