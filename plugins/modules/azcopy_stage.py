@@ -336,7 +336,7 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy impor
     stage_shard,
 )
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_model import predict_node, rates_from
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_install import install_decision, run_version
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_install import probe_install
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.files import ensure_folder
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
@@ -398,10 +398,8 @@ def probe_azcopy(module: AnsibleModule, warnings: list[str]) -> dict:
     azcopy_probe makes it): ``needed``, ``src_kind`` and ``probe``; fails with the role's
     message where azcopy neither runs as pinned nor can be installed."""
     p = module.params
-    rc, out, err = run_version(module.run_command, p["azcopy"])
-    decision = install_decision(install=p["install"], version=p["version"], src=p["src"], path=p["azcopy"],
-                                rc=rc, stdout=out, stderr=err)
-    found = {"rc": rc, "stdout": out, "stderr": err}  # not at the top: Ansible fails a result whose rc is not 0
+    decision, found = probe_install(module.run_command, azcopy=p["azcopy"], install=p["install"],
+                                    version=p["version"], src=p["src"])
     if decision["error"]:
         module.fail_json(msg=decision["error"], probe=found, sas_warnings=warnings)
     return {"needed": decision["needed"], "src_kind": decision["src_kind"], "probe": found}
@@ -462,7 +460,9 @@ def main() -> None:
     shard = p["shard"]
     rank = p["rank"] if p["rank"] is not None else shard.get("rank")
     if rank is None:
-        module.fail_json(msg="rank is not set and the shard has none", sas_warnings=warnings)
+        module.fail_json(msg="No rank for this node: the shard has none and the rank option is not set. Pass this "
+                         "node's entry of the azcopy_shards plan as shard (shards[inventory_hostname]: it carries "
+                         "the rank), or set rank.", sas_warnings=warnings)
     try:
         folder = ensure_folder(p["dest"], 0o755, module.check_mode)
     except OSError as exc:

@@ -167,3 +167,14 @@ def test_the_pinned_azcopy_goes_on_to_the_stage(tmp_path, capsys):
     assert not out.get("failed"), out
     assert (out["needed"], out["changed"], out["files"]) == (False, False, 0)
     assert out["probe"]["stdout"] == "azcopy version 10.32.2"
+
+
+def test_a_shard_without_a_rank_and_no_rank_option_names_both_fixes(tmp_path, capsys):
+    args = base(tmp_path)
+    del args["rank"]
+    out = run(args, capsys)
+    assert out["failed"]
+    assert out["msg"] == ("No rank for this node: the shard has none and the rank option is not set. Pass this node's "
+                          "entry of the azcopy_shards plan as shard (shards[inventory_hostname]: it carries the "
+                          "rank), or set rank.")
+    assert list(tmp_path.iterdir()) == []
