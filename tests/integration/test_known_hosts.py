@@ -69,7 +69,7 @@ def test_host_keys_follow_the_nodes_with_checking_on(tmp_path, cluster):
 
     first = ping(tmp_path, write_inventory(tmp_path, cluster))
     assert first.returncode == 0, first.stdout + first.stderr
-    assert first.stdout.count("SUCCESS") == 2
+    assert first.stdout.count("SUCCESS") == 2, first.stdout + first.stderr
     assert "Are you sure you want to continue connecting" not in first.stdout + first.stderr
     for node in cluster.nodes:
         assert f"[127.0.0.1]:{node.port} ssh-ed25519 " in known.read_text()
@@ -79,7 +79,7 @@ def test_host_keys_follow_the_nodes_with_checking_on(tmp_path, cluster):
     new = cluster.replace_node(node1.slot)
     second = ping(tmp_path, write_inventory(tmp_path, cluster))
     assert second.returncode == 0, second.stdout + second.stderr
-    assert second.stdout.count("SUCCESS") == 2
+    assert second.stdout.count("SUCCESS") == 2, second.stdout + second.stderr
     assert (f"node kh-1 at [127.0.0.1]:{new.port} was replaced by AmlCompute "
             f"(node id {node1.node_id} -> {new.node_id})") in " ".join((second.stderr + second.stdout).split())
     assert old_line[0] not in known.read_text()
@@ -87,9 +87,9 @@ def test_host_keys_follow_the_nodes_with_checking_on(tmp_path, cluster):
     # The key changes again but the node id stays: that is not AmlCompute, ssh refuses the node.
     newer = cluster.replace_node(new.slot)
     third = ping(tmp_path, write_inventory(tmp_path, cluster, {newer.slot: new.node_id}))
-    assert third.returncode != 0
     out = third.stdout + third.stderr
-    assert "kh-0 | SUCCESS" in out and "kh-1 | UNREACHABLE" in out
+    assert third.returncode != 0, out
+    assert "kh-0 | SUCCESS" in out and "kh-1 | UNREACHABLE" in out, out
     # OpenSSH's words, or Ansible's when Mitogen for Ansible runs the connection.
     assert any(said in out for said in ("REMOTE HOST IDENTIFICATION HAS CHANGED", "Host key verification failed",
-                                        "SSH reported an unrecognized or mismatching host key"))
+                                        "SSH reported an unrecognized or mismatching host key")), out
