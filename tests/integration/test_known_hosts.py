@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from twin.cluster import ADMIN_USER, Twin, free_base_port  # noqa: E402
+from twin.nat import NatRule  # noqa: E402
 
 ANSIBLE = str(Path(sys.executable).parent / "ansible")
 
@@ -55,12 +56,16 @@ def write_inventory(tmp_path: Path, cluster: Twin, node_ids: dict[int, str] | No
     return config
 
 
+def ansible_env(tmp_path: Path) -> dict[str, str]:
+    return dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
+                ANSIBLE_SSH_CONTROL_PATH_DIR=str(tmp_path / "cp"))
+
+
 def ping(tmp_path: Path, config: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
-               ANSIBLE_SSH_CONTROL_PATH_DIR=str(tmp_path / "cp"))
     # stdin closed: a host key prompt would fail the run (under ansible-runner it hangs).
     return subprocess.run([ANSIBLE, "-i", str(config), "aml_nodes", "-m", "ansible.builtin.ping"], cwd=ROOT,
-                          env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180, check=False)
+                          env=ansible_env(tmp_path), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=180, check=False)
 
 
 def test_host_keys_follow_the_nodes_with_checking_on(tmp_path, cluster):
@@ -93,3 +98,54 @@ def test_host_keys_follow_the_nodes_with_checking_on(tmp_path, cluster):
     # OpenSSH's words, or Ansible's when Mitogen for Ansible runs the connection.
     assert any(said in out for said in ("REMOTE HOST IDENTIFICATION HAS CHANGED", "Host key verification failed",
                                         "SSH reported an unrecognized or mismatching host key")), out
+
+
+def masters_for(control_dir: Path) -> list[int]:
+    """Pids of the ssh ControlPersist masters whose sockets live in ``control_dir``."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                args = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if args.startswith("ssh: ") and str(control_dir) in args and "[mux]" in args:
+                pids.append(int(proc.name))
+    return pids
+
+
+def test_a_replaced_node_behind_a_nat_rule_is_not_reached_through_the_old_connection(tmp_path, cluster):
+    """A load balancer drops the packets of a connection to a VM it no longer routes to, and
+    closes nothing. The controller's ControlPersist master to the old node would wait for
+    its keepalives to fail (minutes) before ssh tried the new node; the inventory closes the
+    master of every endpoint that now stands for another node."""
+    node = cluster.ranked()[0]
+    rule = NatRule((cluster.public_address, node.port))
+    try:
+        def inventory() -> Path:
+            config = write_inventory(tmp_path, cluster)
+            nodes = json.loads((config.parent / "nodes.json").read_text())
+            for record in nodes:
+                if record["nodeId"] == cluster.ranked()[0].node_id:
+                    record["port"] = rule.port  # kh-0 reached through the NAT rule
+            (config.parent / "nodes.json").write_text(json.dumps(nodes))
+            return config
+
+        first = ping(tmp_path, inventory())
+        assert first.returncode == 0, first.stdout + first.stderr
+        old_masters = masters_for(tmp_path / "cp")
+        assert len(old_masters) == 2, old_masters  # one per node, kept for the next run
+        assert rule.drop_flows() == 1  # the master to kh-0; AmlCompute replaces the VM behind it
+        cluster.replace_node(node.slot)
+
+        listed = subprocess.run([str(Path(ANSIBLE).parent / "ansible-inventory"), "-i", str(inventory()), "--list"],
+                                cwd=ROOT, env=ansible_env(tmp_path), capture_output=True, text=True, timeout=120,
+                                check=False)
+        assert listed.returncode == 0, listed.stderr
+        left = masters_for(tmp_path / "cp")
+        assert len(left) == 1 and set(left) < set(old_masters), (old_masters, left)  # kh-1's master stays
+
+        second = ping(tmp_path, inventory())
+        assert second.returncode == 0 and second.stdout.count("SUCCESS") == 2, second.stdout + second.stderr
+    finally:
+        rule.close()
