@@ -24,6 +24,13 @@ description:
     that names them.
   - "Cached facts are tied to node ids: when the node behind a host name changed (a node
     replaced, ranks shifted), the host's cached facts are dropped and gathered again."
+  - "Kept ssh connections follow node ids too: for an endpoint that now stands for another
+    node, or for a node not seen before, the ssh ControlPersist master that ansible-core's
+    ssh connection keeps for it (C(control_path_dir), C(control_path) as ansible.cfg and the
+    environment set them) is stopped with C(ssh -O exit), so the run does not reach the new
+    node through a connection made to the old one. Behind AmlCompute's load balancer such a
+    connection is not closed when the VM goes: its packets are dropped, and ssh would wait
+    for its keepalives to fail (about two minutes on the twin) before it tried the new node."
   - "Host vars: C(ansible_host) (public IP), C(ansible_port) (the node's public SSH port),
     C(ansible_user) (the cluster's admin user), C(aml_cluster), C(aml_node_rank),
     C(aml_private_ip), C(aml_public_ip), C(aml_public_port), C(aml_node_id),
@@ -237,6 +244,7 @@ vm_size: Standard_ND96asr_v4
 """
 
 import contextlib
+import functools
 import json
 import os
 import sys
@@ -263,6 +271,7 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_nodes im
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.known_hosts import (
     Endpoint,
     NodeRecord,
+    close_masters,
     endpoint_pattern,
     patterns_in,
     plan_known_hosts,
@@ -422,7 +431,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 for key, value in host.vars.items():
                     self.inventory.set_variable(host.name, key, value)
                 endpoints.append(Endpoint(host.vars["ansible_host"], host.vars["ansible_port"],
-                                          host.vars["aml_node_id"], host.name, name))
+                                          host.vars["aml_node_id"], host.name, name,
+                                          host.vars.get("ansible_user") or ""))
                 if self.get_option("known_hosts"):
                     args = " ".join(a for a in (ssh_common_args(self._known_hosts_file()),
                                                 self.get_option("ssh_common_args")) if a)
@@ -450,17 +460,38 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         path = self._known_hosts_file()
         with NodeRecord(path).locked() as record:
             text = None
+            moved: list[Endpoint] = []
             if self.get_option("known_hosts"):
-                text = self._update_known_hosts(record, path, endpoints, alive, clusters)
+                text, moved = self._update_known_hosts(record, path, endpoints, alive, clusters)
             current = {e.host: e.node_id for e in endpoints}
             stale = stale_fact_hosts(current, record.hosts)
             if stale:
                 self._forget_facts(stale)
+            self._close_masters(moved + [e for e in endpoints if e.host in set(stale)])
             record.hosts.update(current)
             record.save(text)
 
+    def _close_masters(self, endpoints: list[Endpoint]) -> None:
+        """Stop the ssh ControlPersist masters (ansible.cfg's, the environment's) of the
+        endpoints that now stand for another node, or for a node not seen before."""
+        if not endpoints:
+            return
+        from ansible import constants
+        from ansible.plugins.loader import connection_loader
+        from ansible.utils.path import unfrackpath
+        try:
+            connection_loader.get("ssh", class_only=True)  # its options' definitions
+            option = functools.partial(constants.config.get_config_value, plugin_type="connection", plugin_name="ssh")
+            directory, template, ssh = option("control_path_dir"), option("control_path"), option("ssh_executable")
+        except Exception as exc:  # no ssh connection plugin settings: no masters of its own either
+            self.display.vvv(f"azureml_compute: ssh settings not read: {exc}")
+            return
+        for endpoint in close_masters(endpoints, unfrackpath(directory), template, ssh=ssh or "ssh"):
+            self.display.v(f"cluster '{endpoint.cluster}': closed the kept ssh connection to {endpoint.pattern}, "
+                           f"which now stands for {endpoint.host} (node id {endpoint.node_id})")
+
     def _update_known_hosts(self, record: NodeRecord, path: str, endpoints: list[Endpoint], alive: list[str],
-                            clusters: list[str]) -> str:
+                            clusters: list[str]) -> tuple[str, list[Endpoint]]:
         plan = plan_known_hosts(endpoints, record.endpoints, patterns_in(record.text), clusters, alive)
         scanned = scan_keys(plan.to_scan, timeout=self.get_option("known_hosts_scan_timeout"))
         drop = set(plan.remove) | {e.pattern for e, _unused, _unused in plan.replaced}
@@ -481,7 +512,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         for endpoint in plan.adopt + plan.keep:
             record.endpoints[endpoint.pattern] = {"node_id": endpoint.node_id, "cluster": endpoint.cluster,
                                                   "host": endpoint.host}
-        return rewrite_known_hosts(record.text, drop, add)
+        return rewrite_known_hosts(record.text, drop, add), plan.to_scan
 
     def _forget_facts(self, hosts: list[str]) -> None:
         """Drop the cached facts of host names that now stand for another node."""

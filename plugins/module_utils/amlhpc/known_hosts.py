@@ -27,6 +27,7 @@ The planning functions are pure; :func:`scan_keys` and :class:`NodeRecord` do th
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shlex
@@ -50,6 +51,7 @@ class Endpoint:
     node_id: str
     host: str
     cluster: str
+    user: str = ""  # ansible_user: with address and port, which ssh ControlPersist master it has
 
     @property
     def pattern(self) -> str:
@@ -204,6 +206,58 @@ def scan_keys(endpoints: Iterable[Endpoint], timeout: int = 5, workers: int = 32
         return {}
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(endpoints)))) as pool:
         return dict(pool.map(one, endpoints))
+
+
+# ---------------------------------------------------------------------------------------
+# ssh ControlPersist masters
+
+
+def control_path(directory: str, endpoint: Endpoint, template: str | None = None) -> str:
+    """The ControlPath ansible-core's ssh connection gives ``endpoint``'s host: ``template``
+    (its ``control_path`` option, ``%(directory)s`` filled in, ssh's own ``%`` tokens left
+    for ssh), else ``<directory>/`` and the first 10 hex digits of the SHA-1 of
+    ``<address>-<port>-<user>`` (its ``_create_control_path``)."""
+    if template:
+        return template % {"directory": directory}
+    digest = hashlib.sha1(f"{endpoint.address}-{endpoint.port}-{endpoint.user}".encode()).hexdigest()  # noqa: S324
+    return f"{directory}/{digest[:10]}"
+
+
+def close_masters(endpoints: Iterable[Endpoint], directory: str, template: str | None = None, ssh: str = "ssh",
+                  timeout: int = 5, workers: int = 32) -> list[Endpoint]:
+    """Stop the ssh ControlPersist master of each endpoint (``ssh -O exit``); the endpoints
+    that had one. A master to a node that is gone stays open until its keepalives fail, and
+    a new ssh to the same address and port would go through it: behind a load balancer's NAT
+    rule, which drops that connection's packets without closing it, that is minutes. The
+    socket of a master that does not answer is removed, so the next ssh starts a new one."""
+    def one(endpoint: Endpoint) -> Endpoint | None:
+        path = control_path(directory, endpoint, template)
+        literal = "%" not in path
+        if literal and not os.path.exists(path):
+            return None
+        argv = [ssh, "-o", f"ControlPath={path}", "-O", "exit", "-p", str(endpoint.port)]
+        if endpoint.user:
+            argv += ["-l", endpoint.user]
+        try:
+            # Controller side (the inventory plugin): there is no AnsibleModule.run_command here.
+            res = subprocess.run(argv + [endpoint.address],  # pylint: disable=ansible-bad-function
+                                 capture_output=True, text=True, timeout=timeout, check=False)
+            stopped = res.returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            stopped = False
+        if not stopped and literal and os.path.exists(path):
+            try:
+                os.unlink(path)
+                stopped = True
+            except OSError:
+                pass
+        return endpoint if stopped else None
+
+    endpoints = list({(e.pattern, e.user): e for e in endpoints}.values())
+    if not endpoints:
+        return []
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(endpoints)))) as pool:
+        return [e for e in pool.map(one, endpoints) if e is not None]
 
 
 class NodeRecord:
