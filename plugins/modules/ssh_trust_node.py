@@ -16,8 +16,8 @@ description:
     M(ansible.builtin.copy) and M(ansible.builtin.blockinfile) did one after the other, so
     that the controller pays for one module run per node instead of five.
   - The key line is put in the user's authorized_keys once (a line with the same key but
-    other options or comment is replaced in place); the user's .ssh directory is made
-    (0700) when missing.
+    other options or comment is replaced in place, and with O(replaces_comment) so is a line
+    of another key under that comment); the user's .ssh directory is made (0700) when missing.
   - The nodefile is written whole (its directory made 0755 when missing).
   - The host keys go into a block between C(# BEGIN <marker>) and C(# END <marker>) of the
     known_hosts file, as M(ansible.builtin.blockinfile) writes it; the rest of the file stays.
@@ -36,6 +36,15 @@ options:
   authorized_key:
     description: The whole authorized_keys line (options, type, key, comment). Empty - leave
       authorized_keys alone (check mode before the head's key exists).
+    type: str
+    default: ""
+  replaces_comment:
+    description:
+      - A line of authorized_keys with another key and this comment is dropped, the new line
+        taking the first one's place. The role passes its C(ssh_trust_key_comment), so that
+        the keys of the cluster's earlier heads (a replaced head, a head that moved after a
+        rank shift) are no longer trusted.
+      - Empty - other keys stay whatever their comment.
     type: str
     default: ""
   user:
@@ -99,6 +108,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "authorized_key": {"type": "str", "default": "", "no_log": False},
+            "replaces_comment": {"type": "str", "default": ""},
             "user": {"type": "str", "default": "root"},
             "nodefile": {"type": "path", "required": True},
             "nodefile_lines": {"type": "list", "elements": "str", "required": True},
@@ -121,7 +131,7 @@ def main() -> None:
         ensure_dir(module, ssh_dir, user.pw_uid, user.pw_gid, 0o700, changed, enforce=False)
         ak = os.path.join(ssh_dir, "authorized_keys")
         try:
-            text = authorized_keys_text(read_text(ak) or "", p["authorized_key"])
+            text = authorized_keys_text(read_text(ak) or "", p["authorized_key"], replaces=p["replaces_comment"])
         except ValueError as exc:
             module.fail_json(msg=f"authorized_key: {exc}")
         ensure_file(module, ak, text, user.pw_uid, user.pw_gid, 0o600, changed, diffs)

@@ -110,27 +110,37 @@ def cluster_plan(nodes: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]
     return plan
 
 
-def _key_blob(line: str) -> str | None:
-    """The base64 key of an authorized_keys line (options and comment aside), or None."""
+def _key_fields(line: str) -> tuple[str, str] | None:
+    """The base64 key and the comment of an authorized_keys line (options aside), or None."""
     parts = line.split()
     for i, part in enumerate(parts):
         if part.startswith(("ssh-", "ecdsa-sha2-", "sk-")) and i + 1 < len(parts):
-            return parts[i + 1]
+            return parts[i + 1], " ".join(parts[i + 2:])
     return None
 
 
-def authorized_keys_text(current: str, key_line: str) -> str:
+def _key_blob(line: str) -> str | None:
+    """The base64 key of an authorized_keys line (options and comment aside), or None."""
+    fields = _key_fields(line)
+    return fields[0] if fields else None
+
+
+def authorized_keys_text(current: str, key_line: str, replaces: str = "") -> str:
     """``current`` authorized_keys with ``key_line`` present exactly once.
 
     A line holding the same key (whatever its options or comment) is replaced in place,
-    further copies of it are dropped; otherwise the line is appended. Other lines stay.
+    further copies of it are dropped; otherwise the line is appended. With ``replaces``, a
+    line with another key whose comment is ``replaces`` (an earlier head's key of the same
+    cluster, under the role's comment) is dropped too, the new line taking the first one's
+    place. Other lines stay.
     """
     blob = _key_blob(key_line)
     if blob is None:
         raise ValueError("not an OpenSSH public key line")
     out, placed = [], False
     for line in current.splitlines():
-        if not line.lstrip().startswith("#") and _key_blob(line) == blob:
+        fields = None if line.lstrip().startswith("#") else _key_fields(line)
+        if fields and (fields[0] == blob or (replaces and fields[1] == replaces)):
             if not placed:
                 out.append(key_line)
                 placed = True

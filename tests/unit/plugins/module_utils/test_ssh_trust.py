@@ -113,3 +113,19 @@ def test_managed_block_is_written_like_blockinfile():
     assert replaced == ("other-host ssh-rsa AAAAx\n# BEGIN amlhpc ssh_trust: cluster gpu\n"
                         "10.0.0.4 ssh-ed25519 AAAA4\n# END amlhpc ssh_trust: cluster gpu\ntail ssh-rsa AAAAy\n")
     assert managed_block_text(first, marker, []) == "other-host ssh-rsa AAAAx\n"
+
+
+def test_an_earlier_head_s_key_under_the_same_comment_is_replaced():
+    """A replaced head (or a new head after a rank shift) has a new key: the earlier heads'
+    keys of the cluster, known by the role's comment, stop being trusted; other keys stay."""
+    from amlhpc.ssh_trust import authorized_keys_text
+    line = 'from="10.0.0.0/8" ssh-ed25519 AAAAC3new amlhpc-head@gpu'
+    other = "ssh-ed25519 AAAAC3other admin@laptop"
+    other_cluster = "ssh-ed25519 AAAAC3cpu amlhpc-head@cpu"
+    old = f"ssh-ed25519 AAAAC3old amlhpc-head@gpu\n{other}\n{other_cluster}\nssh-rsa AAAAB3older amlhpc-head@gpu\n"
+    assert authorized_keys_text(old, line, replaces="amlhpc-head@gpu") == f"{line}\n{other}\n{other_cluster}\n"
+    # Without replaces (the module's default) earlier keys stay, as before.
+    assert authorized_keys_text(old, line) == old + line + "\n"
+    # A comment of several words is one comment.
+    assert authorized_keys_text("ssh-ed25519 AAAAC3old head of gpu\n", "ssh-ed25519 AAAAC3new head of gpu",
+                                replaces="head of gpu") == "ssh-ed25519 AAAAC3new head of gpu\n"
