@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.inventory_checks import inventory_problems
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.job_spec import data_scope_for, data_scope_problem
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.report import run_report
+from ansible_collections.amlhpc.azureml.plugins.plugin_utils.lazy_logic import lazy
 
 
 # What describes a node; cluster_nodes copies only these (and any extra keys asked for), so
@@ -36,8 +34,8 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "amlhpc_cluster_nodes": cluster_nodes,
-            "amlhpc_inventory_problems": inventory_problems,
-            "amlhpc_run_report": run_report,
-            "amlhpc_data_scope": data_scope_for,
-            "amlhpc_data_scope_problem": data_scope_problem,
+            "amlhpc_inventory_problems": lazy("inventory_checks", "inventory_problems"),
+            "amlhpc_run_report": lazy("report", "run_report"),
+            "amlhpc_data_scope": lazy("job_spec", "data_scope_for"),
+            "amlhpc_data_scope_problem": lazy("job_spec", "data_scope_problem"),
         }

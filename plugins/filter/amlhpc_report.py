@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.report_html import report_html
+from ansible_collections.amlhpc.azureml.plugins.plugin_utils.lazy_logic import lazy
 
 
 class FilterModule:
     """amlhpc report filter."""
 
     def filters(self) -> dict[str, Any]:
-        return {"amlhpc_report_html": report_html}
+        return {"amlhpc_report_html": lazy("report_html", "report_html")}

@@ -6,14 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.autoscale import autoscale_refusal
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.beeond import (
-    build_start_argv,
-    build_stop_argv,
-    nodefile_problems,
-    rdma_connections,
-    tcp_fallbacks,
-)
+from ansible_collections.amlhpc.azureml.plugins.plugin_utils.lazy_logic import lazy
 
 
 class FilterModule:
@@ -21,10 +14,10 @@ class FilterModule:
 
     def filters(self) -> dict[str, Any]:
         return {
-            "amlhpc_beeond_autoscale_refusal": autoscale_refusal,
-            "amlhpc_beeond_start_argv": build_start_argv,
-            "amlhpc_beeond_stop_argv": build_stop_argv,
-            "amlhpc_beeond_nodefile_problems": nodefile_problems,
-            "amlhpc_beeond_tcp_fallbacks": tcp_fallbacks,
-            "amlhpc_beeond_rdma_connections": rdma_connections,
+            "amlhpc_beeond_autoscale_refusal": lazy("autoscale", "autoscale_refusal"),
+            "amlhpc_beeond_start_argv": lazy("beeond", "build_start_argv"),
+            "amlhpc_beeond_stop_argv": lazy("beeond", "build_stop_argv"),
+            "amlhpc_beeond_nodefile_problems": lazy("beeond", "nodefile_problems"),
+            "amlhpc_beeond_tcp_fallbacks": lazy("beeond", "tcp_fallbacks"),
+            "amlhpc_beeond_rdma_connections": lazy("beeond", "rdma_connections"),
         }

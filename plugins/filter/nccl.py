@@ -15,26 +15,20 @@ from typing import Any, Optional
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nccl import (
-    job_settings,
-    nccl_conf_content,
-    nccl_env_content,
-    node_pinning,
-    render_topology_xml,
-    topology_for_vm_size,
-)
+from ansible_collections.amlhpc.azureml.plugins.plugin_utils.lazy_logic import lazy, logic
 
 
 def nccl_topology(vm_size: Optional[str]) -> Optional[dict[str, str]]:
-    topo = topology_for_vm_size(vm_size)
+    nccl = logic("nccl")
+    topo = nccl.topology_for_vm_size(vm_size)
     if topo is None:
         return None
-    return {"name": topo.name, "gpu": topo.gpu, "xml": render_topology_xml(topo)}
+    return {"name": topo.name, "gpu": topo.gpu, "xml": nccl.render_topology_xml(topo)}
 
 
 def nccl_conf(settings: dict[str, Any], topo_file: Optional[str] = None) -> str:
     try:
-        return nccl_conf_content(settings or {}, topo_file or None)
+        return logic("nccl").nccl_conf_content(settings or {}, topo_file or None)
     except ValueError as exc:
         raise AnsibleFilterError(f"nccl_conf_settings: {exc}") from exc
 
@@ -42,13 +36,9 @@ def nccl_conf(settings: dict[str, Any], topo_file: Optional[str] = None) -> str:
 def nccl_env(env: dict[str, Any], ld_library_path: Optional[list[str]] = None,
              pinning: Optional[dict[str, Any]] = None, topo_file: Optional[str] = None) -> str:
     try:
-        return nccl_env_content(env or {}, ld_library_path or [], pinning, topo_file or None)
+        return logic("nccl").nccl_env_content(env or {}, ld_library_path or [], pinning, topo_file or None)
     except ValueError as exc:
         raise AnsibleFilterError(f"nccl_env: {exc}") from exc
-
-
-def gpu_pinning(topo_text: Optional[str], vm_size: Optional[str] = None) -> dict[str, Any]:
-    return node_pinning(topo_text, vm_size)
 
 
 def nccl_job(env_file_b64: Optional[str], conf_path: str, env_path: str) -> dict[str, Any]:
@@ -57,7 +47,7 @@ def nccl_job(env_file_b64: Optional[str], conf_path: str, env_path: str) -> dict
     import base64
     text = base64.b64decode(env_file_b64).decode("utf-8") if env_file_b64 else None
     try:
-        return job_settings(text, conf_path, env_path)
+        return logic("nccl").job_settings(text, conf_path, env_path)
     except ValueError as exc:
         raise AnsibleFilterError(f"{env_path}: {exc}") from exc
 
@@ -70,6 +60,6 @@ class FilterModule:
             "amlhpc_nccl_topology": nccl_topology,
             "amlhpc_nccl_conf": nccl_conf,
             "amlhpc_nccl_env": nccl_env,
-            "amlhpc_gpu_pinning": gpu_pinning,
+            "amlhpc_gpu_pinning": lazy("nccl", "node_pinning"),
             "amlhpc_nccl_job": nccl_job,
         }

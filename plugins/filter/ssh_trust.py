@@ -6,23 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible.errors import AnsibleFilterError  # noqa: E402
-
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.ssh_trust import cluster_plan, known_hosts_block, nodefile_lines
-
-
-def _nodefile_lines(nodes: Any) -> list[str]:
-    try:
-        return nodefile_lines(nodes)
-    except ValueError as exc:
-        raise AnsibleFilterError(str(exc)) from exc
-
-
-def _cluster_plan(nodes: Any) -> dict[str, dict[str, Any]]:
-    try:
-        return cluster_plan(nodes)
-    except ValueError as exc:
-        raise AnsibleFilterError(str(exc)) from exc
+from ansible_collections.amlhpc.azureml.plugins.plugin_utils.lazy_logic import lazy
 
 
 class FilterModule:
@@ -30,7 +14,7 @@ class FilterModule:
 
     def filters(self) -> dict[str, Any]:
         return {
-            "amlhpc_nodefile_lines": _nodefile_lines,
-            "amlhpc_known_hosts_block": known_hosts_block,
-            "amlhpc_ssh_trust_plan": _cluster_plan,
+            "amlhpc_nodefile_lines": lazy("ssh_trust", "nodefile_lines", errors=(ValueError,)),
+            "amlhpc_known_hosts_block": lazy("ssh_trust", "known_hosts_block"),
+            "amlhpc_ssh_trust_plan": lazy("ssh_trust", "cluster_plan", errors=(ValueError,)),
         }
