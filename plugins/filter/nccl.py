@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.amlhpc.azureml.plugins.plugin_utils.lazy_logic import lazy, logic
+from ansible_collections.amlhpc.azureml.plugins.plugin_utils.lazy_logic import logic
 
 
 def nccl_topology(vm_size: Optional[str]) -> Optional[dict[str, str]]:
@@ -41,6 +41,10 @@ def nccl_env(env: dict[str, Any], ld_library_path: Optional[list[str]] = None,
         raise AnsibleFilterError(f"nccl_env: {exc}") from exc
 
 
+def gpu_pinning(topo_text: Optional[str], vm_size: Optional[str] = None) -> dict[str, Any]:
+    return logic("nccl").node_pinning(topo_text, vm_size)
+
+
 def nccl_job(env_file_b64: Optional[str], conf_path: str, env_path: str) -> dict[str, Any]:
     """From the node's env file (as ansible.builtin.slurp returns it, base64) to the job's
     environment variables and read-only mounts."""
@@ -60,6 +64,6 @@ class FilterModule:
             "amlhpc_nccl_topology": nccl_topology,
             "amlhpc_nccl_conf": nccl_conf,
             "amlhpc_nccl_env": nccl_env,
-            "amlhpc_gpu_pinning": lazy("nccl", "node_pinning"),
+            "amlhpc_gpu_pinning": gpu_pinning,
             "amlhpc_nccl_job": nccl_job,
         }

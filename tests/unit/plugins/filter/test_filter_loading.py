@@ -43,6 +43,7 @@ def probe(name: str, args: list) -> dict:
      ["10.0.0.4", "10.0.0.5"]),
     ("amlhpc_beeond_autoscale_refusal", ["gpu", 2, 2], "autoscale", ""),
     ("amlhpc_data_scope", [False], "job_spec", None),
+    ("amlhpc_gpu_pinning", [None], "nccl", None),  # vm_size is optional
 ])
 def test_a_lookup_imports_no_logic_and_a_call_imports_its_own(name, args, module, result):
     got = probe(name, args)
