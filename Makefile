@@ -66,8 +66,9 @@ test-sanity: setup  ## ansible-test sanity, every test, Python 3.12, on the coll
 	@.ci/bootstrap sanity
 	.ci/sanity
 
-test-collection: setup  ## Build the collection, install the tarball, run the local default from it; EE context
+test-collection: setup  ## Build the collection, install the tarball, run the local default from it; galaxy-importer, antsibull-docs; EE context
 	@.ci/sysdeps node
+	@.ci/bootstrap lint
 	$(PYTEST) tests/collection
 
 test-ee: setup  ## Opt-in: build the execution environment for real (ansible-builder, docker) and run in it

@@ -147,3 +147,49 @@ def test_the_execution_environment_pins_azcopy_to_the_tools_release_with_its_che
     assert entry["version"] == tools_version
     algo, b64 = entry["integrity"].split("-", 1)
     assert algo == "sha512" and base64.b64decode(b64).hex() == args["AZCOPY_SHA512"]
+
+
+LINT_BIN = ROOT / ".venv-lint" / "bin"
+
+
+def installed_collection(tarball: Path, where: Path) -> Path:
+    home = where / "home"
+    home.mkdir(exist_ok=True)
+    run([str(BIN / "ansible-galaxy"), "collection", "install", "--offline", "--no-deps", "-p", str(where / "collections"),
+         str(tarball)], cwd=where, HOME=str(home))
+    return where / "collections" / "ansible_collections" / GALAXY["namespace"] / GALAXY["name"]
+
+
+def test_galaxy_importer_accepts_the_tarball(tarball, tmp_path):
+    """Galaxy and Automation Hub run galaxy-importer on an uploaded tarball and refuse what it
+    refuses (a role without a README, say). ansible-test sanity runs in its own tier
+    (make test-sanity), so it is off here; ansible-lint is on, as on Galaxy."""
+    config = tmp_path / "galaxy-importer.cfg"
+    config.write_text("[galaxy-importer]\nRUN_ANSIBLE_TEST = False\nRUN_ANSIBLE_LINT = True\n")
+    res = subprocess.run([str(LINT_BIN / "python"), "-m", "galaxy_importer.main", str(tarball)], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=900, check=False,
+                         env=clean_env(GALAXY_IMPORTER_CONFIG=str(config), HOME=str(tmp_path),
+                                       PATH=f"{LINT_BIN}{os.pathsep}{os.environ.get('PATH', '')}"))
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-4000:]
+    problems = [line for line in out.splitlines() if line.startswith(("ERROR", "WARNING"))]
+    # The one warning Galaxy shows is the notice of tests/sanity/ignore-2.21.txt (the MIT
+    # licence headers that validate-modules takes for missing GPLv3 ones, each with its reason).
+    ignores = [line for line in (ROOT / "tests" / "sanity" / "ignore-2.21.txt").read_text().splitlines() if line.strip()]
+    notice = f"WARNING: Ignore files skip ansible-test sanity tests, found ignore-2.21.txt with {len(ignores)} statement(s)"
+    assert [p for p in problems if p != notice] == [], "\n".join(problems)
+    # It found every role, each with its README.
+    for role in sorted(p.name for p in (ROOT / "roles").iterdir() if p.is_dir()):
+        assert f"Loading role {role}" in out, role
+
+
+def test_antsibull_docs_lints_the_installed_collection(tarball, tmp_path):
+    """The checks docs.ansible.com and a collection's docsite build make: every plugin's, module's
+    and role's documentation as antsibull-docs reads it (roles' entry points need a description,
+    O()/C() references must name real options)."""
+    installed = installed_collection(tarball, tmp_path)
+    res = subprocess.run([str(LINT_BIN / "antsibull-docs"), "lint-collection-docs", "--plugin-docs", str(installed)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=900, check=False,
+                         env=clean_env(HOME=str(tmp_path), ANSIBLE_COLLECTIONS_PATH=str(tmp_path / "collections"),
+                                       PATH=f"{LINT_BIN}{os.pathsep}{os.environ.get('PATH', '')}"))
+    assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
