@@ -36,6 +36,11 @@ def ensure_collection_link(root: Path = ROOT) -> Path:
 
 ensure_collection_link()
 
+# The shared fakes and the twin (tests/azureml_fakes.py, tests/twin) import by name, also
+# where pytest's own rootdir handling does not put this folder on sys.path (ansible-test units).
+if str(ROOT / "tests") not in sys.path:
+    sys.path.insert(0, str(ROOT / "tests"))
+
 if str(MODULE_UTILS) not in sys.path:
     sys.path.insert(0, str(MODULE_UTILS))
 
@@ -45,5 +50,26 @@ sys.modules.setdefault(COLLECTION_NAME, amlhpc)
 for _info in pkgutil.iter_modules(amlhpc.__path__):
     sys.modules.setdefault(f"{COLLECTION_NAME}.{_info.name}", importlib.import_module(f"amlhpc.{_info.name}"))
 
+# `ansible-test units` sets Ansible settings of its own in the environment, the conventions of its
+# integration tests (no inventory, an empty configuration, no deprecation warnings, ...). The
+# tests here run Ansible as a user does in the project, so there they get what `make test-unit`
+# gives them instead (see the Makefile). ANSIBLE_COLLECTIONS_PATH stays: ansible-test's pytest
+# plugin reads it, and it names this same collection.
+ANSIBLE_TEST_SETTINGS = ("ANSIBLE_INVENTORY", "ANSIBLE_CONFIG", "ANSIBLE_LIBRARY", "ANSIBLE_INVENTORY_PLUGIN_EXTS",
+                         "ANSIBLE_HOST_PATTERN_MISMATCH", "ANSIBLE_FORCE_HANDLERS", "ANSIBLE_DEPRECATION_WARNINGS",
+                         "ANSIBLE_HOST_KEY_CHECKING", "ANSIBLE_RETRY_FILES_ENABLED", "ANSIBLE_FORCE_COLOR",
+                         "ANSIBLE_DEVEL_WARNING", "ANSIBLE_DISPLAY_TRACEBACK", "ANSIBLE_PYTHON_MODULE_RLIMIT_NOFILE",
+                         "ANSIBLE_WORKER_SHUTDOWN_POLL_COUNT", "ANSIBLE_WORKER_SHUTDOWN_POLL_DELAY")
+if "ANSIBLE_TEST_ANSIBLE_LIB_ROOT" in os.environ:
+    for _name in ANSIBLE_TEST_SETTINGS:
+        os.environ.pop(_name, None)
+    os.environ["ANSIBLE_INVENTORY_UNPARSED_FAILED"] = "true"
+
 # Ansible run from tests uses the project's configuration, whatever the cwd.
 os.environ.setdefault("ANSIBLE_CONFIG", str(ROOT / "ansible.cfg"))
+
+
+def pytest_configure(config):
+    """The markers, here rather than in pyproject.toml: `ansible-test units` runs pytest with an
+    ini file of its own (and --strict-markers)."""
+    config.addinivalue_line("markers", "slow: takes more than a few seconds")

@@ -7,10 +7,11 @@ from __future__ import annotations
 import importlib.util
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import yaml
+
+from ansible_cli import ansible_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("fqcn_sweep", ROOT / "tests" / "sanity" / "fqcn_sweep.py")
@@ -75,7 +76,7 @@ def test_every_filter_is_documented():
     """ansible-doc -t filter amlhpc.azureml.<name> renders from plugins/filter/<name>.yml."""
     missing = [n for n in sweep.names("filter") if not (ROOT / "plugins" / "filter" / f"{n}.yml").is_file()]
     assert missing == []
-    doc = str(Path(sys.executable).parent / "ansible-doc")
+    doc = ansible_cli("ansible-doc")
     names = [f"amlhpc.azureml.{n}" for n in sweep.names("filter")]
     res = subprocess.run([doc, "-t", "filter", "--json", *names], cwd="/", capture_output=True, text=True,
                          timeout=120, env=dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg")), check=False)
@@ -89,7 +90,7 @@ def test_every_filter_is_documented():
 def test_ansible_resolves_our_names_from_the_checkout():
     """What site.yml needs: the modules, the filters, the lookup, the inventory plugin and
     the roles by FQCN, with nothing but the project's ansible.cfg."""
-    doc = str(Path(sys.executable).parent / "ansible-doc")
+    doc = ansible_cli("ansible-doc")
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
     res = subprocess.run([doc, "-t", "module", "-l", "amlhpc.azureml"], cwd="/", capture_output=True,
                          text=True, timeout=120, env=env, check=False)
@@ -151,3 +152,22 @@ def test_the_pure_logic_imports_no_ansible_at_load_time():
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             found += [f"{path.name}: {n}" for n in names if n == "ansible" or n.startswith("ansible.")]
     assert found == []
+
+
+def _pins(path: Path) -> dict[str, str]:
+    lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
+    return dict(line.split("==", 1) for line in lines if line)
+
+
+def test_ansible_test_units_installs_what_make_test_unit_has():
+    """tests/unit/requirements.txt (ansible-test units reads it alone: no -r includes) pins what
+    .venv has from requirements.txt, less the ansible bundle (ansible-test brings ansible-core,
+    and .ci/units links the bundle's collections that galaxy.yml depends on), and the test-only
+    packages the unit tests import, at requirements-test.txt's versions."""
+    units = _pins(ROOT / "tests" / "unit" / "requirements.txt")
+    runtime = _pins(ROOT / "requirements.txt")
+    test = _pins(ROOT / "requirements-test.txt")
+    runtime.pop("ansible")
+    assert {name: units[name] for name in runtime if name in units} == runtime
+    extra = {name: version for name, version in units.items() if name not in runtime}
+    assert extra == {name: test[name] for name in ("hypothesis", "mitogen")}

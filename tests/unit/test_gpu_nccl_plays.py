@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from ansible_cli import ansible_cli
+
 ROOT = Path(__file__).resolve().parents[2]
-ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
+ANSIBLE_PLAYBOOK = ansible_cli("ansible-playbook")
 
 
 @pytest.mark.parametrize(("playbook", "line", "ok"), [

@@ -17,9 +17,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ansible_cli import ansible_cli
+
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOK = str(ROOT / "playbooks" / "healthcheck.yml")
-ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
+ANSIBLE_PLAYBOOK = ansible_cli("ansible-playbook")
 FIX = ROOT / "tests" / "unit" / "plugins" / "module_utils" / "fixtures" / "health"
 
 pytestmark = pytest.mark.slow

@@ -11,11 +11,12 @@ import json
 import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
+from ansible_cli import ansible_cli
+
 ROOT = Path(__file__).resolve().parents[2]
-ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
+ANSIBLE_PLAYBOOK = ansible_cli("ansible-playbook")
 SIG = "FAKEsignatureNOTREAL0123456789abcdef"
 SAS = f"sv=2024-11-04&ss=b&srt=co&sp=rl&se=2030-01-01T00%3A00%3A00Z&sig={SIG}%3D"
 

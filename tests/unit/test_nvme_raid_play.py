@@ -12,8 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ansible_cli import ansible_cli
+
 ROOT = Path(__file__).resolve().parents[2]
-ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
+ANSIBLE_PLAYBOOK = ansible_cli("ansible-playbook")
 DATA = ROOT / "tests" / "unit" / "plugins" / "module_utils" / "data" / "nvme"
 
 

@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from ansible_cli import ansible_cli
+
 ROOT = Path(__file__).resolve().parents[2]
-ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
+ANSIBLE_PLAYBOOK = ansible_cli("ansible-playbook")
 SAS = "se=2099-01-01T00%3A00%3A00Z&sp=rl&sv=2026-10-06&sr=c&sig=FAKE-pipelined-test%3D%3D"
 MISSING = "azcopy was not found at /nonexistent/azcopy: install it (role stage) or set its path"
 

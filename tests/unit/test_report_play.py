@@ -10,8 +10,10 @@ from pathlib import Path
 
 import yaml
 
+from ansible_cli import ansible_cli
+
 ROOT = Path(__file__).resolve().parents[2]
-ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
+ANSIBLE_PLAYBOOK = ansible_cli("ansible-playbook")
 
 
 def test_a_run_without_a_job_writes_its_report_into_the_project_folder(tmp_path):

@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 from ansible.parsing.dataloader import DataLoader
 
+from ansible_cli import ansible_cli
+
 ROOT = Path(__file__).resolve().parents[2]
-ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
+ANSIBLE_PLAYBOOK = ansible_cli("ansible-playbook")
 _spec = importlib.util.spec_from_file_location("role_args", ROOT / "plugins" / "plugin_utils" / "role_args.py")
 role_args = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(role_args)

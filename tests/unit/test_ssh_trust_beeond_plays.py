@@ -9,8 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ansible_cli import ansible_cli
+
 ROOT = Path(__file__).resolve().parents[2]
-ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
+ANSIBLE_PLAYBOOK = ansible_cli("ansible-playbook")
 
 
 def play(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:

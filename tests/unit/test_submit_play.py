@@ -12,8 +12,10 @@ from pathlib import Path
 
 import yaml
 
+from ansible_cli import ansible_cli
+
 ROOT = Path(__file__).resolve().parents[2]
-ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
+ANSIBLE_PLAYBOOK = ansible_cli("ansible-playbook")
 
 
 def play(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess:

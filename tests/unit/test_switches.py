@@ -18,9 +18,10 @@ import pytest
 import yaml
 
 from amlhpc import report
+from ansible_cli import ansible_cli
 
 ROOT = Path(__file__).resolve().parents[2]
-ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
+ANSIBLE_PLAYBOOK = ansible_cli("ansible-playbook")
 
 # The variables of the nodes' roles that switch them off, and of the controller's.
 NODE_SWITCHES = ["ssh_trust_enabled", "nvme_raid_enabled", "gpu_clocks_enabled", "nccl_enabled",
@@ -170,7 +171,7 @@ def test_group_vars_beside_a_real_inventory_do_not_reach_the_local_default(tmp_p
     shutil.copytree(ROOT / "inventory" / "local", inventory / "local")
     (inventory / "group_vars").mkdir()
     (inventory / "group_vars" / "all.yml").write_text("beeond_enabled: true\nnccl_enabled: true\nstage_become: true\n")
-    res = subprocess.run([str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(inventory / "local"),
+    res = subprocess.run([ansible_cli("ansible-inventory"), "-i", str(inventory / "local"),
                           "--host", "local-0"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert res.returncode == 0, res.stderr
     local = json.loads(res.stdout)

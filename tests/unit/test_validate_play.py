@@ -8,9 +8,11 @@ from pathlib import Path
 
 import yaml
 
+from ansible_cli import ansible_cli
+
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOK = str(ROOT / "playbooks" / "validate.yml")
-ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
+ANSIBLE_PLAYBOOK = ansible_cli("ansible-playbook")
 
 
 def run_validate(tmp_path: Path, hosts: dict) -> subprocess.CompletedProcess:

@@ -19,6 +19,7 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.plugins.loader import init_plugin_loader, inventory_loader
 from ansible.utils.display import Display
 
+from ansible_cli import ansible_cli
 from azureml_fakes import RG, SUB, WS, World, install_v1, install_v2, make_nodes
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -546,7 +547,7 @@ def test_ansible_inventory_cli_with_the_project_config(tmp_path):
                                    "admin_user": "azureuser", "min_nodes": 4, "max_nodes": 4},
                         name="x.azureml_compute.yml")
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_INVENTORY_UNPARSED_FAILED="true")
-    res = subprocess.run([str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(path), "--list"],
+    res = subprocess.run([ansible_cli("ansible-inventory"), "-i", str(path), "--list"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
@@ -558,7 +559,7 @@ def test_ansible_inventory_cli_with_the_project_config(tmp_path):
     # A broken file fails the command instead of warning.
     bad = write_config(tmp_path, {"source": "nodes_file", "cluster": "gpu", "nodes_file": "missing.json"},
                        name="y.azureml_compute.yml")
-    res = subprocess.run([str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(bad), "--list"],
+    res = subprocess.run([ansible_cli("ansible-inventory"), "-i", str(bad), "--list"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert res.returncode != 0
     assert "missing.json does not exist" in res.stderr
@@ -575,7 +576,7 @@ def test_ansible_inventory_cli_with_a_project_config_of_the_users_own(tmp_path):
                                    "admin_user": "azureuser", "min_nodes": 4, "max_nodes": 4},
                         name="x.azureml_compute.yml")
     env = dict(os.environ, ANSIBLE_CONFIG=str(project / "ansible.cfg"), ANSIBLE_INVENTORY_UNPARSED_FAILED="true")
-    res = subprocess.run([str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(path), "--list"],
+    res = subprocess.run([ansible_cli("ansible-inventory"), "-i", str(path), "--list"],
                          cwd=project, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert res.returncode == 0, res.stderr
     assert sorted(json.loads(res.stdout)["cluster_gpu"]["hosts"]) == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
@@ -622,7 +623,7 @@ def test_example_v2_with_cli_auth_and_cache(tmp_path, monkeypatch, world):
 
 
 def test_ansible_doc_renders_the_plugin_and_the_module():
-    doc = str(Path(sys.executable).parent / "ansible-doc")
+    doc = ansible_cli("ansible-doc")
     for argv, words in ((["-t", "inventory", "amlhpc.azureml.azureml_compute"],
                          ["node_filter", "auth_source", "keyed_groups", "cache_timeout", "EXAMPLES"]),
                         (["amlhpc.azureml.aml_compute_cluster"], ["scaled_to_zero", "beeond_enabled", "RETURN VALUES"])):
@@ -755,7 +756,7 @@ def test_a_broken_inventory_fails_a_plain_run_with_its_error_once(tmp_path):
                         name="x.azureml_compute.yml")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_INVENTORY")}
     env.update(ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0")
-    res = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(path),
+    res = subprocess.run([ansible_cli("ansible-playbook"), "-i", str(path),
                           str(ROOT / "playbooks" / "validate.yml")],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
     out = res.stdout + res.stderr
@@ -791,7 +792,7 @@ def test_cached_facts_follow_the_node_id_not_the_host_name(tmp_path):
                ANSIBLE_CACHE_PLUGIN_CONNECTION=str(facts), ANSIBLE_FORCE_COLOR="0")
 
     def kernels() -> dict[str, str]:
-        res = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(path), str(play)],
+        res = subprocess.run([ansible_cli("ansible-playbook"), "-i", str(path), str(play)],
                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=180, check=False)
         assert res.returncode == 0, res.stdout + res.stderr
         return dict(re.findall(r"KERNEL (\S+) (\S+)\"", res.stdout))

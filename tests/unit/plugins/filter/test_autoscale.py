@@ -4,19 +4,17 @@ sizes included."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from ansible.plugins.loader import filter_loader, init_plugin_loader
 
 from amlhpc.aml_nodes import ClusterSpec, spec_problems
 from amlhpc.autoscale import autoscale_refusal
 from amlhpc.inventory_checks import inventory_problems
 
-ROOT = Path(__file__).resolve().parents[4]
-_spec = importlib.util.spec_from_file_location("beeond_filters", ROOT / "plugins" / "filter" / "beeond.py")
-beeond_filters = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(beeond_filters)
+# The filter as a play finds it: through Ansible's loader (the collection through ansible.cfg's
+# collections_path, or ansible-test's own collection loader).
+init_plugin_loader()
+beeond_refusal = filter_loader.get("amlhpc.azureml.amlhpc_beeond_autoscale_refusal").j2_function
 
 
 def nodes(low, high):
@@ -34,7 +32,7 @@ def spec(low, high):
 def test_every_caller_says_the_same_sentence(low, high):
     sentence = autoscale_refusal("gpu", low, high)
     assert sentence.startswith(f"cluster 'gpu' autoscales (min {low}, max {high}); BeeOND needs min_nodes == max_nodes")
-    assert beeond_filters.FilterModule().filters()["amlhpc_beeond_autoscale_refusal"]("gpu", low, high) == sentence
+    assert beeond_refusal("gpu", low, high) == sentence
     assert inventory_problems(nodes(low, high), beeond_enabled=True) == [sentence]
     assert spec_problems(spec(low, high)) == [sentence]
 
