@@ -18,7 +18,7 @@ export ANSIBLE_INVENTORY_UNPARSED_FAILED := true
 MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
 .PHONY: help setup setup-test run teardown test test-unit lint test-sanity test-collection \
-        test-ansible-units test-integration test-molecule test-vm test-workload test-ee bench clean image
+        test-ansible-units test-ansible-integration test-integration test-molecule test-vm test-workload test-ee bench clean image
 
 help:  ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -38,12 +38,13 @@ run: setup  ## Run site.yml on the embedded local default (inventory/local/)
 teardown: setup  ## Undo a run (playbooks/teardown.yml)
 	$(ANSIBLE)/ansible-playbook playbooks/teardown.yml $(ARGS)
 
-test: setup-test  ## Every test tier: unit, workload, lint, sanity, ansible-test units, collection, integration, molecule, vm
+test: setup-test  ## Every test tier: unit, workload, lint, sanity, ansible-test units and integration, collection, integration, molecule, vm
 	$(MAKE) --no-print-directory test-unit
 	$(MAKE) --no-print-directory test-workload
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory test-sanity
 	$(MAKE) --no-print-directory test-ansible-units
+	$(MAKE) --no-print-directory test-ansible-integration
 	$(MAKE) --no-print-directory test-collection
 	$(MAKE) --no-print-directory test-integration
 	$(MAKE) --no-print-directory test-molecule
@@ -70,6 +71,9 @@ test-sanity: setup  ## ansible-test sanity, every test, Python 3.12, on the coll
 test-ansible-units: setup  ## ansible-test units: tests/unit as a collection's CI runs them (its venv, its three contexts)
 	@.ci/bootstrap sanity
 	.ci/units
+
+test-ansible-integration: setup  ## ansible-test integration: the targets in tests/integration/targets, on this machine
+	.ci/integration
 
 test-collection: setup  ## Build the collection, install the tarball, run the local default from it; galaxy-importer, antsibull-docs; EE context
 	@.ci/sysdeps node
