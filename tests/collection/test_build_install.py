@@ -72,17 +72,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def installed_collection(tarball: Path, where: Path) -> Path:
+    """The tarball installed into where/collections, as a user installs it. With a home of its
+    own (where/home): a copy of the collection elsewhere on this machine (~/.ansible) would
+    make the install say "already installed" and a run use that copy."""
+    home = where / "home"
+    home.mkdir(exist_ok=True)
+    run([str(BIN / "ansible-galaxy"), "collection", "install", "--offline", "--no-deps", "-p", str(where / "collections"),
+         str(tarball)], cwd=where, HOME=str(home))
+    return where / "collections" / "ansible_collections" / GALAXY["namespace"] / GALAXY["name"]
+
+
 def test_the_local_default_runs_from_the_installed_collection(tarball, tmp_path):
     """A project folder with its own ansible.cfg (collections_path), the tools the local
     default needs (azurite, azcopy, a Python with torch) and nothing of the checkout."""
     collections = tmp_path / "collections"
-    # A user's own home: a copy of the collection elsewhere on this machine (~/.ansible) would
-    # make the install say "already installed" and the run use that copy.
     home = tmp_path / "home"
-    home.mkdir()
-    run([str(BIN / "ansible-galaxy"), "collection", "install", "--offline", "--no-deps", "-p",
-         str(collections), str(tarball)], cwd=tmp_path, HOME=str(home))
-    installed = collections / "ansible_collections" / "amlhpc" / "azureml"
+    installed = installed_collection(tarball, tmp_path)
     assert (installed / "MANIFEST.json").is_file()
     project = tmp_path / "project"
     (project / ".tools").mkdir(parents=True)
@@ -150,14 +156,6 @@ def test_the_execution_environment_pins_azcopy_to_the_tools_release_with_its_che
 
 
 LINT_BIN = ROOT / ".venv-lint" / "bin"
-
-
-def installed_collection(tarball: Path, where: Path) -> Path:
-    home = where / "home"
-    home.mkdir(exist_ok=True)
-    run([str(BIN / "ansible-galaxy"), "collection", "install", "--offline", "--no-deps", "-p", str(where / "collections"),
-         str(tarball)], cwd=where, HOME=str(home))
-    return where / "collections" / "ansible_collections" / GALAXY["namespace"] / GALAXY["name"]
 
 
 def test_galaxy_importer_accepts_the_tarball(tarball, tmp_path):
