@@ -137,7 +137,11 @@ options:
   known_names:
     description:
       - The plan's C(known_names) (a compact set of every blob of the listing). A file another node's
-        shard holds now is then never called gone. Empty to leave it out.
+        shard holds now is then never called gone; it stays or, with O(shared=false), is handed over
+        (removed here). Empty to leave it out.
+      - The set answers yes for about 1 % of the names it does not hold, so about 1 % of gone files are taken
+        for another node's. They stay unreported on shared storage and are removed as handed over on
+        node-local storage.
     type: str
     default: ""
   verify:
@@ -145,6 +149,17 @@ options:
     type: str
     choices: [size, checksum]
     default: size
+  shared:
+    description:
+      - Whether O(dest) is shared by every node (BeeOND, a shared mount), as the stage role's C(stage_shared).
+      - V(true) (the safe default) keeps every file whose blob another node's shard holds now. On shared
+        storage it is that node's file, at the path that node reads.
+      - V(false) (node-local storage) makes the folder hold this node's shard and nothing of another node's,
+        since node-scope training refuses a file held by two nodes. A data file whose blob another node's
+        shard holds now is removed (RV(handed)), and so are the files an earlier rank of this node staged
+        there, found by its manifest. Needs O(known_names) to tell such a file from a gone one.
+    type: bool
+    default: true
   prune:
     description: Remove staged files whose blob is gone (default is to report them).
     type: bool
@@ -247,8 +262,19 @@ gone_count:
   description: How many staged files have no blob any more.
   returned: success
   type: int
+handed:
+  description:
+    - With O(shared=false), up to five files removed because another node's shard holds their blob now
+      (the cluster's nodes changed between runs).
+  returned: success
+  type: list
+  elements: str
+handed_count:
+  description: How many files were handed to other nodes (removed here).
+  returned: success
+  type: int
 removed:
-  description: Gone files removed in this run (O(prune=true)).
+  description: Files removed in this run (gone ones with O(prune=true), and handed ones).
   returned: success
   type: int
 verify:
@@ -380,7 +406,8 @@ def prediction_for(result: dict, model: dict) -> dict:
 def summary_line(result: dict) -> str:
     pred = result.get("prediction") or {}
     text = (f"{result['files']} files, {result['fetched']} fetched ({result['repaired_count']} repaired), "
-            f"{result['gone_count']} gone ({result['removed']} removed); {result['seconds']:g} s measured")
+            f"{result['gone_count']} gone ({result['removed'] - result.get('handed_count', 0)} removed); "
+            f"{result['seconds']:g} s measured")
     if pred:
         text += f", {pred['seconds']:g} s predicted ({pred['bottleneck']})"
     if result.get("repaired"):
@@ -390,6 +417,8 @@ def summary_line(result: dict) -> str:
     if result.get("gone"):
         text += "; gone: " + ", ".join(result["gone"]) + (
             f" and {result['gone_count'] - len(result['gone'])} more" if result["gone_count"] > len(result["gone"]) else "")
+    if result.get("handed_count"):
+        text += f"; {result['handed_count']} handed to other nodes (removed)"
     return text
 
 
@@ -425,6 +454,7 @@ def main() -> None:
             "src": {"type": "str", "default": ""},
             "shard": {"type": "dict", "required": True},
             "known_names": {"type": "str", "default": ""},
+            "shared": {"type": "bool", "default": True},
             "verify": {"type": "str", "default": "size", "choices": list(VERIFY_MODES)},
             "prune": {"type": "bool", "default": False},
             "decompress": {"type": "bool", "default": True},
@@ -478,16 +508,19 @@ def main() -> None:
                                      decompress=p["decompress"], **shard_args)
             module.exit_json(changed=not staged or folder is not None, sas_warnings=warnings, **probed, **extra)
         todo = plan_sync(stage_dir=p["dest"], rank=rank, expected=expected, decompress=p["decompress"],
-                         verify=p["verify"], suffixes=_suffixes(shard), known=known)
-        module.exit_json(changed=bool(todo["fetch"]) or bool(p["prune"] and todo["gone"]) or folder is not None,
+                         verify=p["verify"], suffixes=_suffixes(shard), known=known, shared=p["shared"])
+        module.exit_json(changed=bool(todo["fetch"]) or bool(p["prune"] and todo["gone"]) or bool(todo["handed"])
+                         or folder is not None,
                          would_fetch=len(todo["fetch"]), gone=todo["gone"][:5], gone_count=len(todo["gone"]),
+                         handed=todo["handed"][:5], handed_count=len(todo["handed"]),
                          sas_warnings=warnings, **probed, **extra)
     try:
         result = stage_shard(
             azcopy=p["azcopy"], source_url=source, sas=sas, stage_dir=p["dest"], rank=rank,
             expected=expected, decompress=p["decompress"], cap_mbps=p["cap_mbps"] or None,
             timeout=p["timeout"] or None, node=f"node {rank}", progress_file=p["progress_file"] or None,
-            verify=p["verify"], prune=p["prune"], suffixes=_suffixes(shard), known=known, auth=p["auth"],
+            verify=p["verify"], prune=p["prune"], suffixes=_suffixes(shard), known=known, shared=p["shared"],
+            auth=p["auth"],
             auth_options=auth_options, **shard_args)
         result["prediction"] = prediction_for(result, p["model"])
     except (StageError, OSError, ValueError) as exc:

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from staging_helpers import ROOT, assert_identical_subset, upload_dataset
+from staging_helpers import ROOT, assert_identical_subset, staged_files, upload_dataset
 
 from amlhpc.cosmoflow_data import generate
 
@@ -146,3 +146,69 @@ def test_check_mode_makes_no_stage_folder_and_diff_names_it(azurite, pb_dataset,
         assert f'"path": "{tmp_path / f"s{i}"}",\n-    "state": "absent"\n+    "state": "directory"' in out.stdout, \
             out.stdout[-3000:]
     assert "Report every node's stage" in out.stdout and "GB on disk" not in out.stdout
+
+
+def nodes_inventory(path: Path, hosts: dict[str, tuple[int, Path]], **group_vars) -> Path:
+    """An inventory of local-connection nodes, each ``host: (aml_node_rank, stage_dir)``."""
+    python = os.path.realpath(str(ROOT / ".venv" / "bin" / "python"))
+    node_vars = {"ansible_connection": "local", "ansible_python_interpreter": python, "stage_become": False,
+                 "stage_azcopy_install": False, "stage_azcopy_path": str(ROOT / ".tools" / "bin" / "azcopy"),
+                 **group_vars}
+    path.write_text(json.dumps({"all": {"vars": node_vars, "children": {"aml_nodes": {"hosts": {
+        host: {"aml_node_rank": rank, "stage_dir": str(folder)} for host, (rank, folder) in hosts.items()}}}}}))
+    return path
+
+
+def host_recap(out: str, host: str) -> dict[str, int]:
+    m = re.search(rf"^{host}\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", out, re.M)
+    assert m, out[-3000:]
+    return {"ok": int(m[1]), "changed": int(m[2]), "failed": int(m[4])}
+
+
+@pytest.mark.parametrize("mode", ["suffix", "balanced"])
+def test_node_local_stages_hold_only_their_new_shard_after_a_node_is_removed(azurite, pb_dataset, tmp_path, mode):
+    """Nodes replaced between runs, on node-local storage (BeeOND off): three nodes stage, the
+    first leaves the cluster and the other two move up a rank. Each then holds its new shard
+    and nothing of the other's: node-scope training refuses a file held by two nodes
+    (workload/cosmoflow/partition.py), so a file handed to another node goes."""
+    _unused, extra, env = two_nodes(azurite, pb_dataset, tmp_path)
+    extra["stage_mode"] = mode
+    folders = {f"aml-{i}": tmp_path / f"s{i}" for i in range(3)}
+    three = nodes_inventory(tmp_path / "three.json", {h: (i, f) for i, (h, f) in enumerate(folders.items())})
+    first = run_playbook("playbooks/stage.yml", extra, env, "-i", str(three))
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
+    before = {h: set(staged_files(f)) for h, f in folders.items()}
+    assert sum(map(len, before.values())) == len(pb_dataset.names)
+
+    two = nodes_inventory(tmp_path / "two.json", {"aml-1": (0, folders["aml-1"]), "aml-2": (1, folders["aml-2"])})
+    second = run_playbook("playbooks/stage.yml", extra, env, "-i", str(two), "-v")
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-2000:]
+    held = {h: set(assert_identical_subset(folders[h], pb_dataset)) for h in ("aml-1", "aml-2")}
+    assert not held["aml-1"] & held["aml-2"], sorted(held["aml-1"] & held["aml-2"])[:5]
+    assert held["aml-1"] | held["aml-2"] == set(pb_dataset.names)
+    handed = before["aml-1"] - held["aml-1"]
+    assert handed, "the test needs the shrink to move files off aml-1"
+    assert host_recap(second.stdout, "aml-1")["changed"] == 1
+    assert re.search(rf"aml-1: .*{len(handed)} handed to other nodes \(removed\)", second.stdout), second.stdout[-3000:]
+
+    third = run_playbook("playbooks/stage.yml", extra, env, "-i", str(two))
+    assert third.returncode == 0, third.stdout[-3000:]
+    assert host_recap(third.stdout, "aml-1")["changed"] == host_recap(third.stdout, "aml-2")["changed"] == 0
+
+
+def test_a_shared_stage_keeps_every_file_when_the_nodes_change(azurite, pb_dataset, tmp_path):
+    """On shared storage (BeeOND: every node stages into the same folder) a file another node's
+    shard holds now is that node's file: nothing is removed when the cluster grows."""
+    _unused, extra, env = two_nodes(azurite, pb_dataset, tmp_path)
+    extra["stage_mode"] = "balanced"
+    shared = tmp_path / "shared"
+    two = nodes_inventory(tmp_path / "two.json", {f"aml-{i}": (i, shared) for i in range(2)}, stage_shared=True)
+    first = run_playbook("playbooks/stage.yml", extra, env, "-i", str(two))
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
+    three = nodes_inventory(tmp_path / "three.json", {f"aml-{i}": (i, shared) for i in range(3)}, stage_shared=True)
+    second = run_playbook("playbooks/stage.yml", extra, env, "-i", str(three))
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-2000:]
+    assert sorted(assert_identical_subset(shared, pb_dataset)) == pb_dataset.names
+    for host in ("aml-0", "aml-1"):
+        assert host_recap(second.stdout, host)["changed"] == 0, second.stdout[-3000:]
+    assert "handed to other nodes" not in second.stdout

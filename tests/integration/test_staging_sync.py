@@ -240,3 +240,33 @@ def test_identity_modes_hand_azcopy_no_sig_and_its_auto_login(tmp_path, auth, op
                                                                   "AZCOPY_DISABLE_SYSLOG")}
     assert env_seen == expect_env
     assert "not-a-real-secret-0123456789" not in out.stdout + out.stderr
+
+
+def test_the_hook_sorts_out_a_resize_by_data_scope(azurite, azcopy, dataset, tmp_path):
+    """The job's hook after the nodes changed (three nodes, then two, ranks moved up): on
+    node-local scratch (data scope node) a node keeps only its new shard; on shared storage
+    (data scope global) nothing of another node's goes, even with prune."""
+    sas = azurite.container_sas(dataset.container, "rl")
+
+    def stage(folder, rank, nodes, **kw):
+        return stage_for_this_node(account_url=azurite.endpoint, container=dataset.container, prefix=dataset.prefix,
+                                   stage_dir=str(folder), sas=sas, node_rank=rank, num_nodes=nodes,
+                                   shard_mode="suffix", azcopy=azcopy, **kw)
+
+    local = [tmp_path / f"node{i}" for i in range(3)]
+    for rank, folder in enumerate(local):
+        stage(folder, rank, 3, shared=False)
+    before = set(staged_files(local[1]))
+    after = [stage(local[1], 0, 2, shared=False), stage(local[2], 1, 2, shared=False)]
+    held = [set(staged_files(f)) for f in local[1:]]
+    assert not held[0] & held[1] and held[0] | held[1] == set(dataset.names)
+    assert after[0]["handed_count"] == len(before - held[0]) > 0 and after[0]["gone_count"] == 0
+    assert not local[1].joinpath(".amlhpc-staged", "1.json").exists()  # its old rank's, sorted out
+    assert not stage(local[1], 0, 2, shared=False)["changed"]
+
+    shared = tmp_path / "shared"
+    for rank in range(3):
+        stage(shared, rank, 3)
+    results = [stage(shared, rank, 2, prune=True) for rank in range(2)]
+    assert sorted(staged_files(shared)) == dataset.names
+    assert all(r["removed"] == r["handed_count"] == r["gone_count"] == 0 for r in results), results

@@ -91,7 +91,7 @@ class _RecordingTemplar:
 
 def _stage_vars(**extra) -> dict:
     """The stage role's defaults as Ansible loads them (their templates trusted), then ``extra``."""
-    return {**DataLoader().load_from_file(str(STAGE / "defaults" / "main.yml")), **extra}
+    return {**DataLoader().load_from_file(str(STAGE / "defaults" / "main.yml"), trusted_as_template=True), **extra}
 
 
 def _plan(files: int) -> dict:

@@ -181,8 +181,19 @@ def test_staging_hook_stages_then_trains_from_the_stage_dir(fake_stage, tmp_path
     assert call["sas"] == "sv=2024&sig=SECRETSIG"
     assert (call["node_rank"], call["num_nodes"], call["shard_mode"]) == (0, 1, "balanced")
     assert call["stage_dir"] == str(stage_dir)
+    assert call["shared"] is True  # data scope global (the default): every node reads the folder
     assert (stage_dir / "train").is_dir() and (out / "summary.json").exists()
     assert "SECRETSIG" not in capsys.readouterr().out
+
+
+def test_node_scope_stages_to_node_local_storage(fake_stage, tmp_path, master_port):
+    """--data-scope node reads each node's own folder, so the hook keeps only this node's
+    shard there (a file another node holds now would be on two nodes)."""
+    rc = train.main(["--account", "mydata", "--container", "cosmo", "--stage-dir", str(tmp_path / "stage"),
+                     "--data-scope", "node", "--epochs", "1", "--output-dir", str(tmp_path / "out"), *TINY_MODEL])
+    assert rc == 0
+    (call,) = fake_stage
+    assert call["shared"] is False
 
 
 def test_staging_failure_stops_every_rank_without_leaking_the_sas(fake_stage, tmp_path, master_port, capsys):

@@ -66,7 +66,7 @@ def stage_for_this_node(*, account_url: str, container: str, stage_dir: str, sas
                         progress: Callable[[dict[str, Any]], None] | None = None, auth: str = "sas",
                         msi_client_id: str = "", tenant_id: str = "", client_id: str = "",
                         client_secret: str = "", verify: str = "size", prune: bool = False,
-                        env: dict[str, str] | None = None) -> dict[str, Any]:
+                        shared: bool = True, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Stage node ``node_rank``'s shard (of ``num_nodes``) into ``stage_dir``; resumable.
 
     ``auth`` as the Ansible stage: ``sas`` (``sas`` is in azcopy's argv while it runs),
@@ -74,7 +74,12 @@ def stage_for_this_node(*, account_url: str, container: str, stage_dir: str, sas
     ``service_principal`` (``tenant_id``, ``client_id``, ``client_secret``: azcopy's
     environment only) or ``azure_cli``. Returns files, bytes, seconds, skipped_existing,
     bytes_over_wire, throughput_mb_s, changed, fetched, repaired/repaired_count,
-    gone/gone_count, removed and progress (see ``amlhpc.azcopy_sync.stage_shard``).
+    gone/gone_count, handed/handed_count, removed and progress (see
+    ``amlhpc.azcopy_sync.stage_shard``). ``shared``: ``stage_dir`` is read by every node
+    (BeeOND, data scope ``global``), so a file another node's shard holds now stays; with
+    ``False`` (node-local scratch, data scope ``node``) this node's folder keeps only its own
+    shard, and such a file is removed (``handed``): node-scope training refuses a file held
+    by two nodes.
     ``progress`` gets azcopy's progress as dicts (percent, completed, total,
     bytes_over_wire, seconds). Raises ``StageError`` or ``ValueError`` with a sentence
     naming the problem.
@@ -123,6 +128,7 @@ def stage_for_this_node(*, account_url: str, container: str, stage_dir: str, sas
             kwargs = {"blobs": []}
     return stage_shard(azcopy=azcopy, source_url=source, sas=sas, stage_dir=stage_dir, rank=node_rank,
                        expected=expected, decompress=True, cap_mbps=cap_mbps, progress=progress,
-                       node=f"node {node_rank}", verify=verify, prune=prune,
+                       node=f"node {node_rank}", verify=verify, prune=prune, shared=shared,
+                       known={b.name for b in listing} if listing is not None else None,
                        suffixes=shard.suffixes if shard_mode == "suffix" else None, auth=auth,
                        auth_options=auth_options, env=env, **kwargs)

@@ -180,6 +180,7 @@ def stage(args: argparse.Namespace, layout: cdist.Layout, device: torch.device, 
                 account_url=account_url(args.account), container=args.container, stage_dir=args.stage_dir,
                 sas=sas, node_rank=layout.node_rank, num_nodes=layout.num_nodes, shard_mode=args.shard_mode,
                 prefix=args.prefix, azcopy=args.azcopy, cap_mbps=args.cap_mbps,
+                shared=args.data_scope == "global",
                 progress=lambda m: print(f"[stage node {layout.node_rank}] {scrub(str(m), sas)}", flush=True))
             print(f"[stage node {layout.node_rank}] done in {time.monotonic() - t0:.1f}s: "
                   f"{scrub(json.dumps(report, default=str), sas)}", flush=True)

@@ -24,6 +24,10 @@ shard), a run is a sync:
 3. Gone: files this node staged before (its manifest ``.amlhpc-staged/<rank>.json``) or,
    in suffix mode, files carrying its suffixes, whose blob is no longer listed. They are
    reported, and removed only with ``prune``.
+4. Handed over (node-local storage, ``shared=False``): a file whose blob another node's
+   shard holds now (the nodes changed between runs) is removed, as are the files an
+   earlier rank of this node staged in the folder, since node-scope training refuses a
+   file held by two nodes. On shared storage such a file is the other node's and stays.
 
 ``changed`` is true exactly when a file was fetched or removed.
 
@@ -43,7 +47,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from typing import Any
 
 from .azcopy_cmd import copy_download_command, with_auth_env
@@ -52,7 +56,6 @@ from .azcopy_files import (
     STAGING_DIRNAME,
     VERIFY_MODES,
     ExpectedFile,
-    NameSet,
     check_file,
     finalize,
     locate,
@@ -121,36 +124,68 @@ def survey(stage_dir: str, expected: Sequence[ExpectedFile], decompress: bool,
     return bad
 
 
-def find_gone(stage_dir: str, rank: int, expected: Sequence[ExpectedFile], decompress: bool, *,
-              suffixes: Sequence[int] | None = None, known: NameSet | None = None) -> list[str]:
-    """Files on disk that belong to this node's shard but whose blob is no longer listed.
+def _manifest_names(stage_dir: str, rank: int | None) -> set[str]:
+    """Files a manifest lists: this rank's, or with ``rank=None`` every rank's in the folder."""
+    if rank is not None:
+        return set(_read_manifest(stage_dir, rank).get("files", {}))
+    names: set[str] = set()
+    for other in _manifest_ranks(stage_dir):
+        names |= set(_read_manifest(stage_dir, other).get("files", {}))
+    return names
 
-    Candidates: what this node's manifest says it staged before and, in suffix mode, every
-    data file carrying one of its suffixes. ``known`` (every blob of the whole listing)
-    keeps a file that another node's shard now holds (balanced mode moves files).
+
+def _manifest_ranks(stage_dir: str) -> list[int]:
+    try:
+        entries = os.listdir(os.path.join(stage_dir, MANIFEST_DIRNAME))
+    except OSError:
+        return []
+    return sorted(int(e[:-5]) for e in entries if e.endswith(".json") and e[:-5].isdigit())
+
+
+def find_strays(stage_dir: str, rank: int, expected: Sequence[ExpectedFile], decompress: bool, *,
+                suffixes: Sequence[int] | None = None, known: Container[str] | None = None,
+                shared: bool = True) -> tuple[list[str], list[str]]:
+    """Files on disk that are not in this node's plan: ``(gone, handed)``.
+
+    ``gone``: their blob is no longer listed (reported; removed only with ``prune``).
+    ``handed``: their blob is listed (``known``: every blob of the whole listing) and another
+    node's shard holds it now; only on node-local storage (``shared=False``), where such a
+    file would be on two nodes, which node-scope training refuses. On shared storage
+    (``shared=True``, BeeOND) it is the other node's file, at the path that node reads: kept.
+
+    Candidates on shared storage: what this rank's manifest (``.amlhpc-staged/<rank>.json``)
+    says it staged before and, in suffix mode, every data file carrying one of its suffixes.
+    On node-local storage every file of the folder is this node's, so the candidates are
+    what any manifest there lists (a node whose rank changed left its files under its old
+    rank) and every CosmoFlow data file. Without ``known`` every candidate is ``gone``.
     """
     planned = {e.staged_name(decompress) for e in expected} | {e.blob for e in expected}
-    candidates = set(_read_manifest(stage_dir, rank).get("files", {}))
-    if suffixes:
-        wanted = set(suffixes)
-        candidates |= {n for n in walk_files(stage_dir, skip_hidden_stage_dirs=True) if suffix_of(n) in wanted}
-    gone = []
+    candidates = _manifest_names(stage_dir, rank if shared else None)
+    if suffixes or not shared:
+        wanted = set(suffixes or ())
+        candidates |= {n for n in walk_files(stage_dir, skip_hidden_stage_dirs=True)
+                       if suffix_of(n) is not None and (not shared or suffix_of(n) in wanted)}
+    gone: list[str] = []
+    handed: list[str] = []
     for name in sorted(candidates - planned):
         if not os.path.isfile(os.path.join(stage_dir, name)):
             continue
-        if known is not None and (name in known or f"{name}.gz" in known):
-            continue
-        gone.append(name)
-    return gone
+        listed = known is not None and (name in known or f"{name}.gz" in known)
+        if not listed:
+            gone.append(name)
+        elif not shared:
+            handed.append(name)
+    return gone, handed
 
 
 def plan_sync(*, stage_dir: str, rank: int, expected: Sequence[ExpectedFile], decompress: bool = True,
               verify: str = "size", suffixes: Sequence[int] | None = None,
-              known: NameSet | None = None) -> dict[str, Any]:
-    """What a stage would do (check mode): ``fetch`` {blob: why} and ``gone`` names."""
+              known: Container[str] | None = None, shared: bool = True) -> dict[str, Any]:
+    """What a stage would do (check mode): ``fetch`` {blob: why}, ``gone`` and ``handed`` names
+    (see :func:`find_strays`)."""
     stage_dir = os.path.abspath(stage_dir)
-    return {"fetch": survey(stage_dir, expected, decompress, verify),
-            "gone": find_gone(stage_dir, rank, expected, decompress, suffixes=suffixes, known=known)}
+    gone, handed = find_strays(stage_dir, rank, expected, decompress, suffixes=suffixes, known=known, shared=shared)
+    return {"fetch": survey(stage_dir, expected, decompress, verify), "gone": gone, "handed": handed}
 
 
 def shard_is_staged(*, source_url: str, stage_dir: str, rank: int, include_pattern: str | None = None,
@@ -204,8 +239,8 @@ def stage_shard(*, azcopy: str, source_url: str, sas: str = "", stage_dir: str, 
                 cap_mbps: float | None = None, progress: Callable[[dict[str, Any]], None] | None = None,
                 env: Mapping[str, str] | None = None, timeout: float | None = None,
                 node: str | None = None, progress_file: str | None = None, verify: str = "size",
-                prune: bool = False, suffixes: Sequence[int] | None = None, known: NameSet | None = None,
-                auth: str = "sas", auth_options: Mapping[str, str] | None = None) -> dict[str, Any]:
+                prune: bool = False, suffixes: Sequence[int] | None = None, known: Container[str] | None = None,
+                shared: bool = True, auth: str = "sas", auth_options: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Stage one node's shard into ``stage_dir`` (see the module docstring). Resumable.
 
     Give ``include_pattern`` (suffix mode) or ``blobs`` (names relative to ``source_url``,
@@ -242,7 +277,8 @@ def stage_shard(*, azcopy: str, source_url: str, sas: str = "", stage_dir: str, 
         out = {"files": len(files), "bytes": sum(files.values()), "bytes_over_wire": wire,
                "seconds": round(seconds, 3),
                "throughput_mb_s": round(wire / seconds / 1e6, 3) if seconds > 0 and wire else 0.0,
-               "fetched": 0, "repaired": [], "repaired_count": 0, "gone": [], "gone_count": 0, "removed": 0,
+               "fetched": 0, "repaired": [], "repaired_count": 0, "gone": [], "gone_count": 0,
+               "handed": [], "handed_count": 0, "removed": 0,
                "skipped_existing": 0, "azcopy_runs": 0, "verify": verify, "progress": series.series(),
                "fetched_planned_bytes": None, "fetched_planned_raw_bytes": None}
         out.update(kw)
@@ -256,7 +292,8 @@ def stage_shard(*, azcopy: str, source_url: str, sas: str = "", stage_dir: str, 
                                timeout=timeout, node=node, on_progress=on_progress, done=done)
 
     bad = survey(stage_dir, expected, decompress, verify)
-    gone = find_gone(stage_dir, rank, expected, decompress, suffixes=suffixes, known=known)
+    gone, handed = find_strays(stage_dir, rank, expected, decompress, suffixes=suffixes, known=known,
+                               shared=shared)
     repaired = [f"{e.staged_name(decompress)} ({bad[e.blob]})" for e in expected
                 if e.blob in bad and bad[e.blob] != "missing"]
     result = None
@@ -284,10 +321,13 @@ def stage_shard(*, azcopy: str, source_url: str, sas: str = "", stage_dir: str, 
                              "its content: run prepare_dataset again, then the stage.")
         _cleanup_staging(stage_dir, staging)
     removed = 0
-    if prune:
-        for name in gone:
-            os.unlink(os.path.join(stage_dir, name))
-            removed += 1
+    for name in handed + (gone if prune else []):
+        os.unlink(os.path.join(stage_dir, name))
+        removed += 1
+    if not shared:  # every earlier file of this folder has been sorted out above, under this rank
+        for other in _manifest_ranks(stage_dir):
+            if other != rank:
+                os.unlink(_manifest_path(stage_dir, other))
     files = {}
     for e in expected:
         path = locate(stage_dir, e, decompress)
@@ -301,7 +341,7 @@ def stage_shard(*, azcopy: str, source_url: str, sas: str = "", stage_dir: str, 
     planned_raw = sum(e.raw_size for e in fetched) if all(e.raw_size is not None for e in fetched) else None
     return done(files, fetched=len(bad), repaired=repaired[:5], repaired_count=len(repaired),
                 fetched_planned_bytes=planned_wire, fetched_planned_raw_bytes=planned_raw,
-                gone=gone[:5], gone_count=len(gone), removed=removed,
+                gone=gone[:5], gone_count=len(gone), handed=handed[:5], handed_count=len(handed), removed=removed,
                 skipped_existing=len(expected) - len(bad) + (result.skipped if result else 0),
                 bytes_over_wire=result.bytes_over_wire if result else 0, azcopy_runs=1 if result else 0)
 

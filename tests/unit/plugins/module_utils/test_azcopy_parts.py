@@ -10,7 +10,7 @@ from amlhpc.azcopy import (
     ProgressSeries,
     auth_env,
     copy_download_command,
-    find_gone,
+    find_strays,
     with_auth_env,
 )
 from amlhpc.azcopy_model import Rates, predict, predict_node, rates_from
@@ -54,12 +54,38 @@ def test_gone_files_are_this_nodes_and_not_listed_anywhere(tmp_path):
     for name in ("u_a1_000.tfrecord", "u_a1_001.tfrecord", "u_a2_000.tfrecord", "u_a1_040.tfrecord"):
         (train / name).write_bytes(b"x")
     plan = [ExpectedFile("train/u_a1_000.tfrecord.gz", 1, True)]
-    # suffix mode, this node has 000-001: a2_000 and a1_001 have no blob any more; 040 is another node's
-    assert find_gone(str(tmp_path), 0, plan, True, suffixes=[0, 1]) == ["train/u_a1_001.tfrecord",
-                                                                        "train/u_a2_000.tfrecord"]
-    # a file another node's shard holds now (balanced mode moves files) is not gone
-    known = NameSet.of(["train/u_a1_000.tfrecord.gz", "train/u_a2_000.tfrecord.gz"])
-    assert find_gone(str(tmp_path), 0, plan, True, suffixes=[0, 1], known=known) == ["train/u_a1_001.tfrecord"]
+    # shared storage, suffix mode, this node has 000-001: a2_000 and a1_001 have no blob any
+    # more; 040 is another node's
+    assert find_strays(str(tmp_path), 0, plan, True, suffixes=[0, 1]) == (
+        ["train/u_a1_001.tfrecord", "train/u_a2_000.tfrecord"], [])
+    # a file another node's shard holds now (balanced mode moves files) is not gone, and stays
+    known = NameSet.of(["train/u_a1_000.tfrecord.gz", "train/u_a2_000.tfrecord.gz", "train/u_a1_040.tfrecord.gz"])
+    assert find_strays(str(tmp_path), 0, plan, True, suffixes=[0, 1], known=known) == (
+        ["train/u_a1_001.tfrecord"], [])
+
+
+def test_on_node_local_storage_every_file_outside_the_shard_is_gone_or_handed(tmp_path):
+    """A node-local folder is this node's alone: a data file of any suffix, or one an earlier
+    rank's manifest lists (the node moved up a rank), is either gone (no blob) or handed to
+    the node whose shard holds it now."""
+    train = tmp_path / "train"
+    train.mkdir()
+    for name in ("u_a1_000.tfrecord", "u_a1_001.tfrecord", "u_a1_040.tfrecord", "odd-name.bin", "notes.txt"):
+        (train / name).write_bytes(b"x")
+    staged = tmp_path / ".amlhpc-staged"
+    staged.mkdir()
+    (staged / "3.json").write_text('{"key": "listed", "files": {"train/odd-name.bin": 1}}')
+    (staged / "3.progress.json").write_text("{}")
+    plan = [ExpectedFile("train/u_a1_000.tfrecord.gz", 1, True)]
+    known = {"train/u_a1_000.tfrecord.gz", "train/u_a1_040.tfrecord.gz", "train/odd-name.bin"}
+    assert find_strays(str(tmp_path), 0, plan, True, suffixes=[0, 1], known=known, shared=False) == (
+        ["train/u_a1_001.tfrecord"], ["train/odd-name.bin", "train/u_a1_040.tfrecord"])
+    # the same folder read as shared storage: rank 3's files are rank 3's, 040 another suffix's
+    assert find_strays(str(tmp_path), 0, plan, True, suffixes=[0, 1], known=known) == (
+        ["train/u_a1_001.tfrecord"], [])
+    # no listing: nothing can be called handed
+    assert find_strays(str(tmp_path), 0, plan, True, suffixes=[0, 1], shared=False) == (
+        ["train/odd-name.bin", "train/u_a1_001.tfrecord", "train/u_a1_040.tfrecord"], [])
 
 
 def test_name_set_has_no_false_negatives_and_few_false_positives():
