@@ -38,4 +38,5 @@ class FilterModule:
             "amlhpc_run_report": lazy("report", "run_report"),
             "amlhpc_data_scope": lazy("job_spec", "data_scope_for"),
             "amlhpc_data_scope_problem": lazy("job_spec", "data_scope_problem"),
+            "amlhpc_stage_shared_problem": lazy("job_spec", "stage_shared_problem"),
         }

@@ -72,6 +72,22 @@ def test_data_scope_that_contradicts_the_storage_layout_is_refused(tmp_path):
         assert ok.returncode == 0, ok.stdout + ok.stderr
 
 
+def test_a_stage_layout_that_contradicts_beeond_is_refused(tmp_path):
+    # BeeOND's folder is every node's: treated as node-local, the stage would remove the files
+    # other nodes' shards hold now.
+    bad = run_validate(tmp_path, _two_nodes(stage_shared=False, beeond_enabled=True))
+    assert bad.returncode != 0
+    assert ("stage_shared is false but BeeOND gives every node one stage folder: a node would remove the "
+            "files other nodes' shards hold; drop stage_shared (it follows beeond_enabled)") in bad.stdout
+    # Node-local scratch taken for shared: files another node holds now would stay, on two nodes.
+    bad = run_validate(tmp_path, _two_nodes(stage_shared=True))
+    assert bad.returncode != 0
+    assert "stage_shared is true but the data set is staged onto node-local scratch" in bad.stdout
+    for extra in ({"stage_shared": False}, {"stage_shared": True, "beeond_enabled": True}, {"beeond_enabled": True}):
+        ok = run_validate(tmp_path, _two_nodes(**extra))
+        assert ok.returncode == 0, ok.stdout + ok.stderr
+
+
 def test_beeond_on_a_cluster_of_unknown_size_is_refused(tmp_path):
     hosts = {f"n{i}": {"aml_cluster": "gpu", "aml_node_rank": i, "aml_private_ip": f"10.0.0.{4 + i}",
                        "beeond_enabled": True} for i in range(2)}

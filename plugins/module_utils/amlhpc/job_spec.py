@@ -107,6 +107,25 @@ def data_scope_problem(requested: str | None, shared_scratch: bool) -> str | Non
             "(it follows beeond_enabled) or set it to 'node'")
 
 
+def stage_shared_problem(stage_shared: Any, shared_scratch: bool) -> str | None:
+    """One sentence when an explicitly set ``stage_shared`` contradicts the storage layout (it
+    follows ``beeond_enabled`` when left unset: None or empty)."""
+    if stage_shared is None or stage_shared == "":
+        return None
+    text = str(stage_shared).strip().lower()
+    if text not in ("true", "false", "yes", "no", "1", "0", "on", "off"):
+        return f"stage_shared must be true or false, got {stage_shared!r}"
+    shared = text in ("true", "yes", "1", "on")
+    if shared == shared_scratch:
+        return None
+    if shared_scratch:
+        return ("stage_shared is false but BeeOND gives every node one stage folder: a node would remove the "
+                "files other nodes' shards hold; drop stage_shared (it follows beeond_enabled)")
+    return ("stage_shared is true but the data set is staged onto node-local scratch (beeond_enabled is false): "
+            "after the nodes change, a file another node's shard holds would stay, on two nodes, which "
+            "node-scope training refuses; drop stage_shared (it follows beeond_enabled)")
+
+
 def train_arguments(options: Mapping[str, Any]) -> list[str]:
     """``{"batch_size": 4, "amp": "bf16", "flag": True}`` -> ``["--batch-size", "4", "--amp", "bf16", "--flag"]``.
     False and None leave the option out; lists repeat the value positions (``nargs``)."""

@@ -177,3 +177,13 @@ def test_mounts_become_read_only_docker_args_on_both_sdks():
     assert v2["resources"]["docker_args"] == " ".join(v1["docker"]["arguments"])
     with pytest.raises(JobSpecError, match="is not HOST_PATH:JOB_PATH"):
         build_spec(staged("azureml_core", mounts=["etc/nccl.conf"]))
+
+
+def test_stage_shared_follows_beeond_or_is_refused_with_the_fix():
+    from amlhpc.job_spec import stage_shared_problem
+    for unset in (None, ""):
+        assert stage_shared_problem(unset, True) is None and stage_shared_problem(unset, False) is None
+    assert stage_shared_problem(True, True) is None and stage_shared_problem("false", False) is None
+    assert "would remove the files other nodes' shards hold" in stage_shared_problem(False, True)
+    assert "on two nodes, which node-scope training refuses" in stage_shared_problem("True", False)
+    assert stage_shared_problem("sometimes", False) == "stage_shared must be true or false, got 'sometimes'"
