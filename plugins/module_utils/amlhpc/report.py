@@ -93,8 +93,7 @@ def staging_summary(results: Sequence[Mapping[str, Any]]) -> list[str]:
         slowest = max(predicted, key=lambda p: float(p["seconds"]))
         line += f"; predicted {float(slowest['seconds']):.3g} s ({slowest.get('bottleneck') or '?'})"
     lines = [line]
-    for key, count_key, what in (("repaired", "repaired_count", "fetched again (wrong on disk)"),
-                                 ("gone", "gone_count", "whose blob is gone from the container")):
+    for key, count_key, what in STRAY_KINDS:
         names = [str(n) for r in done for n in (r.get(key) or [])]
         count = sum(int(r.get(count_key) or len(r.get(key) or [])) for r in done)
         if count:
@@ -102,9 +101,20 @@ def staging_summary(results: Sequence[Mapping[str, Any]]) -> list[str]:
             more = f" (+{count - len(shown)} more)" if count > len(shown) else ""
             line = f"stage: {count} file(s) {what}: {', '.join(shown)}{more}"
             if key == "gone" and any("removed" in r for r in done):
-                line += f"; removed {sum(int(r.get('removed') or 0) for r in done)} (stage_prune)"
+                line += f"; removed {sum(gone_removed(r) for r in done)} (stage_prune)"
             lines.append(line)
     return lines
+
+
+STRAY_KINDS = (("repaired", "repaired_count", "fetched again (wrong on disk)"),
+               ("gone", "gone_count", "whose blob is gone from the container"),
+               ("handed", "handed_count", "handed to other nodes (the nodes changed; removed from node-local scratch)"))
+"""The files a stage result names, with their counts and what happened to them."""
+
+
+def gone_removed(result: Mapping[str, Any]) -> int:
+    """Gone files a stage removed (``removed`` also counts the files handed to other nodes)."""
+    return int(result.get("removed") or 0) - int(result.get("handed_count") or 0)
 
 
 def training_summary(job: Mapping[str, Any] | None, max_steps: int = 40) -> list[str]:

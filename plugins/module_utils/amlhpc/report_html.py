@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc import health, report_plots
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.report import STRAY_KINDS, gone_removed
 
 SECTION_IDS = ("staging", "health", "nccl", "fsbench", "training")
 
@@ -114,15 +115,14 @@ def _int_or_blank(value: Any) -> str:
 def _named_files(node: str, result: Mapping[str, Any]) -> list[str]:
     """The files a node had wrong (fetched again) or whose blob is gone, as the result names them."""
     out = []
-    for key, count_key, what in (("repaired", "repaired_count", "fetched again (wrong on disk)"),
-                                 ("gone", "gone_count", "whose blob is gone from the container")):
+    for key, count_key, what in STRAY_KINDS:
         names = [str(n) for n in result.get(key) or []]
         count = int(result.get(count_key) or len(names))
         if count:
             more = f" (+{count - len(names)} more)" if count > len(names) else ""
             line = f"{node}: {count} file(s) {what}: {', '.join(names)}{more}"
             if key == "gone" and result.get("removed") is not None:
-                line += f"; removed {int(result['removed'])}"
+                line += f"; removed {gone_removed(result)}"
             out.append(line)
     return out
 

@@ -36,6 +36,16 @@ def test_staging_summary_names_wrong_and_gone_files_then_counts():
     assert lines[2] == "stage: 1 file(s) whose blob is gone from the container: train/b_063.tfrecord; removed 0 (stage_prune)"
 
 
+def test_staging_summary_tells_files_handed_to_other_nodes_from_gone_ones():
+    # removed counts both: 2 handed over (always, node-local scratch) and 1 gone (stage_prune)
+    lines = report.staging_summary([
+        result(gone=["train/b_063.tfrecord"], gone_count=1, handed=["train/b_010.tfrecord", "train/b_011.tfrecord"],
+               handed_count=2, removed=3)])
+    assert lines[1] == "stage: 1 file(s) whose blob is gone from the container: train/b_063.tfrecord; removed 1 (stage_prune)"
+    assert lines[2] == ("stage: 2 file(s) handed to other nodes (the nodes changed; removed from node-local scratch): "
+                        "train/b_010.tfrecord, train/b_011.tfrecord")
+
+
 def test_staging_summary_when_nothing_staged():
     assert report.staging_summary([{"skipped": True}]) == ["stage: no staging ran"]
 

@@ -125,6 +125,15 @@ def test_staging_section_names_repaired_and_gone_files():
     assert decode_png(sec["plot"])
 
 
+def test_staging_section_names_the_files_handed_to_other_nodes():
+    r = stage_result([], gone=["train/a_063.tfrecord"], gone_count=1, handed=["train/a_020.tfrecord"],
+                     handed_count=4, removed=4)
+    sec = report_html.staging_section({"nd-1": r})
+    assert "nd-1: 1 file(s) whose blob is gone from the container: train/a_063.tfrecord; removed 0" in sec["summary"]
+    assert ("nd-1: 4 file(s) handed to other nodes (the nodes changed; removed from node-local scratch): "
+            "train/a_020.tfrecord (+3 more)") in sec["summary"]
+
+
 def test_staging_section_without_progress_says_nothing_was_fetched():
     sec = report_html.staging_section({"local-0": stage_result([], files=192, bytes_over_wire=0, seconds=0.0,
                                                                skipped_existing=192, changed=False)})
