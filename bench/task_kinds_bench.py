@@ -37,6 +37,11 @@ KINDS: dict[str, dict] = {
     "module: ping": {"ansible.builtin.ping": {}},
     "module: command": {"ansible.builtin.command": {"argv": ["true"]}, "changed_when": False},
     "module: ping, become root": {"ansible.builtin.ping": {}, "become": True},
+    # No Python on the node: what an action plugin's probe costs when it reads the node's
+    # state with one shell command (ActionBase._low_level_execute_command) instead of a module.
+    "raw: cat a file": {"ansible.builtin.raw": "cat /etc/hostname /etc/os-release", "changed_when": False},
+    "raw: cat a file, become root": {"ansible.builtin.raw": "cat /etc/hostname /etc/os-release",
+                                     "changed_when": False, "become": True},
     "controller: set_fact": {"ansible.builtin.set_fact": {"bench_fact": "{{ inventory_hostname | upper }}"}},
     "controller: debug": {"ansible.builtin.debug": {"msg": "{{ inventory_hostname }} is here"}},
     "controller: assert": {"ansible.builtin.assert": {"that": "inventory_hostname | length > 0", "quiet": True}},
@@ -62,6 +67,7 @@ def main() -> int:
     ap.add_argument("--tasks", type=int, default=20)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--prefix", default="perf-kinds")
+    ap.add_argument("--only", default="", help="kinds to run, separated by semicolons (default: every kind)")
     args = ap.parse_args()
     cpumeter.become_subreaper()
     print(f"controller: {cpumeter.cpu_name()}; {args.nodes} twin nodes, {args.tasks} tasks a play, "
@@ -91,7 +97,13 @@ def main() -> int:
             empty, empty_nodes = cpu(None)
             print(f"{'kind':<32} {'ms CPU per host-task':>20} {'nodes ms per host-task':>22}")
             print(f"{'(play with no task)':<32} {empty:>19.2f}s {empty_nodes:>21.2f}s")
+            only = {k.strip() for k in args.only.split(";") if k.strip()}
+            unknown = only - set(KINDS)
+            if unknown:
+                sys.exit(f"unknown kind(s) {sorted(unknown)}: choose from {list(KINDS)}")
             for name, task in KINDS.items():
+                if only and name not in only:
+                    continue
                 ctl, nodes = cpu(task)
                 per, per_node = (ctl - empty) / (args.tasks * args.nodes), (nodes - empty_nodes) / (args.tasks * args.nodes)
                 print(f"{name:<32} {1000 * per:>20.0f} {1000 * per_node:>22.0f}", flush=True)
