@@ -21,6 +21,9 @@ description:
     with that reason; they do not fail the task.
   - Without C(nvidia-smi) on the node the task is skipped with a reason.
   - Setting application clocks needs root (or C(nvidia-smi -acp UNRESTRICTED)).
+  - Its action plugin first makes the same read-only queries with one shell command (no Python on the
+    node) and decides on the controller. Where no GPU is to change it returns the result this module
+    would return, without running it. Otherwise this module runs, reads again on the node and acts.
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 options:
@@ -120,6 +123,11 @@ skip_reason:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.gpu_clocks import (
+    ARGUMENT_SPEC,
+    finished_result,
+    skipped_result,
+)
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nvidia_smi import (
     NvidiaSmiParseError,
     parse_clock_query,
@@ -148,30 +156,12 @@ def _query(module, smi):
         module.fail_json(msg=f"could not read nvidia-smi clock query output: {exc}")
 
 
-def _line(index, clocks):
-    if not clocks:
-        return f"GPU{index}: n/a\n"
-    return f"GPU{index}: memory {clocks.get('memory')} MHz, graphics {clocks.get('graphics')} MHz\n"
-
-
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            state=dict(type="str", choices=["pinned", "reset"], default="pinned"),
-            graphics_mhz=dict(type="int", default=0),
-            memory_mhz=dict(type="int", default=0),
-            gpus=dict(type="list", elements="int", default=[]),
-            check_supported=dict(type="bool", default=True),
-            nvidia_smi=dict(type="str", default="nvidia-smi"),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     smi = module.get_bin_path(p["nvidia_smi"]) if "/" not in p["nvidia_smi"] else p["nvidia_smi"]
     if not smi:
-        module.exit_json(changed=False, skipped=True, gpus=[], commands=[],
-                         skip_reason=f"{p['nvidia_smi']} not found on PATH: no NVIDIA driver on this node",
-                         msg=f"skipped: {p['nvidia_smi']} not found on PATH")
+        module.exit_json(**skipped_result(p["nvidia_smi"]))
     for key in ("graphics_mhz", "memory_mhz"):
         if p[key] < 0:
             module.fail_json(msg=f"{key} must be 0 (the maximum) or a clock in MHz, got {p[key]}")
@@ -231,12 +221,7 @@ def main():
                                  f"clocks read {res['after']}; skipped")
         results.append(res)
 
-    changed = any(r["changed"] for r in results)
-    diff = {"before": "".join(_line(r["index"], r["before"]) for r in results),
-            "after": "".join(_line(r["index"], r["after"]) for r in results)}
-    summary = "; ".join(f"GPU{r['index']} {r['bus_id']}: {r['reason']}" for r in results)
-    module.exit_json(changed=changed, gpus=results, commands=commands, diff=diff,
-                     msg=f"{p['state']}: {summary or 'no GPUs'}")
+    module.exit_json(**finished_result(p["state"], results, commands))
 
 
 if __name__ == "__main__":

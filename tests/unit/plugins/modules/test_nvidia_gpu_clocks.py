@@ -173,3 +173,70 @@ def test_nvidia_smi_failure_fails_with_its_message(tmp_path, monkeypatch, capsys
     monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
     result = run({}, capsys)
     assert result["failed"] is True and "couldn't communicate with the NVIDIA driver" in result["msg"]
+
+
+# The action's read (module_utils/amlhpc/gpu_clocks.py): one shell command, decided on the
+# controller. Where nothing is to change it gives the module's own result; everywhere else
+# None, and the module runs.
+
+def probe(args: dict) -> dict | None:
+    """The action's way, on this machine: the shell read, then the decision."""
+    import os
+    import subprocess
+
+    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+    from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.gpu_clocks import (
+        ARGUMENT_SPEC,
+        probe_command,
+        unchanged_outcome,
+    )
+    params = ArgumentSpecValidator(ARGUMENT_SPEC).validate(dict(args)).validated_parameters
+    read = subprocess.run(["/bin/sh", "-c", probe_command(params["nvidia_smi"], params["state"],
+                                                          params["check_supported"])],
+                          capture_output=True, text=True, env=dict(os.environ), check=True)
+    return unchanged_outcome(params, read.stdout)
+
+
+def without_invocation(result: dict) -> dict:
+    return {k: v for k, v in result.items() if k != "invocation"}
+
+
+@pytest.mark.parametrize("args", [{}, {"check_supported": False}, {"gpus": [2, 5]}, {"graphics_mhz": 1410}])
+def test_the_read_gives_the_modules_result_once_the_clocks_are_pinned(smi, capsys, args):
+    smi.load("a100_ndv4.query.csv", "a100_ndv4.supported.csv")
+    assert probe(args) is None  # clocks to set: the module runs
+    run(args, capsys)
+    smi.clear_log()
+    quick = probe(args)
+    assert quick == without_invocation(run(args, capsys))
+    assert quick["changed"] is False and quick["commands"] == []
+    reads = [c for c in smi.calls() if any(a.startswith("--query-gpu") for a in c)]
+    assert len(reads) == 2  # one read by the probe, one by the module run it was compared with
+
+
+def test_the_read_gives_the_modules_result_on_reset_and_unsupported_gpus(smi, capsys):
+    smi.load("a100_ndv4.query.csv", "a100_ndv4.supported.csv")
+    assert probe({"state": "reset"}) == without_invocation(run({"state": "reset"}, capsys))
+    smi.load("h100_unsupported.query.csv")
+    assert probe({}) == without_invocation(run({}, capsys))
+
+
+def test_the_read_leaves_refusals_and_failures_to_the_module(smi, tmp_path, monkeypatch, capsys):
+    smi.load("a100_ndv4.query.csv", "a100_ndv4.supported.csv")
+    run({}, capsys)
+    assert probe({"graphics_mhz": 1412}) is None  # not supported: the module fails, naming the choices
+    assert probe({"gpus": [9]}) is None  # no such GPU
+    assert probe({"nvidia_smi": str(tmp_path / "missing" / "nvidia-smi")}) is None  # a path: the module fails
+    broken = tmp_path / "broken" / "nvidia-smi"
+    broken.parent.mkdir()
+    broken.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed'\nexit 9\n")
+    broken.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{broken.parent}:/usr/bin:/bin")
+    assert probe({}) is None
+
+
+def test_the_read_finds_no_nvidia_smi_as_the_module_does(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    args = {"nvidia_smi": "nvidia-smi-not-here"}
+    assert probe(args) == without_invocation(run(args, capsys))
