@@ -101,23 +101,15 @@ import pwd
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.files import ensure_dir, ensure_file, read_text
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.ssh_trust import authorized_keys_text, managed_block_text
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.ssh_trust import (
+    NODE_ARGUMENT_SPEC,
+    authorized_keys_text,
+    managed_block_text,
+)
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "authorized_key": {"type": "str", "default": "", "no_log": False},
-            "replaces_comment": {"type": "str", "default": ""},
-            "user": {"type": "str", "default": "root"},
-            "nodefile": {"type": "path", "required": True},
-            "nodefile_lines": {"type": "list", "elements": "str", "required": True},
-            "known_hosts": {"type": "path", "required": True},
-            "known_hosts_marker": {"type": "str", "required": True},
-            "known_hosts_lines": {"type": "list", "elements": "str", "required": True},
-        },
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=NODE_ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     changed: list[str] = []
     diffs: list[dict] = []

@@ -165,3 +165,66 @@ def managed_block_text(current: str, marker: str, lines: Iterable[str]) -> str:
     else:
         new = old + block
     return "\n".join(new) + "\n" if new else ""
+
+
+NODE_ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
+    "authorized_key": {"type": "str", "default": "", "no_log": False},
+    "replaces_comment": {"type": "str", "default": ""},
+    "user": {"type": "str", "default": "root"},
+    "nodefile": {"type": "path", "required": True},
+    "nodefile_lines": {"type": "list", "elements": "str", "required": True},
+    "known_hosts": {"type": "path", "required": True},
+    "known_hosts_marker": {"type": "str", "required": True},
+    "known_hosts_lines": {"type": "list", "elements": "str", "required": True},
+}
+"""The ssh_trust_node module's options (the module and its action validate against it)."""
+
+
+def node_read(params: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """The paths and users the ssh_trust_node module reads, for ``file_state.read_command``:
+    the user's ``.ssh`` folder and authorized_keys (with a key to trust), the nodefile and
+    known_hosts with their folders."""
+    paths = []
+    users = []
+    if params["authorized_key"]:
+        paths += [f"~{params['user']}/.ssh", f"~{params['user']}/.ssh/authorized_keys"]
+        users.append(params["user"])
+    paths += [_parent(params["nodefile"]), params["nodefile"], _parent(params["known_hosts"]), params["known_hosts"]]
+    return paths, users
+
+
+def _parent(path: str) -> str:
+    return path.rsplit("/", 1)[0] or "/" if path.startswith("/") else ""
+
+
+def node_unchanged(params: Mapping[str, Any], stdout: str) -> bool:
+    """Whether the ssh_trust_node module would change nothing on the node whose files
+    ``stdout`` (``file_state.read_command`` of :func:`node_read`) shows. False also where
+    the module would fail or the output is not what the read prints: the module runs then."""
+    from .file_state import dir_unchanged, file_unchanged, parse_read  # noqa: PLC0415 (the node side never needs it)
+    if not (params["nodefile"].startswith("/") and params["known_hosts"].startswith("/")):
+        return False
+    paths, users = node_read(params)
+    read = parse_read(stdout, paths, users)
+    if read is None:
+        return False
+    states, found = read
+    got = [states[p] for p in paths]
+    if params["authorized_key"]:
+        ids = found[params["user"]]
+        ssh_dir, keys = got[0], got[1]
+        if ids is None or not dir_unchanged(ssh_dir, ids[0], ids[1], 0o700, enforce=False) or keys.kind != "file":
+            return False
+        try:
+            text = authorized_keys_text(keys.text or "", params["authorized_key"], replaces=params["replaces_comment"])
+        except ValueError:
+            return False
+        if not file_unchanged(keys, text, ids[0], ids[1], 0o600):
+            return False
+    nodefile_dir, nodefile, kh_dir, kh = got[-4:]
+    if not (dir_unchanged(nodefile_dir, 0, 0, 0o755)
+            and file_unchanged(nodefile, "\n".join(params["nodefile_lines"]) + "\n", 0, 0, 0o644)
+            and dir_unchanged(kh_dir, 0, 0, 0o755, enforce=False) and kh.kind == "file"):
+        return False
+    return file_unchanged(kh, managed_block_text(kh.text or "", params["known_hosts_marker"],
+                                                 params["known_hosts_lines"]), 0, 0, 0o644)
