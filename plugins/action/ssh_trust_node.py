@@ -31,7 +31,9 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         del tmp
         checked = ArgumentSpecValidator(NODE_ARGUMENT_SPEC).validate(dict(self._task.args))
-        if not checked.error_messages:
+        # a path under a home folder is the node's to expand (the validator expands it here)
+        home_paths = any(str(self._task.args.get(k) or "").startswith("~") for k in ("nodefile", "known_hosts"))
+        if not checked.error_messages and not home_paths:
             params = checked.validated_parameters
             paths, users = node_read(params)
             read = self._low_level_execute_command(read_command(paths, users), sudoable=True)

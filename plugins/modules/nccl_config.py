@@ -160,32 +160,12 @@ backups:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.files import apply
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nccl import node_plan
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nccl_read import CONFIG_ARGUMENT_SPEC
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nccl_probe import probe
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "vm_size": {"type": "str", "default": ""},
-            "imds": {"type": "bool", "default": True},
-            "imds_url": {"type": "str", "default": "http://169.254.169.254/metadata/instance?api-version=2021-02-01"},
-            "imds_timeout": {"type": "int", "default": 3},
-            "sharp_plugin_dirs": {"type": "list", "elements": "str", "default": []},
-            "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
-            "image_topo_files": {"type": "list", "elements": "str", "default": []},
-            "topo_file_src": {"type": "str", "default": ""},
-            "topo_file_content": {"type": "str"},
-            "topo_file_dest": {"type": "path", "default": "/etc/amlhpc/nccl-topo.xml"},
-            "conf_path": {"type": "path", "default": "/etc/nccl.conf"},
-            "conf_settings": {"type": "dict", "default": {}},
-            "conf_extra": {"type": "dict", "default": {}},
-            "conf_backup": {"type": "bool", "default": True},
-            "env_path": {"type": "path", "default": "/etc/amlhpc/nccl.env"},
-            "env": {"type": "dict", "default": {}},
-            "env_extra": {"type": "dict", "default": {}},
-        },
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=CONFIG_ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     if p["topo_file_src"] and p["topo_file_content"] is None:
         module.fail_json(msg=f"topo_file_src {p['topo_file_src']!r} was given without its text (topo_file_content): "

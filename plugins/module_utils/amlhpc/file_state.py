@@ -36,7 +36,7 @@ class FileState:
     text: Optional[str] = None
 
 
-def read_command(paths: Sequence[str], users: Sequence[str] = ()) -> str:
+def read_command(paths: Sequence[str], users: Sequence[str] = (), groups: Sequence[str] = ()) -> str:
     """One shell command printing each path's state (symlinks followed, as ``os.stat`` and
     ``open`` do) and each user's passwd line; it prints a failure mark when ``stat``,
     ``base64``, ``getent`` or ``cut`` is missing. A path ``~USER/rest`` is under that user's
@@ -56,13 +56,16 @@ def read_command(paths: Sequence[str], users: Sequence[str] = ()) -> str:
             f'else echo "{MARK} {i} absent"; fi')
     for user in users:
         steps.append(f'echo "{MARK} user $(getent passwd {shlex.quote(user)} || true)"')
+    for group in groups:
+        steps.append(f'echo "{MARK} group $(getent group {shlex.quote(group)} || true)"')
     return "; ".join(steps)
 
 
-def parse_read(stdout: str, paths: Sequence[str],
-               users: Sequence[str] = ()) -> Optional[tuple[dict[str, FileState], dict[str, Optional[tuple[int, int, str]]]]]:
+def parse_read(stdout: str, paths: Sequence[str], users: Sequence[str] = (), groups: Sequence[str] = ()
+               ) -> Optional[tuple[dict[str, FileState], dict[str, Optional[tuple[int, int, str]]]]]:
     """``({path: FileState}, {user: (uid, gid, home) or None when there is no such user})``
-    from :func:`read_command`'s output; None when the output is not what it prints."""
+    from :func:`read_command`'s output (with ``groups``, also ``{"group:NAME": (gid, gid, "")}``
+    or None); None when the output is not what it prints."""
     lines = stdout.splitlines()
     states: dict[str, FileState] = {}
     found: dict[str, Optional[tuple[int, int, str]]] = {}
@@ -98,6 +101,19 @@ def parse_read(stdout: str, paths: Sequence[str],
             if len(entry) != 7 or entry[0] != user:
                 return None
             found[user] = (int(entry[2]), int(entry[3]), entry[5])
+        for group in groups:
+            line = lines[i]
+            i += 1
+            prefix = f"{MARK} group "
+            if not (line.startswith(prefix) or line == prefix.rstrip()):
+                return None
+            entry = line[len(prefix):].split(":")
+            if entry == [""]:
+                found[f"group:{group}"] = None
+                continue
+            if len(entry) != 4 or entry[0] != group:
+                return None
+            found[f"group:{group}"] = (int(entry[2]), int(entry[2]), "")
     except (IndexError, ValueError, binascii.Error, UnicodeDecodeError):
         return None
     if i != len(lines):
