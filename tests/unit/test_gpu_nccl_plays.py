@@ -44,13 +44,14 @@ def test_a_pinned_node_is_read_with_one_shell_command_not_a_module_run(tmp_path)
     import json
     import os
     import shutil
+    import sys
 
     fixtures = ROOT / "tests" / "fixtures" / "nvidia-smi"
     state = tmp_path / "state"
     state.mkdir()
     shutil.copy(fixtures / "a100_ndv4.query.csv", state / "state.csv")
     shutil.copy(fixtures / "a100_ndv4.supported.csv", state / "supported.csv")
-    python = os.path.realpath(str(ROOT / ".venv" / "bin" / "python"))
+    python = sys.executable  # .venv's, or ansible-test's own under `ansible-test units`
     inv = tmp_path / "inv.json"
     inv.write_text(json.dumps({"all": {"children": {"aml_nodes": {"hosts": {"gpu-0": {
         "ansible_connection": "local", "ansible_python_interpreter": python, "gpu_clocks_become": False,
