@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Any
 
 from ansible.errors import AnsibleActionFail, AnsibleError
-from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import VariableLayer
 
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nccl_read import (
@@ -22,6 +21,7 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nccl_read im
     read_command,
     unchanged_outcome,
 )
+from ansible_collections.amlhpc.azureml.plugins.plugin_utils.node_read import unchanged_result
 from ansible_collections.amlhpc.azureml.plugins.plugin_utils.role_args import RoleCheckedAction
 
 
@@ -38,7 +38,11 @@ class ActionModule(RoleCheckedAction):
                     args["topo_file_content"] = fh.read()
             except (AnsibleError, OSError, UnicodeDecodeError) as exc:
                 raise AnsibleActionFail(f"nccl_topo_file_src {src!r}: {exc}") from exc
-        unchanged = self._unchanged(args)
+        unchanged = unchanged_result(
+            self, args, CONFIG_ARGUMENT_SPEC,
+            # the module asks the instance metadata for a VM size the inventory does not give
+            lambda p: None if p["imds"] and not p["vm_size"] else read_command(p), unchanged_outcome,
+            home_paths=("topo_file_dest", "conf_path", "env_path"))
         if unchanged is not None:
             result.update(unchanged)
         else:
@@ -49,21 +53,3 @@ class ActionModule(RoleCheckedAction):
         if isinstance(facts, dict) and not result.get("failed"):
             self.register_host_variables(facts, VariableLayer.EPHEMERAL_FACT)
         return result
-
-    def _unchanged(self, args: dict[str, Any]) -> dict[str, Any] | None:
-        """The module's result when one shell read of the node shows nothing to write, else None."""
-        if any(str(args.get(k) or "").startswith("~") for k in ("topo_file_dest", "conf_path", "env_path")):
-            return None  # a path under a home folder is the node's to expand
-        checked = ArgumentSpecValidator(CONFIG_ARGUMENT_SPEC).validate(args)
-        if checked.error_messages:
-            return None  # the module refuses them, in its own words
-        params = checked.validated_parameters
-        if params["imds"] and not params["vm_size"]:
-            return None  # the module asks the instance metadata
-        read = self._low_level_execute_command(read_command(params), sudoable=True)
-        if read.get("rc") != 0:
-            return None
-        outcome = unchanged_outcome(params, read.get("stdout", ""))
-        if outcome is not None:
-            outcome["invocation"] = {"module_args": {k: v for k, v in params.items() if k != "topo_file_content"}}
-        return outcome

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
-
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.gpu_clocks import (
     ARGUMENT_SPEC,
     probe_command,
     unchanged_outcome,
 )
+from ansible_collections.amlhpc.azureml.plugins.plugin_utils.node_read import unchanged_result
 from ansible_collections.amlhpc.azureml.plugins.plugin_utils.role_args import RoleCheckedAction
 
 
@@ -28,25 +27,12 @@ class ActionModule(RoleCheckedAction):
     where something is to change."""
 
     def run_checked(self, result: dict[str, Any], task_vars: dict[str, Any] | None) -> dict[str, Any]:
-        unchanged = self._unchanged()
+        unchanged = unchanged_result(
+            self, self._task.args, ARGUMENT_SPEC,
+            lambda p: probe_command(p["nvidia_smi"], p["state"], p["check_supported"]), unchanged_outcome)
         if unchanged is not None:
             result.update(unchanged)
             return result
         result.update(self._execute_module(module_name="amlhpc.azureml.nvidia_gpu_clocks", module_args=self._task.args,
                                            task_vars=task_vars))
         return result
-
-    def _unchanged(self) -> dict[str, Any] | None:
-        """The module's result when one read of the node shows nothing to change, else None."""
-        checked = ArgumentSpecValidator(ARGUMENT_SPEC).validate(dict(self._task.args))
-        if checked.error_messages:
-            return None  # the module refuses them, in its own words
-        params = checked.validated_parameters
-        read = self._low_level_execute_command(probe_command(params["nvidia_smi"], params["state"],
-                                                             params["check_supported"]), sudoable=True)
-        if read.get("rc") != 0:
-            return None
-        outcome = unchanged_outcome(params, read.get("stdout", ""))
-        if outcome is not None:
-            outcome["invocation"] = {"module_args": params}
-        return outcome

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.file_state import read_command
@@ -20,6 +19,10 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.ssh_trust im
     node_read,
     node_unchanged,
 )
+from ansible_collections.amlhpc.azureml.plugins.plugin_utils.node_read import unchanged_result
+
+UNCHANGED = {"changed": False, "changed_files": [], "diff": []}
+"""The module's result where it writes nothing."""
 
 
 class ActionModule(ActionBase):
@@ -30,16 +33,12 @@ class ActionModule(ActionBase):
     def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         del tmp
-        checked = ArgumentSpecValidator(NODE_ARGUMENT_SPEC).validate(dict(self._task.args))
-        # a path under a home folder is the node's to expand (the validator expands it here)
-        home_paths = any(str(self._task.args.get(k) or "").startswith("~") for k in ("nodefile", "known_hosts"))
-        if not checked.error_messages and not home_paths:
-            params = checked.validated_parameters
-            paths, users = node_read(params)
-            read = self._low_level_execute_command(read_command(paths, users), sudoable=True)
-            if read.get("rc") == 0 and node_unchanged(params, read.get("stdout", "")):
-                result.update(changed=False, changed_files=[], diff=[], invocation={"module_args": params})
-                return result
+        unchanged = unchanged_result(
+            self, self._task.args, NODE_ARGUMENT_SPEC, lambda p: read_command(*node_read(p)),
+            lambda p, out: dict(UNCHANGED) if node_unchanged(p, out) else None, home_paths=("nodefile", "known_hosts"))
+        if unchanged is not None:
+            result.update(unchanged)
+            return result
         result.update(self._execute_module(module_name="amlhpc.azureml.ssh_trust_node", module_args=self._task.args,
                                            task_vars=task_vars))
         return result

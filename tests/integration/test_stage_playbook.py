@@ -198,14 +198,15 @@ def test_node_local_stages_hold_only_their_new_shard_after_a_node_is_removed(azu
 
 def test_a_shared_stage_keeps_every_file_when_the_nodes_change(azurite, pb_dataset, tmp_path):
     """On shared storage (BeeOND: every node stages into the same folder) a file another node's
-    shard holds now is that node's file: nothing is removed when the cluster grows."""
+    shard holds now is that node's file: nothing is removed when the cluster grows. The
+    inventory says BeeOND is on, and stage_shared follows it."""
     _unused, extra, env = two_nodes(azurite, pb_dataset, tmp_path)
     extra["stage_mode"] = "balanced"
     shared = tmp_path / "shared"
-    two = nodes_inventory(tmp_path / "two.json", {f"aml-{i}": (i, shared) for i in range(2)}, stage_shared=True)
+    two = nodes_inventory(tmp_path / "two.json", {f"aml-{i}": (i, shared) for i in range(2)}, beeond_enabled=True)
     first = run_playbook("playbooks/stage.yml", extra, env, "-i", str(two))
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
-    three = nodes_inventory(tmp_path / "three.json", {f"aml-{i}": (i, shared) for i in range(3)}, stage_shared=True)
+    three = nodes_inventory(tmp_path / "three.json", {f"aml-{i}": (i, shared) for i in range(3)}, beeond_enabled=True)
     second = run_playbook("playbooks/stage.yml", extra, env, "-i", str(three))
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-2000:]
     assert sorted(assert_identical_subset(shared, pb_dataset)) == pb_dataset.names

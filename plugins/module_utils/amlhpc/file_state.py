@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 MARK = "@@amlhpc-file"
+SBIN = ("/sbin", "/usr/sbin", "/usr/local/sbin")
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,17 @@ class FileState:
     gid: int = -1
     mode: int = 0
     text: Optional[str] = None
+
+
+def which_command(name: str, var: str) -> str:
+    """Shell that sets ``$var`` to the executable ``name`` as a module finds it: a path as
+    given, when it can run; a bare name on PATH, then in the sbin folders
+    (``AnsibleModule.get_bin_path``). Empty when there is none."""
+    quoted = shlex.quote(name)
+    if "/" in name:
+        return f'{var}={quoted}; if [ ! -x "${var}" ] || [ -d "${var}" ]; then {var}=; fi'
+    return (f'{var}=; IFS=:; for d in $PATH:{":".join(SBIN)}; do '
+            f'if [ -x "$d/{quoted}" ] && [ ! -d "$d/{quoted}" ]; then {var}="$d/{quoted}"; break; fi; done; unset IFS')
 
 
 def read_command(paths: Sequence[str], users: Sequence[str] = (), groups: Sequence[str] = ()) -> str:
@@ -89,36 +101,32 @@ def parse_read(stdout: str, paths: Sequence[str], users: Sequence[str] = (), gro
                 i += 1
             states[path] = FileState(kind, uid, gid, mode, text)
         for user in users:
-            line = lines[i]
+            entry = _database_entry(lines[i], "user", user, 7)
             i += 1
-            prefix = f"{MARK} user "
-            if not (line.startswith(prefix) or line == prefix.rstrip()):
-                return None
-            entry = line[len(prefix):].split(":")
-            if entry == [""]:
-                found[user] = None
-                continue
-            if len(entry) != 7 or entry[0] != user:
-                return None
-            found[user] = (int(entry[2]), int(entry[3]), entry[5])
+            found[user] = None if entry is None else (int(entry[2]), int(entry[3]), entry[5])
         for group in groups:
-            line = lines[i]
+            entry = _database_entry(lines[i], "group", group, 4)
             i += 1
-            prefix = f"{MARK} group "
-            if not (line.startswith(prefix) or line == prefix.rstrip()):
-                return None
-            entry = line[len(prefix):].split(":")
-            if entry == [""]:
-                found[f"group:{group}"] = None
-                continue
-            if len(entry) != 4 or entry[0] != group:
-                return None
-            found[f"group:{group}"] = (int(entry[2]), int(entry[2]), "")
+            found[f"group:{group}"] = None if entry is None else (int(entry[2]), int(entry[2]), "")
     except (IndexError, ValueError, binascii.Error, UnicodeDecodeError):
         return None
     if i != len(lines):
         return None
     return states, found
+
+
+def _database_entry(line: str, kind: str, name: str, fields: int) -> Optional[list[str]]:
+    """The fields of a ``getent`` line the read printed for ``name`` (None: no such entry);
+    ValueError when the line is not one."""
+    prefix = f"{MARK} {kind} "
+    if not (line.startswith(prefix) or line == prefix.rstrip()):
+        raise ValueError(line)
+    entry = line[len(prefix):].split(":")
+    if entry == [""]:
+        return None
+    if len(entry) != fields or entry[0] != name:
+        raise ValueError(line)
+    return entry
 
 
 def dir_unchanged(state: FileState, uid: int, gid: int, mode: int, enforce: bool = True) -> bool:

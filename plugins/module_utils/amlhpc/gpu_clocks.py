@@ -17,6 +17,7 @@ from __future__ import annotations
 import shlex
 from typing import Any, Mapping, Optional, Sequence
 
+from .file_state import which_command
 from .nvidia_smi import (
     ClockPlan,
     NvidiaSmiParseError,
@@ -39,7 +40,6 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
 """The module's options (the module and the action validate against this one spec)."""
 
 MARK = "@@amlhpc-gpu-clocks"
-SBIN = ("/sbin", "/usr/sbin", "/usr/local/sbin")
 
 
 def probe_command(nvidia_smi: str, state: str, check_supported: bool) -> str:
@@ -47,14 +47,9 @@ def probe_command(nvidia_smi: str, state: str, check_supported: bool) -> str:
     name on PATH, then in the sbin folders, as AnsibleModule.get_bin_path) and prints what the
     module reads: the clock query and, to pin with ``check_supported``, the supported clocks,
     each followed by its exit status."""
-    if "/" in nvidia_smi:
-        find = (f"smi={shlex.quote(nvidia_smi)}; "
-                f'if [ ! -x "$smi" ] || [ -d "$smi" ]; then echo "{MARK} unusable"; exit 0; fi')
-    else:
-        name = shlex.quote(nvidia_smi)
-        find = (f'smi=; IFS=:; for d in $PATH:{":".join(SBIN)}; do '
-                f'if [ -x "$d/{name}" ] && [ ! -d "$d/{name}" ]; then smi="$d/{name}"; break; fi; done; unset IFS; '
-                f'if [ -z "$smi" ]; then echo "{MARK} none"; exit 0; fi')
+    # a path as given that cannot run makes the module fail; a name found nowhere, skip
+    missing = "unusable" if "/" in nvidia_smi else "none"
+    find = f'{which_command(nvidia_smi, "smi")}; if [ -z "$smi" ]; then echo "{MARK} {missing}"; exit 0; fi'
     reads = [query_gpu_argv("")[1:]]
     if state == "pinned" and check_supported:
         reads.append(query_supported_clocks_argv("")[1:])

@@ -284,6 +284,11 @@ def node_pinning(topo_text: Optional[str], vm_size: Optional[str]) -> dict[str, 
     return choose_pinning(measured, vm_size)
 
 
+def config_folders(topo_file_dest: str, env_path: str) -> list[str]:
+    """The folders ``node_plan`` has made for the topology file and the environment file."""
+    return list(dict.fromkeys(posixpath.dirname(p) for p in (topo_file_dest, env_path)))
+
+
 def node_plan(probe: Mapping[str, Any], *, vm_size: str = "", topo_file_src: str = "",
               topo_file_content: Optional[str] = None, topo_file_dest: str = "/etc/amlhpc/nccl-topo.xml",
               conf_path: str = "/etc/nccl.conf", conf_settings: Optional[Mapping[str, Any]] = None,
@@ -337,7 +342,7 @@ def node_plan(probe: Mapping[str, Any], *, vm_size: str = "", topo_file_src: str
     topo_text = ""
     if in_use == topo_file_dest:
         topo_text = topo_file_content if topo_file_src else render_topology_xml(topo)  # type: ignore[arg-type]
-    directories = [{"path": d} for d in dict.fromkeys(posixpath.dirname(p) for p in (topo_file_dest, env_path))]
+    directories = [{"path": d} for d in config_folders(topo_file_dest, env_path)]
     files = [
         {"path": topo_file_dest, "state": "present" if in_use == topo_file_dest else "absent", "content": topo_text or ""},
         {"path": conf_path, "content": nccl_conf_content(conf_settings or {}, in_use or None), "backup": conf_backup},

@@ -23,7 +23,8 @@ from typing import Any, Mapping, Optional
 
 from .file_state import dir_unchanged, file_unchanged, parse_read
 from .file_state import read_command as files_read_command
-from .nccl import node_plan, topology_for_vm_size
+from .file_state import which_command
+from .nccl import config_folders, node_plan, topology_for_vm_size
 
 CONFIG_ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "vm_size": {"type": "str", "default": ""},
@@ -47,7 +48,6 @@ CONFIG_ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
 """The nccl_config module's options (the module and its action validate against this spec)."""
 
 MARK = "@@amlhpc-nccl"
-SBIN = ("/sbin", "/usr/sbin", "/usr/local/sbin")
 
 
 def _image_candidates(params: Mapping[str, Any]) -> list[str]:
@@ -60,8 +60,7 @@ def _image_candidates(params: Mapping[str, Any]) -> list[str]:
 def _paths(params: Mapping[str, Any]) -> list[str]:
     """The folders and files the module writes, in the order the read prints them."""
     dests = (params["topo_file_dest"], params["conf_path"], params["env_path"])
-    folders = list(dict.fromkeys(posixpath.dirname(p) for p in (params["topo_file_dest"], params["env_path"])))
-    return [*folders, *dests]
+    return [*config_folders(params["topo_file_dest"], params["env_path"]), *dests]
 
 
 def read_command(params: Mapping[str, Any]) -> str:
@@ -73,13 +72,10 @@ def read_command(params: Mapping[str, Any]) -> str:
     for i, folder in enumerate(params["sharp_plugin_dirs"]):
         steps.append(f'if [ -e {shlex.quote(posixpath.join(folder, "libnccl-net.so"))} ]; then echo "{MARK} sharp {i}"; fi')
     smi = params["nvidia_smi"]
-    if "/" in smi:  # as given, as the module runs it; one that cannot run makes the module fail
-        steps.append(f'smi={shlex.quote(smi)}; if [ ! -x "$smi" ] || [ -d "$smi" ]; then echo "{MARK} unusable"; exit 0; fi')
-    else:
-        name = shlex.quote(smi)
-        steps.append(f'smi=; IFS=:; for d in $PATH:{":".join(SBIN)}; do '
-                     f'if [ -x "$d/{name}" ] && [ ! -d "$d/{name}" ]; then smi="$d/{name}"; break; fi; done; unset IFS')
-    steps.append(f'if [ -z "$smi" ]; then echo "{MARK} topo none"; else '
+    # a path as given that cannot run makes the module fail (the read stops: the module runs)
+    none = f'echo "{MARK} unusable"; exit 0' if "/" in smi else f'echo "{MARK} topo none"'
+    steps.append(which_command(smi, "smi"))
+    steps.append(f'if [ -z "$smi" ]; then {none}; else '
                  f't=$(mktemp) || exit 1; "$smi" topo -m >"$t" 2>/dev/null; echo "{MARK} topo $?"; '
                  f'base64 -w0 <"$t"; echo; rm -f "$t"; fi')
     for i, candidate in enumerate(_image_candidates(params)):

@@ -64,14 +64,19 @@ def test_files_written_once_then_unchanged_and_check_mode_writes_nothing(tmp_pat
     assert oct(conf.stat().st_mode & 0o7777) == "0o644"
 
 
-@pytest.mark.skipif(os.getuid() != 0, reason="ssh_trust_node writes the nodefile and known_hosts as root:root")
-def test_ssh_trust_node_writes_nodefile_and_block_once(tmp_path, capsys):
+def cluster_files(tmp_path: Path) -> tuple[Path, dict]:
+    """A known_hosts with another line in it, and ssh_trust_node's arguments for a two-node cluster."""
     kh = tmp_path / "ssh" / "ssh_known_hosts"
     kh.parent.mkdir()
     kh.write_text("other ssh-rsa AAAAx\n")
-    args = {"nodefile": str(tmp_path / "amlhpc" / "nodefile"), "nodefile_lines": ["10.0.0.4", "10.0.0.5"],
-            "known_hosts": str(kh), "known_hosts_marker": "amlhpc ssh_trust: cluster gpu",
-            "known_hosts_lines": ["10.0.0.4 ssh-ed25519 AAAA4", "10.0.0.5 ssh-ed25519 AAAA5"]}
+    return kh, {"nodefile": str(tmp_path / "amlhpc" / "nodefile"), "nodefile_lines": ["10.0.0.4", "10.0.0.5"],
+                "known_hosts": str(kh), "known_hosts_marker": "amlhpc ssh_trust: cluster gpu",
+                "known_hosts_lines": ["10.0.0.4 ssh-ed25519 AAAA4", "10.0.0.5 ssh-ed25519 AAAA5"]}
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="ssh_trust_node writes the nodefile and known_hosts as root:root")
+def test_ssh_trust_node_writes_nodefile_and_block_once(tmp_path, capsys):
+    kh, args = cluster_files(tmp_path)
     assert run(ssh_trust_node, args, capsys, check_mode=True)["changed"] is True
     assert not (tmp_path / "amlhpc").exists() and kh.read_text() == "other ssh-rsa AAAAx\n"
     first = run(ssh_trust_node, args, capsys)
@@ -132,12 +137,7 @@ def test_the_read_says_unchanged_exactly_where_the_module_changes_nothing(tmp_pa
         node_read,
         node_unchanged,
     )
-    kh = tmp_path / "ssh" / "ssh_known_hosts"
-    kh.parent.mkdir()
-    kh.write_text("other ssh-rsa AAAAx\n")
-    args = {"nodefile": str(tmp_path / "amlhpc" / "nodefile"), "nodefile_lines": ["10.0.0.4", "10.0.0.5"],
-            "known_hosts": str(kh), "known_hosts_marker": "amlhpc ssh_trust: cluster gpu",
-            "known_hosts_lines": ["10.0.0.4 ssh-ed25519 AAAA4", "10.0.0.5 ssh-ed25519 AAAA5"]}
+    kh, args = cluster_files(tmp_path)
 
     def unchanged(a: dict) -> bool:
         params = ArgumentSpecValidator(NODE_ARGUMENT_SPEC).validate(dict(a)).validated_parameters
