@@ -6,7 +6,12 @@ chain ran: the plan (amlhpc.azureml.nvme_raid_info), and only when there is some
 build or to keep, the build (mdadm, community.general.filesystem, ansible.builtin.lineinfile,
 ansible.posix.mount, ansible.builtin.file, update-initramfs). The decisions are plain
 functions of plugins/module_utils/amlhpc/nvme.py. Where the play imported the role without
-Ansible's own argument check, it checks the role's variables first (plugin_utils/role_args.py)."""
+Ansible's own argument check, it checks the role's variables first (plugin_utils/role_args.py).
+
+A rerun reads the node first with one shell command (module_utils/amlhpc/nvme_read.py,
+through plugin_utils/node_read.py): where there are no local NVMe disks, or the array and
+everything the file-system steps keep are in place, the plan is decided on the controller
+and no module runs; otherwise the modules run as above."""
 
 from __future__ import annotations
 
@@ -17,7 +22,9 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import VariableLayer
 
+from ansible_collections.amlhpc.azureml.plugins.plugin_utils.node_read import unchanged_result
 from ansible_collections.amlhpc.azureml.plugins.plugin_utils.role_args import RoleCheckedAction
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nvme_read import read_command, unchanged_state
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nvme import (
     mdadm_conf_line,
     mount_options,
@@ -54,8 +61,13 @@ class ActionModule(RoleCheckedAction):
         # what the assert and the "would build" message printed: one line per node, always shown
         result["_ansible_verbose_always"] = True
 
-        state = self._module("Find the local NVMe disks and what they hold", "amlhpc.azureml.nvme_raid_info",
-                             {k: p[k] for k in PLAN_OPTIONS if p[k] is not None})
+        # A rerun reads the node with one shell command; where it shows nothing to do (no disks, or
+        # the array and its records in place) no module runs. Otherwise the plan, then the steps.
+        in_place = unchanged_result(self, self._task.args, ARGUMENT_SPEC, read_command, unchanged_state,
+                                    home_paths=("device", "mount_point", "mdadm_conf"))
+        state = in_place if in_place is not None else self._module(
+            "Find the local NVMe disks and what they hold", "amlhpc.azureml.nvme_raid_info",
+            {k: p[k] for k in PLAN_OPTIONS if p[k] is not None})
         state = {k: v for k, v in state.items() if not k.startswith("_ansible") and k not in ("invocation", "changed")}
         self.register_host_variables({"nvme_raid_state": state}, VariableLayer.EPHEMERAL_FACT)
         result.update(action=state["action"], reason=state["reason"], array_device=state.get("array_device"))
@@ -70,7 +82,7 @@ class ActionModule(RoleCheckedAction):
                     state, p["device"], p["filesystem"], p["mount_point"], p["mdadm_conf"]))
                 return result
             self._build(state, p)
-        if state["action"] in ("create", "assemble", "exists") and p["recorded"] is None:
+        if state["action"] in ("create", "assemble", "exists") and p["recorded"] is None and in_place is None:
             self._filesystem(state, p)
         result.update(changed=bool(self._steps), steps=self._steps)
         if self._diffs:

@@ -27,6 +27,12 @@ description:
     the initramfs rebuilt when the ARRAY line changed (O(update_initramfs)).
   - With O(recorded), the plan is made on recorded outputs, which are not this node's disks, so
     the task says what it would build and builds nothing.
+  - A rerun first reads the node with one shell command, no Python on the node (lsblk, mdadm's and
+    blkid's view of the array, mdadm.conf, fstab, the mount point). Where that shows nothing to do,
+    either no local NVMe disks (C(skip)) or the array running under O(device) with its file system,
+    ARRAY line, fstab line, mount and mode as the steps above would leave them (C(exists)), the task
+    returns the same plan and result without running a module. Anything else, or a read it does
+    not expect, runs the modules as described above.
 attributes:
   action:
     support: full

@@ -125,18 +125,13 @@ create_argv:
 import os
 
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nvme import (
-    DEFAULT_EXPECTED_COUNTS,
-    array_from_detail,
+    LSBLK_COLUMNS,
     discover,
-    expected_count,
-    mdadm_create_argv,
     parse_lsblk,
-    plan,
     plan_argument_spec,
+    plan_result,
 )
 from ansible.module_utils.basic import AnsibleModule
-
-LSBLK_COLUMNS = "NAME,PATH,TYPE,SIZE,FSTYPE,PTTYPE,MOUNTPOINT,MODEL,TRAN,SERIAL"
 
 
 def _probe_host(module: AnsibleModule, device: str, exclude_models: list[str]) -> dict:
@@ -182,21 +177,7 @@ def main() -> None:
                  "probes": rec.get("probes") or {}, "detail": rec.get("detail") or ""}
     else:
         state = _probe_host(module, p["device"], p["exclude_models"])
-    candidates, excluded = discover(state["lsblk"], p["exclude_models"], state["present"])
-    counts = dict(DEFAULT_EXPECTED_COUNTS)
-    counts.update(p["expected_counts"] or {})
-    expected = expected_count(p["vm_size"], counts, p["expected_count"])
-    array = array_from_detail(p["device"], state["detail"])
-    decision = plan(candidates, excluded, state["probes"], array, expected, force=p["force"],
-                    vm_size=p["vm_size"])
-    module.exit_json(
-        changed=False,
-        excluded=excluded,
-        expected_count=expected,
-        array=array,
-        create_argv=mdadm_create_argv(p["device"], decision["devices"], p["chunk_kib"]),
-        **decision,
-    )
+    module.exit_json(**plan_result(p, state["lsblk"], state["present"], state["probes"], state["detail"]))
 
 
 if __name__ == "__main__":

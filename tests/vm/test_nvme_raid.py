@@ -54,13 +54,22 @@ def test_first_run_builds_the_array_mounts_it_and_persists_it(built):
     assert uuid in initramfs_conf
 
 
-def test_second_run_changes_nothing(built):
+def module_runs(stdout: str) -> int:
+    """Module runs over ssh in a -vvv log: the commands that start the node's Python."""
+    return sum(1 for line in stdout.splitlines() if "EXEC ssh" in line and "/usr/bin/python3" in line)
+
+
+def test_second_run_changes_nothing_and_runs_no_module(built):
+    """A rerun reads the node with one shell command (plugins/module_utils/amlhpc/nvme_read.py):
+    the array, its file system, mdadm.conf, fstab, the mount and its mode are in place, so
+    none of the five modules (plan, filesystem, lineinfile, mount, file) runs."""
     vm, first = built
     assert first.returncode == 0
-    res = vm.playbook(PLAYBOOK)
+    res = vm.playbook(PLAYBOOK, "-vvv")
     assert res.returncode == 0, res.stdout[-4000:]
     assert recap(res.stdout)["changed"] == 0, res.stdout[-4000:]
     assert "/dev/md128 is already a RAID0 of the 8 NVMe disks" in res.stdout
+    assert module_runs(res.stdout) == 0, res.stdout[-4000:]
 
 
 def test_check_mode_with_diff_changes_nothing(built):
@@ -69,6 +78,23 @@ def test_check_mode_with_diff_changes_nothing(built):
     res = vm.playbook(PLAYBOOK, "--check", "--diff")
     assert res.returncode == 0, res.stdout[-4000:]
     assert recap(res.stdout)["changed"] == 0, res.stdout[-4000:]
+
+
+def test_a_record_that_drifted_is_put_back_by_the_modules(built):
+    """What the read finds out of place makes the modules run: here the mount point's mode
+    and the array's line in mdadm.conf. Both come back, and the next rerun runs no module."""
+    vm, first = built
+    assert first.returncode == 0
+    vm.ssh("chmod 0700 /mnt/resource_nvme && sed -i '/^ARRAY /d' /etc/mdadm/mdadm.conf")
+    res = vm.playbook(PLAYBOOK, "-vvv")
+    assert res.returncode == 0, res.stdout[-4000:]
+    assert recap(res.stdout)["changed"] == 1, res.stdout[-4000:]
+    assert module_runs(res.stdout) == 5, res.stdout[-4000:]  # the plan, filesystem, lineinfile, mount, file
+    assert vm.ssh("stat -c %a /mnt/resource_nvme").stdout.strip() == "755"
+    uuid = vm.ssh("mdadm --detail --export /dev/md128 | sed -n 's/^MD_UUID=//p'").stdout.strip()
+    assert f"ARRAY /dev/md128 metadata=1.2 UUID={uuid}" in vm.ssh("cat /etc/mdadm/mdadm.conf").stdout.splitlines()
+    again = vm.playbook(PLAYBOOK, "-vvv")
+    assert recap(again.stdout)["changed"] == 0 and module_runs(again.stdout) == 0, again.stdout[-4000:]
 
 
 def test_array_comes_back_after_a_reboot(built):

@@ -63,6 +63,9 @@ DEFAULT_EXPECTED_COUNTS: dict[str, int] = {
     "Standard_HB120rs_v3": 2,
 }
 
+# The columns nvme_raid_info and the rerun's read (nvme_read) ask lsblk for.
+LSBLK_COLUMNS = "NAME,PATH,TYPE,SIZE,FSTYPE,PTTYPE,MOUNTPOINT,MODEL,TRAN,SERIAL"
+
 _NVME_NAME = re.compile(r"^nvme\d+n\d+$")
 
 
@@ -354,6 +357,24 @@ def plan(candidates: list[Mapping[str, Any]], excluded: list[Mapping[str, str]],
     wipe = [d["path"] for d in candidates if disk_findings(d, probes.get(d["path"]), device)]
     return done("create", f"creating {device} over non-empty disks because nvme_raid_force is set: "
                           + "; ".join(problems), problems=problems, wipe=wipe)
+
+
+def plan_result(params: Mapping[str, Any], devices: list[dict[str, Any]], present: Iterable[str] | None,
+                probes: Mapping[str, Mapping[str, Any]], detail: str | None) -> dict[str, Any]:
+    """What ``nvme_raid_info`` returns (the plan and what it was made of) from the node's
+    reads: ``devices`` (:func:`parse_lsblk`), ``present`` (their paths that exist here),
+    ``probes`` (per candidate disk) and ``detail`` (``mdadm --detail --export`` of the
+    array's device, empty when it is absent); ``params`` are the plan's options
+    (:func:`plan_argument_spec`)."""
+    candidates, excluded = discover(devices, params["exclude_models"], present)
+    counts = dict(DEFAULT_EXPECTED_COUNTS)
+    counts.update(params["expected_counts"] or {})
+    expected = expected_count(params["vm_size"], counts, params["expected_count"])
+    array = array_from_detail(params["device"], detail)
+    decision = plan(candidates, excluded, probes, array, expected, force=params["force"], vm_size=params["vm_size"])
+    return {"changed": False, "excluded": excluded, "expected_count": expected, "array": array,
+            "create_argv": mdadm_create_argv(params["device"], decision["devices"], params["chunk_kib"]),
+            **decision}
 
 
 def mdadm_create_argv(device: str, members: list[str], chunk_kib: int | None = None,
