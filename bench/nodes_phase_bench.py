@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import cpumeter  # noqa: E402
 import pyspy_breakdown  # noqa: E402
-from twin.cluster import Twin, free_base_port  # noqa: E402
+from twin.cluster import VM_SIZE, Twin, free_base_port  # noqa: E402
 
 BIN = Path(sys.executable).parent
 ANSIBLE_PLAYBOOK = str(BIN / "ansible-playbook")
@@ -99,7 +99,8 @@ def write_inventory(cluster: Twin, size: int, tmp: Path, extra: dict) -> Path:
     inv = inv_dir / "bench.azureml_compute.yml"
     inv.write_text(yaml.safe_dump({"plugin": "amlhpc.azureml.azureml_compute", "source": "nodes_file",
                                    "cluster": "bench", "nodes_file": str(nodes_file),
-                                   "admin_user": "azureuser", "min_nodes": size, "max_nodes": size}))
+                                   "admin_user": "azureuser", "min_nodes": size, "max_nodes": size,
+                                   "vm_size": VM_SIZE}))
     (inv_dir / "group_vars" / "all.yml").write_text(yaml.safe_dump({
         "ansible_ssh_private_key_file": str(cluster.key),
         # host key checking on (ansible.cfg), against the NAT endpoints' keys
@@ -288,7 +289,7 @@ def main() -> int:
                     if run == "second" and not args.no_pssh:
                         pargv = [sys.executable, str(ROOT / "bench" / "pssh_nodes.py"),
                                  "--nodes-file", str(nodes_file), "--key", str(cluster.key), "--user", cluster.admin_user,
-                                 "--address", cluster.public_address]
+                                 "--address", cluster.public_address, "--vm-size", VM_SIZE]
                         if site is not None:
                             pargv += ["--site", "--hosts", ",".join(f"bench-{i}" for i in range(size)),
                                       "--account-url", site.url, "--account-key", site.mn.ACCOUNT_KEY]

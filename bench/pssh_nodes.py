@@ -106,11 +106,12 @@ run("nvidia-smi", "--query-gpu=index,clocks.applications.graphics,clocks.applica
     "clocks.max.graphics,clocks.max.memory", "--format=csv,noheader,nounits")
 
 # nccl: VM size, SHARP plugin, topology, files
-try:
-    req = urllib.request.Request(a["imds"], headers={"Metadata": "true"})
-    urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req, timeout=3).read()
-except Exception:
-    pass
+if not a["vm_size"]:  # the role asks the instance metadata only where the inventory names no VM size
+    try:
+        req = urllib.request.Request(a["imds"], headers={"Metadata": "true"})
+        urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req, timeout=3).read()
+    except Exception:
+        pass
 os.path.exists("/usr/local/nccl-rdma-sharp-plugins/lib/libnccl-net.so")
 run("nvidia-smi", "topo", "-m")
 os.makedirs("/etc/amlhpc", mode=0o755, exist_ok=True)
@@ -243,6 +244,8 @@ def main() -> int:
     ap.add_argument("--user", default="azureuser")
     ap.add_argument("--cluster", default="bench")
     ap.add_argument("--address", default="127.0.0.1")
+    ap.add_argument("--vm-size", default="", help="the VM size the inventory names (none: nccl asks the instance "
+                                                   "metadata, as the role does)")
     ap.add_argument("--site", action="store_true",
                     help="also what the whole site.yml does on every node on a second run: the health check's "
                          "tool look-up and shared-mount write/read test, and the staged shard checked against the plan")
@@ -318,7 +321,7 @@ def main() -> int:
     node_args = {
         "key": f"{head_out['pub']} {comment}", "ips": ips, "nodefile": "/etc/amlhpc/nodefile",
         "known_hosts": "/etc/ssh/ssh_known_hosts", "marker": f"amlhpc ssh_trust: cluster {args.cluster}",
-        "known": known, "md": "/dev/md128", "imds": defaults["nccl_imds_url"],
+        "known": known, "md": "/dev/md128", "imds": defaults["nccl_imds_url"], "vm_size": args.vm_size,
         "topo_dest": defaults["nccl_topo_file_dest"],
         "nccl_conf": nccl_conf_content(defaults["nccl_conf_settings"], None),
         "nccl_env": nccl_env_content(defaults["nccl_env"], [], pinning, None),

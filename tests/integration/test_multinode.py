@@ -31,7 +31,7 @@ from conftest import ACCOUNT_KEY, _spawn_azurite, free_port
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from twin.cluster import Twin, free_base_port  # noqa: E402
+from twin.cluster import VM_SIZE, Twin, free_base_port  # noqa: E402
 
 NODES = 3
 ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
@@ -57,7 +57,7 @@ def user_inventory(twin: Twin, where: Path, cluster: str, group_vars: dict) -> P
     nodes_file = twin.write_nodes_file(where / "nodes.json")
     example.update({"cluster": cluster, "nodes_file": str(nodes_file), "min_nodes": len(twin.nodes),
                     "max_nodes": len(twin.nodes), "known_hosts_file": str(where / "known_hosts")})
-    example.pop("vm_size", None)  # the twin is no ND96asr_v4: no GPU thresholds
+    example["vm_size"] = VM_SIZE  # the twin is no ND96asr_v4: a CPU size, no GPU thresholds
     inv = where / f"{cluster}.azureml_compute.yml"
     inv.write_text(yaml.safe_dump(example))
     (where / "group_vars" / "all" / "main.yml").write_text(yaml.safe_dump(group_vars))

@@ -81,6 +81,12 @@ PUBLIC_ADDRESS = "127.0.0.1"
 DEFAULT_BASE_PORT = 50000
 SCRATCH_PATH = "/mnt/scratch"
 MASTER_PORT = 29500
+# The VM size the twin's inventory names, as an AmlCompute cluster always names one (the
+# inventory plugin's SDK sources read it from the cluster's properties): a CPU size, with no
+# GPU, no InfiniBand and no local NVMe disk, like the containers. No table of the roles knows
+# it, so the health check sets no GPU thresholds, nvme_raid checks no disk count and nccl
+# writes no topology file; and nccl does not ask the instance metadata for it.
+VM_SIZE = "Standard_D2s_v3"
 
 _BOOT = r"""
 set -e
