@@ -51,6 +51,12 @@ description:
     fails them is not contacted. It then makes C(stage_shard) (O(shard)), C(stage_azcopy_needed)
     (RV(needed)) and C(stage_azcopy_src_kind) (RV(src_kind)) host variables of the play, like
     M(ansible.builtin.set_fact) (not cached).
+  - A rerun on node-local storage (O(shared=false)) first reads the node with one shell command, no Python and
+    no secret on the node, C(<azcopy> --version) and one SHA-256 over the stage folder's sorted listing (type,
+    size and path of every entry, made on the node) and over this rank's manifest. Where O(verify=size), the plan
+    gives every file's size, azcopy runs as pinned and the folder holds exactly this shard and its manifest, the
+    action returns the module's own result for that case (nothing fetched, removed or written) without running
+    it. Anything else runs the module, which checks file by file.
 version_added: "1.0.0"
 author:
   - amlhpc contributors (@amlhpc)
@@ -348,9 +354,6 @@ sas_warnings:
 """
 
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy import (
-    AUTH_MODES,
-    VERIFY_MODES,
-    ExpectedFile,
     NameSet,
     StageError,
     auth_env,
@@ -361,9 +364,15 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy impor
     shard_is_staged,
     stage_shard,
 )
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_model import predict_node, rates_from
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_install import probe_install
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.files import ensure_folder
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.stage_read import (
+    ARGUMENT_SPEC,
+    REQUIRED_IF,
+    expected_files,
+    prediction_for,
+    summary_line,
+)
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 
@@ -374,52 +383,10 @@ def _shard_args(shard: dict) -> dict:
     return {"include_pattern": shard["include_pattern"]}
 
 
-def _expected(shard: dict) -> list[ExpectedFile] | None:
-    rows = shard.get("expected")
-    if rows is None:
-        return None
-    return [ExpectedFile(r["name"], r.get("raw_size"), bool(r.get("gzip")), r.get("sha256") or None, r.get("size"))
-            for r in rows]
-
-
 def _suffixes(shard: dict) -> list[int] | None:
     if shard.get("mode", "suffix") != "suffix":
         return None
     return [int(x) for x in shard.get("suffixes") or []]
-
-
-def prediction_for(result: dict, model: dict) -> dict:
-    """The model's prediction for what this run fetched (empty when nothing was)."""
-    if not result.get("fetched"):
-        return {}
-    model = dict(model or {})
-    nodes = int(model.pop("nodes", 1) or 1)
-    rates = rates_from(model)
-    wire = result.get("fetched_planned_bytes")
-    wire = result["bytes_over_wire"] if wire is None else wire
-    raw = result.get("fetched_planned_raw_bytes")
-    out = predict_node(int(wire), None if raw is None else int(raw), rates, nodes=nodes, wire_total=int(wire) * nodes)
-    out.update({"wire_bytes": int(wire), "raw_bytes": raw})
-    return out
-
-
-def summary_line(result: dict) -> str:
-    pred = result.get("prediction") or {}
-    text = (f"{result['files']} files, {result['fetched']} fetched ({result['repaired_count']} repaired), "
-            f"{result['gone_count']} gone ({result['removed'] - result.get('handed_count', 0)} removed); "
-            f"{result['seconds']:g} s measured")
-    if pred:
-        text += f", {pred['seconds']:g} s predicted ({pred['bottleneck']})"
-    if result.get("repaired"):
-        text += "; repaired: " + ", ".join(result["repaired"]) + (
-            f" and {result['repaired_count'] - len(result['repaired'])} more"
-            if result["repaired_count"] > len(result["repaired"]) else "")
-    if result.get("gone"):
-        text += "; gone: " + ", ".join(result["gone"]) + (
-            f" and {result['gone_count'] - len(result['gone'])} more" if result["gone_count"] > len(result["gone"]) else "")
-    if result.get("handed_count"):
-        text += f"; {result['handed_count']} handed to other nodes (removed)"
-    return text
 
 
 def probe_azcopy(module: AnsibleModule, warnings: list[str]) -> dict:
@@ -436,34 +403,8 @@ def probe_azcopy(module: AnsibleModule, warnings: list[str]) -> dict:
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "azcopy": {"type": "path", "default": "azcopy"},
-            "account_url": {"type": "str", "required": True},
-            "container": {"type": "str", "required": True},
-            "prefix": {"type": "str", "default": ""},
-            "auth": {"type": "str", "default": "sas", "choices": list(AUTH_MODES)},
-            "sas": {"type": "str", "no_log": True},
-            "msi_client_id": {"type": "str", "default": ""},
-            "tenant_id": {"type": "str", "default": ""},
-            "client_id": {"type": "str", "default": ""},
-            "client_secret": {"type": "str", "no_log": True},
-            "dest": {"type": "path", "required": True},
-            "rank": {"type": "int"},
-            "version": {"type": "str", "default": ""},
-            "install": {"type": "bool", "default": True},
-            "src": {"type": "str", "default": ""},
-            "shard": {"type": "dict", "required": True},
-            "known_names": {"type": "str", "default": ""},
-            "shared": {"type": "bool", "default": True},
-            "verify": {"type": "str", "default": "size", "choices": list(VERIFY_MODES)},
-            "prune": {"type": "bool", "default": False},
-            "decompress": {"type": "bool", "default": True},
-            "cap_mbps": {"type": "float", "default": 0},
-            "timeout": {"type": "int", "default": 0},
-            "progress_file": {"type": "path", "default": ""},
-            "model": {"type": "dict", "default": {}},
-        },
-        required_if=[("auth", "sas", ("sas",)), ("auth", "service_principal", ("tenant_id", "client_id", "client_secret"))],
+        argument_spec=ARGUMENT_SPEC,
+        required_if=REQUIRED_IF,
         supports_check_mode=True,
     )
     p = module.params
@@ -500,7 +441,7 @@ def main() -> None:
     extra = {"diff": folder} if folder and module._diff else {}  # pylint: disable=protected-access
     source = blob_url(p["account_url"], p["container"], p["prefix"])
     shard_args = _shard_args(shard)
-    expected = _expected(shard)
+    expected = expected_files(shard)
     known = NameSet.load(p["known_names"]) if p["known_names"] else None
     if module.check_mode:
         if expected is None:

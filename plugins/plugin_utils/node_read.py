@@ -4,7 +4,7 @@
 
 On a rerun most nodes have nothing to change, and a module run costs the node about 0.16 s
 of CPU where one shell command costs a few ms (bench/task_kinds_bench.py). The actions of
-nvidia_gpu_clocks, ssh_trust_node and nccl_config call :func:`unchanged_result` first: it
+nvidia_gpu_clocks, ssh_trust_node, nccl_config, nvme_raid and azcopy_stage call :func:`unchanged_result` first: it
 validates the task's arguments against the module's own spec, runs the module's read as one
 shell command (``ActionBase._low_level_execute_command``, as the task's become user) and
 hands the output to a pure function of ``plugins/module_utils/amlhpc`` that returns the
@@ -18,21 +18,25 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Optional
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.module_utils.common.parameters import remove_values
 from ansible.plugins.action import ActionBase
 
 
 def unchanged_result(action: ActionBase, args: Mapping[str, Any], spec: Mapping[str, Any],
                      command: Callable[[dict[str, Any]], Optional[str]],
                      outcome: Callable[[dict[str, Any], str], Optional[dict[str, Any]]],
-                     home_paths: Sequence[str] = ()) -> Optional[dict[str, Any]]:
+                     home_paths: Sequence[str] = (),
+                     required_if: Sequence[Any] = ()) -> Optional[dict[str, Any]]:
     """The module's result when one read of the node shows nothing to change, else None.
 
     ``command(params)`` is the shell read (None: the module has to run anyway);
     ``outcome(params, stdout)`` the decision. ``home_paths`` names the path options a ``~``
-    would make the node's to expand (the validator would expand it on the controller)."""
+    would make the node's to expand (the validator would expand it on the controller);
+    ``required_if`` is the module's. As a module's result, it carries the invocation, and
+    the values of ``no_log`` options are masked in all of it."""
     if any(str(args.get(k) or "").startswith("~") for k in home_paths):
         return None
-    checked = ArgumentSpecValidator(dict(spec)).validate(dict(args))
+    checked = ArgumentSpecValidator(dict(spec), required_if=list(required_if) or None).validate(dict(args))
     if checked.error_messages:
         return None  # the module refuses them, in its own words
     params = checked.validated_parameters
@@ -43,6 +47,7 @@ def unchanged_result(action: ActionBase, args: Mapping[str, Any], spec: Mapping[
     if read.get("rc") != 0:
         return None
     result = outcome(params, read.get("stdout", ""))
-    if result is not None:
-        result["invocation"] = {"module_args": params}
-    return result
+    if result is None:
+        return None
+    result["invocation"] = {"module_args": params}
+    return remove_values(result, checked._no_log_values)  # pylint: disable=protected-access

@@ -113,6 +113,45 @@ def test_a_rerun_costs_each_node_at_most_two_host_tasks(azurite, pb_dataset, tmp
     assert re.search(r"sig=", second.stdout + second.stderr) is None
 
 
+def test_a_rerun_reads_each_node_with_one_shell_command_not_a_module_run(azurite, pb_dataset, tmp_path):
+    """On a rerun the stage's action reads each node with one shell command (azcopy --version
+    and one digest of the stage folder, plugins/module_utils/amlhpc/stage_read.py) and,
+    where the folder holds exactly the node's shard, returns the module's result without
+    running it. A node whose folder drifted runs the module, which repairs it; a SAS
+    warning is still shown."""
+    inv, extra, env = two_nodes(azurite, pb_dataset, tmp_path)
+    python = os.path.realpath(str(ROOT / ".venv" / "bin" / "python"))
+
+    def module_runs(out: str) -> int:
+        return len(re.findall(rf"EXEC /bin/sh -c '?{re.escape(python)}", out))  # pipelined: unquoted
+
+    first = run_playbook("playbooks/stage.yml", extra, env, "-i", str(inv), "-vvv")
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
+    assert module_runs(first.stdout) == 2
+    second = run_playbook("playbooks/stage.yml", extra, env, "-i", str(inv), "-vvv")
+    assert second.returncode == 0, second.stdout[-3000:]
+    assert re.findall(r"^local-\d\s+: ok=\d+\s+changed=(\d+)", second.stdout, re.M) == ["0", "0"]
+    assert module_runs(second.stdout) == 0, second.stdout[-3000:]
+    for i in range(2):
+        assert re.search(rf"local-{i}: \d+ files, 0 fetched \(0 repaired\), 0 gone .*already there", second.stdout)
+
+    gone = sorted((tmp_path / "s1").rglob("*.tfrecord"))[0]
+    gone.unlink()
+    third = run_playbook("playbooks/stage.yml", extra, env, "-i", str(inv), "-vvv")
+    assert third.returncode == 0, third.stdout[-3000:]
+    assert module_runs(third.stdout) == 1  # local-1's, which fetches the file again
+    assert re.findall(r"^local-\d\s+: ok=\d+\s+changed=(\d+)", third.stdout, re.M) == ["0", "1"]
+    assert gone.is_file()
+
+    wide = {"TEST_STAGE_SAS": azurite.container_sas(pb_dataset.container, "racwdl")}
+    fourth = run_playbook("playbooks/stage.yml", extra, wide, "-i", str(inv), "-vvv")
+    assert fourth.returncode == 0, fourth.stdout[-3000:]
+    assert module_runs(fourth.stdout) == 0
+    assert "The SAS token grants more than read and list" in fourth.stdout + fourth.stderr
+    for out in (first, second, third, fourth):
+        assert re.search(r"sig=[^&'\s]", out.stdout + out.stderr) is None
+
+
 def test_a_wrong_variable_stops_every_node_before_it_acts(azurite, pb_dataset, tmp_path):
     """The role's argument check, inside its first task (the role is imported without
     Ansible's own), names the variable, and nothing is staged."""

@@ -233,6 +233,29 @@ def _cleanup_staging(stage_dir: str, staging: str) -> None:
         pass
 
 
+def stage_result(files: Mapping[str, int], *, seconds: float, verify: str, progress: list[dict[str, Any]],
+                 **kw: Any) -> dict[str, Any]:
+    """A stage's result (see :func:`stage_shard`) for ``files`` (this shard on disk, name:
+    size), what the run did (``kw``: fetched, removed, bytes_over_wire, ...; none given:
+    nothing) and its measured ``seconds``."""
+    wire = kw.pop("bytes_over_wire", 0)
+    out = {"files": len(files), "bytes": sum(files.values()), "bytes_over_wire": wire,
+           "seconds": round(seconds, 3),
+           "throughput_mb_s": round(wire / seconds / 1e6, 3) if seconds > 0 and wire else 0.0,
+           "fetched": 0, "repaired": [], "repaired_count": 0, "gone": [], "gone_count": 0,
+           "handed": [], "handed_count": 0, "removed": 0,
+           "skipped_existing": 0, "azcopy_runs": 0, "verify": verify, "progress": progress,
+           "fetched_planned_bytes": None, "fetched_planned_raw_bytes": None}
+    out.update(kw)
+    out["changed"] = bool(out["fetched"] or out["removed"])
+    return out
+
+
+def manifest_text(files: Mapping[str, int], key: str = "listed") -> str:
+    """The manifest ``.amlhpc-staged/<rank>.json`` as a stage writes it."""
+    return json.dumps({"key": key, "files": dict(files)}, indent=1, sort_keys=True)
+
+
 def stage_shard(*, azcopy: str, source_url: str, sas: str = "", stage_dir: str, rank: int,
                 include_pattern: str | None = None, blobs: Sequence[str] | None = None,
                 expected: Sequence[ExpectedFile] | None = None, decompress: bool = True,
@@ -272,18 +295,7 @@ def stage_shard(*, azcopy: str, source_url: str, sas: str = "", stage_dir: str, 
             _write_json_atomic(progress_file, {"node": node, **p})
 
     def done(files: dict[str, int], **kw: Any) -> dict[str, Any]:
-        seconds = time.monotonic() - started
-        wire = kw.pop("bytes_over_wire", 0)
-        out = {"files": len(files), "bytes": sum(files.values()), "bytes_over_wire": wire,
-               "seconds": round(seconds, 3),
-               "throughput_mb_s": round(wire / seconds / 1e6, 3) if seconds > 0 and wire else 0.0,
-               "fetched": 0, "repaired": [], "repaired_count": 0, "gone": [], "gone_count": 0,
-               "handed": [], "handed_count": 0, "removed": 0,
-               "skipped_existing": 0, "azcopy_runs": 0, "verify": verify, "progress": series.series(),
-               "fetched_planned_bytes": None, "fetched_planned_raw_bytes": None}
-        out.update(kw)
-        out["changed"] = bool(out["fetched"] or out["removed"])
-        return out
+        return stage_result(files, seconds=time.monotonic() - started, verify=verify, progress=series.series(), **kw)
 
     if expected is None:
         return _stage_unlisted(azcopy=azcopy, source_url=source_url, sas=sas, stage_dir=stage_dir, rank=rank,

@@ -178,3 +178,116 @@ def test_a_shard_without_a_rank_and_no_rank_option_names_both_fixes(tmp_path, ca
                           "entry of the azcopy_shards plan as shard (shards[inventory_hostname]: it carries the "
                           "rank), or set rank.")
     assert list(tmp_path.iterdir()) == []
+
+
+# --- The rerun's shell read (module_utils/amlhpc/stage_read.py): the module's result, no module run ---
+
+def staged_folder(tmp_path) -> tuple[Path, dict]:
+    """A node-local stage folder holding exactly its shard (files in a subfolder, gzip blobs
+    under their decompressed names), as a finished stage leaves it; and the shard."""
+    dest = tmp_path / "stage"
+    (dest / "train").mkdir(parents=True)
+    dest.chmod(0o755)
+    rows = []
+    for i, size in enumerate((5, 17, 1024)):
+        name = f"train/univ_{i:04d}_{i % 2:03d}.tfrecord"
+        (dest / name).write_bytes(b"x" * size)
+        rows.append({"name": f"{name}.gz", "raw_size": size, "gzip": True, "size": size // 2 + 1})
+    return dest, {"mode": "balanced", "rank": 2, "expected": rows, "list_of_files": [r["name"] for r in rows]}
+
+
+def read_args(tmp_path, dest: Path, shard: dict, **kw) -> dict:
+    return base(tmp_path, dest=str(dest), shard=shard, rank=None, shared=False, version="10.32.2",
+                azcopy=fake_azcopy(tmp_path, "azcopy version 10.32.2"), **kw)
+
+
+def shell_read(args: dict, check_mode: bool = False, terminal: bool = False) -> dict | None:
+    import subprocess
+    import time
+
+    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+    from amlhpc import stage_read
+
+    p = ArgumentSpecValidator(stage_read.ARGUMENT_SPEC).validate(args).validated_parameters
+    command = stage_read.read_command(p)
+    if command is None:
+        return None
+    out = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True, check=True).stdout
+    if terminal:  # over ssh Ansible runs the command on a terminal: \r\n line ends
+        out = out.replace("\n", "\r\n")
+    return stage_read.unchanged_outcome(p, out, check_mode=check_mode, started=time.monotonic())
+
+
+def without_timing(result: dict) -> dict:
+    """A result without what differs by nature: the measured seconds, the invocation (the
+    action adds it to the read's) and the warnings (the read's are checked against the
+    module's sas_warnings: a module run in this process returns whatever warnings the
+    process holds, in 2.21's structured form)."""
+    out = {k: v for k, v in result.items() if k not in ("seconds", "invocation", "warnings")}
+    if "summary" in result:
+        out["summary"] = result["summary"].replace(f"{result['seconds']:g} s measured", "S s measured")
+    return out
+
+
+@pytest.mark.parametrize("sas", [SAS_OK, SAS_OK.replace("sp=rl", "sp=racwdl")])
+def test_a_rerun_read_gives_the_module_result(tmp_path, capsys, sas):
+    dest, shard = staged_folder(tmp_path)
+    args = read_args(tmp_path, dest, shard, sas=sas)
+    first = run(args, capsys)  # nothing to fetch; it writes the manifest
+    assert (first["changed"], first["fetched"], first["files"]) == (False, 0, 3), first
+    (dest / ".amlhpc-staged" / "2.progress.json").write_text("{}")  # what a fetch leaves
+    module = run(args, capsys)
+    read = shell_read(args)
+    assert read is not None
+    assert without_timing(read) == without_timing(module)
+    assert read["summary"].startswith("3 files, 0 fetched (0 repaired), 0 gone (0 removed); ")
+    wide = ["The SAS token grants more than read and list (sp=racwdl: also add, create, write, delete): a staging "
+            "token should be sp=rl only."]
+    assert read.get("warnings", []) == module["sas_warnings"] == (wide if "racwdl" in sas else [])
+    assert shell_read(args, terminal=True) is not None
+    check_module = run({**args, "_ansible_check_mode": True}, capsys)
+    check_read = shell_read(args, check_mode=True)
+    assert check_read is not None and without_timing(check_read) == without_timing(check_module)
+
+
+@pytest.mark.parametrize("drift", [
+    "a file missing", "a file of another size", "another data file", "another rank's manifest", "a file kept compressed",
+    "a leftover staging folder", "the manifest edited", "no manifest", "the folder's mode", "another azcopy",
+    "shared storage", "checksums", "a plan without sizes", "no stage folder",
+])
+def test_a_rerun_read_leaves_anything_else_to_the_module(tmp_path, capsys, drift):
+    dest, shard = staged_folder(tmp_path)
+    args = read_args(tmp_path, dest, shard)
+    run(args, capsys)
+    assert shell_read(args) is not None
+    manifest = dest / ".amlhpc-staged" / "2.json"
+    if drift == "a file missing":
+        (dest / "train" / "univ_0001_001.tfrecord").unlink()
+    elif drift == "a file of another size":
+        (dest / "train" / "univ_0001_001.tfrecord").write_bytes(b"y" * 16)
+    elif drift == "another data file":
+        (dest / "univ_0009_009.tfrecord").write_bytes(b"z")
+    elif drift == "another rank's manifest":
+        (dest / ".amlhpc-staged" / "1.json").write_text('{"key": "listed", "files": {}}')
+    elif drift == "a file kept compressed":
+        (dest / "train" / "univ_0000_000.tfrecord").rename(dest / "train" / "univ_0000_000.tfrecord.gz")
+    elif drift == "a leftover staging folder":
+        (dest / ".amlhpc-staging" / "2").mkdir(parents=True)
+    elif drift == "the manifest edited":  # same size, other content
+        manifest.write_text(manifest.read_text().replace('"listed"', '"LISTED"'))
+    elif drift == "no manifest":
+        manifest.unlink()
+    elif drift == "the folder's mode":
+        dest.chmod(0o750)
+    elif drift == "another azcopy":
+        args["azcopy"] = fake_azcopy(tmp_path, "azcopy version 10.30.0")
+    elif drift == "shared storage":
+        args["shared"] = True
+    elif drift == "checksums":
+        args["verify"] = "checksum"
+    elif drift == "a plan without sizes":
+        args["shard"] = {**shard, "expected": [{**r, "raw_size": None} for r in shard["expected"]]}
+    elif drift == "no stage folder":
+        args["dest"] = str(tmp_path / "elsewhere")
+    assert shell_read(args) is None
