@@ -12,7 +12,7 @@ from typing import Any
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_cmd import AUTH_MODES
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_cmd import auth_argument_spec
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_files import NameSet
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_model import predict, rates_from
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_sas import check_sas, redact
@@ -29,12 +29,7 @@ _ARGS = {
     "account_url": {"type": "str"},
     "container": {"type": "str"},
     "prefix": {"type": "str", "default": ""},
-    "auth": {"type": "str", "default": "sas", "choices": list(AUTH_MODES)},
-    "sas": {"type": "str", "no_log": True},
-    "msi_client_id": {"type": "str", "default": ""},
-    "tenant_id": {"type": "str", "default": ""},
-    "client_id": {"type": "str", "default": ""},
-    "client_secret": {"type": "str", "no_log": True},
+    **auth_argument_spec(),
     "model": {"type": "dict", "default": {}},
     "list": {"type": "bool", "default": True},
     "allow_idle": {"type": "bool", "default": False},

@@ -22,9 +22,25 @@ Standard library only.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 from urllib.parse import quote
 
 AUTH_MODES = ("sas", "managed_identity", "service_principal", "azure_cli")
+
+
+def auth_argument_spec() -> dict[str, dict[str, Any]]:
+    """The authentication options of the blob modules and actions (``auth`` and what each
+    mode needs), a fresh copy per call; the secrets are ``no_log``."""
+    return {
+        "auth": {"type": "str", "default": "sas", "choices": list(AUTH_MODES)},
+        "sas": {"type": "str", "no_log": True},
+        "msi_client_id": {"type": "str", "default": ""},
+        "tenant_id": {"type": "str", "default": ""},
+        "client_id": {"type": "str", "default": ""},
+        "client_secret": {"type": "str", "no_log": True},
+    }
+
+
 AUTO_LOGIN_TYPES = {"managed_identity": "MSI", "service_principal": "SPN", "azure_cli": "AZCLI"}
 # Variables azcopy reads for auto login; cleared from an inherited environment so that the
 # mode asked for is the mode used.

@@ -30,7 +30,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Optional
 
-from .azcopy_cmd import AUTH_MODES, auth_env
+from .azcopy_cmd import auth_argument_spec, auth_env
 from .azcopy_files import MANIFEST_DIRNAME, VERIFY_MODES, ExpectedFile
 from .azcopy_install import install_decision
 from .azcopy_model import predict_node, rates_from
@@ -46,12 +46,7 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "account_url": {"type": "str", "required": True},
     "container": {"type": "str", "required": True},
     "prefix": {"type": "str", "default": ""},
-    "auth": {"type": "str", "default": "sas", "choices": list(AUTH_MODES)},
-    "sas": {"type": "str", "no_log": True},
-    "msi_client_id": {"type": "str", "default": ""},
-    "tenant_id": {"type": "str", "default": ""},
-    "client_id": {"type": "str", "default": ""},
-    "client_secret": {"type": "str", "no_log": True},
+    **auth_argument_spec(),
     "dest": {"type": "path", "required": True},
     "rank": {"type": "int"},
     "version": {"type": "str", "default": ""},
@@ -181,9 +176,9 @@ def parse_read(stdout: str, version: bool) -> Optional[dict[str, Any]]:
             probe = lines.pop(0).split(" ")
             if probe[:2] != [MARK, "probe"] or len(probe) != 3:
                 return None
-            stdout, stderr = (base64.b64decode(lines.pop(0), validate=True).decode("utf-8", "surrogateescape")
-                              .rstrip("\r\n") for stream in ("stdout", "stderr"))
-            out["probe"] = (int(probe[2]), stdout, stderr)
+            stdout = base64.b64decode(lines.pop(0), validate=True).decode("utf-8", "surrogateescape")
+            stderr = base64.b64decode(lines.pop(0), validate=True).decode("utf-8", "surrogateescape")
+            out["probe"] = (int(probe[2]), stdout.rstrip("\r\n"), stderr.rstrip("\r\n"))
         for key in ("listing", "manifest"):
             fields = lines.pop(0).split(" ")
             if fields[:2] != [MARK, "list" if key == "listing" else key] or len(fields) < 3:
