@@ -158,123 +158,31 @@ facts:
 """
 
 import os
-import shlex
-import shutil
-import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc import fsbench, health
-
-TOOL_KEYS = ("nvidia_smi", "nvbandwidth", "bandwidth_test", "all_reduce_perf", "alltoall_perf", "elbencho", "mpirun")
-
-
-def run(argv: list[str], timeout: int) -> dict:
-    """rc, stdout, stderr of one command; a command that cannot start or runs past
-    ``timeout`` is rc -1 with the reason in stderr (judged as a failed check)."""
-    try:
-        # run_command has no timeout: a hung nvidia-smi or nccl-tests must end as a failed check
-        proc = subprocess.run(argv, capture_output=True, text=True, errors="replace",  # pylint: disable=ansible-bad-function
-                              timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        return {"rc": -1, "stdout": "", "stderr": f"{argv[0]} ran longer than {timeout} s (healthcheck_command_timeout)"}
-    except OSError as exc:
-        return {"rc": -1, "stdout": "", "stderr": f"{argv[0]}: {exc}"}
-    return {"rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
-
-
-def find_tools(names: dict, dirs: list[str]) -> dict[str, str]:
-    path = os.pathsep.join([os.environ.get("PATH", ""), *dirs])
-    return {key: (shutil.which(str(names[key]), path=path) or "") if names.get(key) else "" for key in TOOL_KEYS}
-
-
-def probe(p: dict, check_mode: bool) -> dict:
-    """Run on the node what the checks read (health.node_checks judges it)."""
-    timeout = p["command_timeout"]
-    tools = find_tools(p["tools"], p["tool_dirs"])
-    out: dict = {"tools": tools}
-    gpus = 0
-    if tools["nvidia_smi"]:
-        out["gpu_query"] = run(health.nvidia_smi_gpu_args(tools["nvidia_smi"]), timeout)
-        out["remap_query"] = run(health.nvidia_smi_remap_args(tools["nvidia_smi"]), timeout)
-        out["kernel_log"] = run(shlex.split(p["kernel_log_command"]), timeout)
-        gpus = health.gpu_count_of(out["gpu_query"])
-        if tools["nvbandwidth"]:
-            out["nvbandwidth"] = run([tools["nvbandwidth"], "-t", "host_to_device_memcpy_ce",
-                                      "device_to_host_memcpy_ce"], timeout)
-        elif tools["bandwidth_test"]:
-            out["bandwidth_test"] = [run([tools["bandwidth_test"], f"--device={i}", "--memory=pinned"], timeout)
-                                     for i in range(gpus)]
-        out["nccl_node"] = [
-            {"check": name, **run([tools[tool], *shlex.split(p["nccl_node_args"]), "-g", str(gpus)], timeout)}
-            for name, tool, _limit in health.NODE_NCCL_TESTS if tools[tool]]
-    if p["cluster"] is not None:
-        out["nodefile_exists"] = os.path.exists(str(p["cluster"].get("nodefile") or ""))
-    fs_path = p["fs_path"]
-    out["fs_isdir"] = bool(fs_path) and os.path.isdir(fs_path)
-    if not out["fs_isdir"] or check_mode:
-        return out
-    if tools["elbencho"]:
-        files = -(-p["fs_files"] // p["fs_parallel"])
-        out["elbencho"] = run([tools["elbencho"], "--write", "--read", "--mkdirs", "--delfiles", "--deldirs",
-                               "--threads", str(p["fs_parallel"]), "--dirs", "1", "--files", str(files),
-                               "--size", f"{p['fs_file_size_mb']}m", "--block", "1m",
-                               f"{fs_path}/.amlhpc-elbencho-{p['node_name']}"], timeout)
-    else:
-        try:
-            out["fs_bench"] = fsbench.run(fs_path, files=p["fs_files"], file_size=p["fs_file_size_mb"] * 2**20,
-                                          parallel=p["fs_parallel"])
-        except (OSError, ValueError) as exc:
-            out["fs_bench"] = {"error": f"file system benchmark under {fs_path} failed: {exc}"}
-    return out
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc import health
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.health_probe import (
+    ARGUMENT_SPEC,
+    module_result,
+    needs_folder,
+    probe,
+)
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "tools": {"type": "dict", "required": True},
-            "tool_dirs": {"type": "list", "elements": "str", "default": []},
-            "vm_size": {"type": "str", "default": ""},
-            "thresholds": {"type": "dict", "default": {}},
-            "kernel_log_command": {"type": "str", "default": "dmesg"},
-            "nccl_node_args": {"type": "str", "default": ""},
-            "command_timeout": {"type": "int", "default": 900},
-            "fs_path": {"type": "str", "default": ""},
-            "fs_path_create": {"type": "bool", "default": False},
-            "fs_files": {"type": "int", "default": 16},
-            "fs_file_size_mb": {"type": "int", "default": 256},
-            "fs_parallel": {"type": "int", "default": 8},
-            "node_name": {"type": "str", "default": "node"},
-            "cluster": {"type": "dict"},
-        },
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     try:
         limits = health.thresholds_for(p["vm_size"], p["thresholds"])
     except ValueError as exc:
         module.fail_json(msg=str(exc))
-    changed = False
-    if p["fs_path_create"] and p["fs_path"] and not os.path.isdir(p["fs_path"]):
-        changed = True
-        if not module.check_mode:
-            try:
-                os.makedirs(p["fs_path"], mode=0o755)
-            except OSError as exc:
-                module.fail_json(msg=f"cannot create the mount test's folder {p['fs_path']}: {exc}")
-    raw = probe(p, module.check_mode)
-    judged = health.node_checks(raw, limits, {k: str(p["tools"].get(k) or k) for k in TOOL_KEYS},
-                                vm_size=p["vm_size"], fs_path=p["fs_path"], check_mode=module.check_mode,
-                                cluster=p["cluster"])
-    facts = {"healthcheck_checks": judged["checks"], "healthcheck_limits": limits, "healthcheck_tools": raw["tools"],
-             "healthcheck_gpu_count": judged["gpu_count"], "healthcheck_cluster_runs": judged["cluster_runs"],
-             # the raw runs, in the shapes the HTML report reads (module_utils/amlhpc/report_html.py)
-             "healthcheck_nccl_node_run": {"results": [{"item": {"check": r["check"]}, "stdout": r["stdout"],
-                                                        "stderr": r["stderr"], "rc": r["rc"]}
-                                                       for r in raw.get("nccl_node", [])]},
-             "healthcheck_elbencho_run": raw.get("elbencho") or {"skipped": True},
-             "healthcheck_fs_bench_run": raw.get("fs_bench") or {"skipped": True}}
-    module.exit_json(changed=changed, checks=judged["checks"], gpu_count=judged["gpu_count"], limits=limits,
-                     tools=raw["tools"], cluster_runs=judged["cluster_runs"], facts=facts)
+    changed = needs_folder(p)
+    if changed and not module.check_mode:
+        try:
+            os.makedirs(p["fs_path"], mode=0o755)
+        except OSError as exc:
+            module.fail_json(msg=f"cannot create the mount test's folder {p['fs_path']}: {exc}")
+    module.exit_json(**module_result(p, probe(p, module.check_mode), limits, changed, module.check_mode))
 
 
 if __name__ == "__main__":

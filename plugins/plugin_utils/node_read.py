@@ -51,3 +51,18 @@ def unchanged_result(action: ActionBase, args: Mapping[str, Any], spec: Mapping[
         return None
     result["invocation"] = {"module_args": params}
     return remove_values(result, checked._no_log_values)  # pylint: disable=protected-access
+
+
+def python_interpreter(action: ActionBase, task_vars: Mapping[str, Any]) -> Optional[str]:
+    """The node's Python as a module run of this task would use it, where it is known without
+    asking the node: ``ansible_python_interpreter`` set to a plain path, else the interpreter
+    Ansible discovered on an earlier module run (the cached fact). None otherwise (a template,
+    ``auto``, a delegated task): the module runs, and Ansible finds the interpreter."""
+    if action._task.delegate_to:  # pylint: disable=protected-access
+        return None
+    chosen = task_vars.get("ansible_python_interpreter")
+    if chosen is None:
+        chosen = (task_vars.get("ansible_facts") or {}).get("discovered_interpreter_python")
+    if isinstance(chosen, str) and chosen.startswith("/") and not any(c.isspace() or c in "{}'\"" for c in chosen):
+        return chosen
+    return None

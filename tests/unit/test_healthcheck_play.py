@@ -179,3 +179,46 @@ def test_check_mode_measures_read_only_and_writes_nothing(cluster):
     assert "check mode: the test writes files" in res.stdout
     assert "nvidia-smi --query-gpu" in log.read_text()  # read-only probes still ran
     assert list(scratch.iterdir()) == []
+
+
+def _module_runs(out: str) -> int:
+    """healthcheck_node module runs in a -vvv log: the node's Python fed Ansible's payload
+    (pipelined: the interpreter alone), not given a program with -c."""
+    python = re.escape(sys.executable)
+    return len(re.findall(rf"EXEC /bin/sh -c '?{python} \S*AnsiballZ_healthcheck_node\.py", out))
+
+
+def _probe_runs(out: str) -> int:
+    return len(re.findall(rf"EXEC /bin/sh -c '?{re.escape(sys.executable)} -c", out))
+
+
+def test_each_node_is_measured_with_one_shell_command_not_a_module_run(cluster):
+    """The node's Python is known (here ansible_python_interpreter): the module's probe runs as
+    one command, without Ansible's module payload, and the checks, the table and the gate are
+    the same (the other tests of this file run the same way)."""
+    make, log, scratch = cluster
+    res = run(make(), "-vvv")
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr
+    assert _module_runs(res.stdout) == 0, res.stdout[-3000:]
+    assert _probe_runs(res.stdout) == 2
+    assert "2 node(s): 18 passed, 0 failed, 0 skipped checks" in res.stdout
+    assert "elbencho --write --read" in log.read_text() and list(scratch.iterdir()) == []
+
+
+def test_a_mount_folder_to_create_is_left_to_the_module(cluster, tmp_path):
+    """healthcheck_fs_path_create with the folder missing is a change: the module makes the
+    folder and measures in it (one module run per node), and the next run measures without."""
+    make, _unused, _unused = cluster
+    folder = tmp_path / "new-scratch"
+    # a folder of each node's own (the two stand-in nodes share this machine's disk)
+    inv = make(healthcheck_fs_path=f"{folder}/{{{{ inventory_hostname }}}}", healthcheck_fs_path_create=True)
+    first = run(inv, "-vvv")
+    assert first.returncode == 0, first.stdout[-4000:] + first.stderr
+    assert _module_runs(first.stdout) == 2 and _probe_runs(first.stdout) == 2  # looked, then the module
+    assert sorted(p.name for p in folder.iterdir()) == ["n0", "n1"]
+    assert re.findall(r"^n\d\s+: ok=\d+\s+changed=(\d+)", first.stdout, re.M) == ["1", "1"]
+    second = run(inv, "-vvv")
+    assert second.returncode == 0, second.stdout[-4000:]
+    assert _module_runs(second.stdout) == 0 and _probe_runs(second.stdout) == 2
+    assert re.findall(r"^n\d\s+: ok=\d+\s+changed=(\d+)", second.stdout, re.M) == ["0", "0"]
+    assert "2 node(s): 18 passed, 0 failed, 0 skipped checks" in second.stdout

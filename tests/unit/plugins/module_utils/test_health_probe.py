@@ -1,0 +1,125 @@
+"""The health check's probe as one shell command (module_utils/amlhpc/health_probe.py): the
+command, run here by /bin/sh as the action sends it, gives the module's own result.
+
+The tools are stand-in scripts that print recorded outputs in the real tools' shapes
+(fixtures/health); the shared-mount test writes and reads real files.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from amlhpc import health
+from amlhpc.health_probe import (
+    ARGUMENT_SPEC,
+    MARKER,
+    MODULE_NAMES,
+    module_result,
+    node_side,
+    probe,
+    probe_command,
+    read_outcome,
+)
+
+FIX = Path(__file__).parent / "fixtures" / "health"
+SOURCES_DIR = Path(__file__).resolve().parents[4] / "plugins" / "module_utils" / "amlhpc"
+
+
+def sources() -> list[tuple[str, str]]:
+    """As the action reads them: health, fsbench, health_probe, under their import names."""
+    return [(name, (SOURCES_DIR / (name.rpartition(".")[2] + ".py")).read_text()) for name in MODULE_NAMES]
+
+
+def params(**over) -> dict:
+    p = {k: v.get("default") for k, v in ARGUMENT_SPEC.items()}
+    p.update(tools={"nvidia_smi": "nvidia-smi", "nvbandwidth": "nvbandwidth", "bandwidth_test": "bandwidthTest",
+                    "all_reduce_perf": "all_reduce_perf", "alltoall_perf": "alltoall_perf", "elbencho": "",
+                    "mpirun": "mpirun"},
+             vm_size="Standard_ND96asr_v4", kernel_log_command=f"cat {FIX / 'dmesg_clean.txt'}")
+    p.update(over)
+    return p
+
+
+@pytest.fixture()
+def tools(tmp_path) -> Path:
+    folder = tmp_path / "tools"
+    folder.mkdir()
+    scripts = {
+        "nvidia-smi": f'case "$*" in *--query-gpu=*) cat {FIX / "nvsmi_gpu_ndv4_ok.csv"} ;; '
+                      f'*--query-remapped-rows=*) cat {FIX / "nvsmi_remap_ndv4_ok.csv"} ;; *) exit 2 ;; esac',
+        "nvbandwidth": f"cat {FIX / 'nvbandwidth_ndv4_ok.txt'}",
+        "all_reduce_perf": f"cat {FIX / 'all_reduce_ndv4_node_slow.txt'}",
+    }
+    for name, body in scripts.items():
+        (folder / name).write_text("#!/bin/sh\n" + body + "\n")
+        (folder / name).chmod(0o755)
+    return folder
+
+
+def shell(cmd: str) -> str:
+    res = subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, text=True, timeout=120, check=True)
+    return res.stdout
+
+
+def module_way(p: dict, check_mode: bool = False) -> dict:
+    """What the module returns (less its invocation), computed here with its own functions."""
+    return module_result(p, probe(p, check_mode), health.thresholds_for(p["vm_size"], p["thresholds"]), False,
+                         check_mode)
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_the_command_gives_the_modules_result(tools, tmp_path, check_mode):
+    p = params(tool_dirs=[str(tools)], cluster={"enabled": True, "nodes": 2, "nodefile": str(tmp_path / "none"),
+                                                "mpirun_args": "", "args": ""})
+    out = shell(probe_command(sys.executable, p, check_mode, sources()))
+    got = read_outcome(p, out, check_mode)
+    assert got == module_way(p, check_mode)
+    statuses = {c["check"]: c["status"] for c in got["checks"]}
+    assert statuses["nccl_all_reduce_node"] == "fail" and statuses["gpu_count"] == "pass"  # judged, not just run
+    assert got["changed"] is False and got["facts"]["healthcheck_gpu_count"] == 8
+
+
+def test_the_mount_test_runs_on_the_node_and_cleans_up(tools, tmp_path):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    p = params(tool_dirs=[str(tools)], fs_path=str(scratch), fs_files=2, fs_file_size_mb=1, fs_parallel=2)
+    got = read_outcome(p, shell(probe_command(sys.executable, p, False, sources())), False)
+    bench = got["facts"]["healthcheck_fs_bench_run"]
+    assert bench["files"] == 2 and bench["write_mbps"] > 0 and bench["read_mbps"] > 0, bench
+    assert {c["check"] for c in got["checks"]} >= {"fs_write", "fs_read"}
+    assert list(scratch.iterdir()) == []
+    # the same checks and statuses as the module's way (the figures differ run to run)
+    assert [(c["check"], c["status"]) for c in got["checks"]] == [(c["check"], c["status"])
+                                                                 for c in module_way(p)["checks"]]
+
+
+def test_a_terminal_and_a_banner_around_the_answer_are_read(tools):
+    p = params(tool_dirs=[str(tools)])
+    out = shell(probe_command(sys.executable, p, False, sources()))
+    noisy = "Last login: today\r\n" + out.replace("\n", "\r\n")
+    assert read_outcome(p, noisy, False) == read_outcome(p, out, False) == module_way(p)
+
+
+def test_no_answer_or_a_folder_to_create_leaves_it_to_the_module(tmp_path):
+    p = params(fs_path=str(tmp_path / "missing"), fs_path_create=True)
+    assert node_side(p, False) == {"module": True}
+    assert read_outcome(p, "\n" + MARKER + '{"module": true}\n', False) is None
+    assert read_outcome(p, "", False) is None
+    assert read_outcome(p, MARKER + "{not json", False) is None
+    refused = params(thresholds={"default": {"no_such_key": 1}})
+    with pytest.raises(ValueError):
+        health.thresholds_for(refused["vm_size"], refused["thresholds"])
+    assert read_outcome(refused, MARKER + '{"raw": {"tools": {}}}', False) is None
+
+
+def test_the_command_carries_no_quote_that_breaks_the_shell(tools):
+    """The program is single-quoted as a whole: a parameter with quotes and $ travels inside
+    the payload, not the shell's words."""
+    p = params(tool_dirs=[str(tools)], node_name="it's $HOME \"n0\"")
+    cmd = probe_command(sys.executable, p, False, sources())
+    assert "$HOME" not in cmd and "it's" not in cmd
+    assert read_outcome(p, shell(cmd), False) == module_way(p)
