@@ -17,6 +17,10 @@ description:
     can decompress on the fly and check every file on disk by size and by content.
   - Compression is deterministic (gzip C(mtime=0)), so a rerun produces the same bytes; blobs
     already there with the same size, MD5 and metadata are skipped (idempotent).
+  - A rerun does not read or compress again a file whose copy in O(work_dir) is current - the
+    record O(work_dir)/.amlhpc-prepared.json keeps each source's size, modification and change
+    times and inode as they were when its copy was made, and the copy's size, MD5 and the
+    source's SHA-256. Any difference compresses that file again.
   - The module's arguments carry a secret; its action plugin runs it pipelined on every connection
     (the local one included) and refuses otherwise, so its payload is never written to a file.
   - Runs where the data is (usually the controller); needs the Python package azure-storage-blob.
@@ -39,7 +43,9 @@ options:
     type: path
     required: true
   work_dir:
-    description: Folder for the compressed copies (same layout); kept, so a rerun does not compress again.
+    description:
+      - Folder for the compressed copies (same layout) and their record; kept, so a rerun does not
+        compress again what has not changed.
     type: path
     required: true
   suffixes:
@@ -107,6 +113,16 @@ uploaded:
   type: int
 already_there:
   description: Blobs already there with the same size and MD5.
+  returned: success
+  type: int
+compressed:
+  description: Files gzipped in this run (the others' copies in O(work_dir) were current).
+  returned: success
+  type: int
+reused:
+  description:
+    - Files not read nor gzipped again - the record in O(work_dir) shows the source as it was
+      when its copy there was made (size, modification and change times, inode).
   returned: success
   type: int
 raw_bytes:
@@ -190,15 +206,16 @@ def main() -> None:
             wanted = {f"{pre}/{r}.gz" if pre else f"{r}.gz" for r in rels}
             missing = wanted - _existing_names(p, credential)
             module.exit_json(changed=bool(missing), files=len(rels), missing=len(missing))
+        stats: dict[str, int] = {}
         prepared = compress_all(p["src"], p["work_dir"], prefix=p["prefix"], level=p["level"],
-                                workers=p["workers"] or None, suffixes=p["suffixes"])
+                                workers=p["workers"] or None, suffixes=p["suffixes"], stats=stats)
         counts = upload_prepared(prepared, p["account_url"], p["container"], credential,
                                  workers=p["upload_workers"], create_container=p["create_container"])
     except Exception as exc:  # noqa: BLE001 - the SDK raises many kinds; the message is what matters
         module.fail_json(msg=f"dataset upload failed: {redact(str(exc), secrets).splitlines()[0]}")
     ratio = counts["gzip_bytes"] / counts["raw_bytes"] if counts["raw_bytes"] else 1.0
     module.exit_json(changed=counts["uploaded"] > 0, ratio=round(ratio, 4),
-                     seconds=round(time.monotonic() - started, 3), **counts)
+                     seconds=round(time.monotonic() - started, 3), **counts, **stats)
 
 
 if __name__ == "__main__":

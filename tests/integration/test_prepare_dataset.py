@@ -22,6 +22,7 @@ def test_prepare_dataset_uploads_gzip_encoded_and_is_idempotent(azurite, tmp_pat
     first = run_playbook("playbooks/prepare_dataset.yml", extra, env)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
     assert "128 files" in first.stdout and "uploaded 128, already there 0" in first.stdout
+    assert "compressed 128, unchanged since their copy was made 0" in first.stdout
     assert key not in first.stdout + first.stderr
 
     listing = list_blobs(azurite.endpoint, "prepared", "v07", credential=azurite.service().credential)
@@ -39,6 +40,8 @@ def test_prepare_dataset_uploads_gzip_encoded_and_is_idempotent(azurite, tmp_pat
     second = run_playbook("playbooks/prepare_dataset.yml", extra, env)
     assert second.returncode == 0, second.stdout[-3000:]
     assert "uploaded 0, already there 128" in second.stdout
+    # the rerun neither read nor gzipped the data set again (dataset_prep's record in work_dir)
+    assert "compressed 0, unchanged since their copy was made 128" in second.stdout
     assert recap_localhost(second.stdout)["changed"] == 0
     assert (ROOT / "playbooks" / "prepare_dataset.yml").exists()
 

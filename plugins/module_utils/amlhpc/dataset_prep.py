@@ -11,7 +11,13 @@ content, against them. (The seed
 case: CosmoFlow v0.7, 5.1 TB of TFRecords, is 1.1 TB gzip-encoded.)
 
 Idempotent: a blob that already exists with the same size, MD5 and metadata is skipped
-(one uploaded before the checksum was recorded is uploaded again, once).
+(one uploaded before the checksum was recorded is uploaded again, once). A rerun does not
+compress again what it compressed before: ``work_dir`` keeps the compressed copies and a
+record (``.amlhpc-prepared.json``) of each one's source as it was then (size, modification
+and change times, inode) and of the copy (size, MD5, the source's SHA-256). A source that
+still matches, with its copy in place at the recorded size, is neither read nor compressed
+again; any difference (the file rewritten, touched, replaced, another level) compresses it
+again. So a rerun over the full data set (5.1 TB) stats its files instead of gzipping them.
 
 Compression runs in a process pool (CPU bound), uploads in a thread pool (I/O bound).
 The Azure SDK (azure-storage-blob) is imported only by ``upload_prepared``.
@@ -22,6 +28,7 @@ from __future__ import annotations
 import base64
 import gzip
 import hashlib
+import json
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -75,19 +82,72 @@ def _gzip_one(args: tuple[str, str, int]) -> tuple[int, int, str, str]:
             hashlib.sha256(data).hexdigest())
 
 
+RECORD = ".amlhpc-prepared.json"
+
+
+def _source_key(path: str) -> list[int]:
+    """What says a source file is as it was: size, modification and change times (ns), inode."""
+    st = os.stat(path)
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+def _load_record(work_dir: str, level: int) -> dict[str, list]:
+    """The previous run's record of ``work_dir`` (rel -> source key + copy), or {} (none, another
+    level, unreadable)."""
+    try:
+        with open(os.path.join(work_dir, RECORD), encoding="utf-8") as fh:
+            record = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(record, dict) or record.get("level") != level or not isinstance(record.get("files"), dict):
+        return {}
+    return record["files"]
+
+
+def _reusable(entry: object, key: list[int], gz_path: str) -> bool:
+    if not (isinstance(entry, list) and len(entry) == 7 and entry[:4] == key):
+        return False
+    try:
+        return os.path.getsize(gz_path) == entry[4]
+    except OSError:
+        return False
+
+
 def compress_all(root: str, work_dir: str, prefix: str = "", level: int = 6, workers: int | None = None,
-                 suffixes: Sequence[str] = DEFAULT_PATTERNS) -> list[Prepared]:
-    """gzip every data file under ``root`` into ``work_dir`` (same layout, ``.gz`` added), in parallel."""
+                 suffixes: Sequence[str] = DEFAULT_PATTERNS, stats: dict[str, int] | None = None) -> list[Prepared]:
+    """gzip every data file under ``root`` into ``work_dir`` (same layout, ``.gz`` added), in
+    parallel, except those whose copy in ``work_dir`` the record shows current (module
+    docstring). ``stats``, where given, gets ``compressed`` and ``reused`` counts."""
     rels = find_files(root, suffixes)
     jobs = [(os.path.join(root, r), os.path.join(work_dir, r + ".gz"), level) for r in rels]
-    workers = workers or max(1, min(len(jobs), os.cpu_count() or 1))
     if not jobs:
         return []
-    if workers == 1:
-        results = [_gzip_one(j) for j in jobs]
-    else:
+    record = _load_record(work_dir, level)
+    keys = [_source_key(src) for src, _dst, _lvl in jobs]
+    # (raw bytes, gzip bytes, MD5, SHA-256), as _gzip_one returns them, from the record where current
+    results: list[tuple[int, int, str, str] | None] = [
+        (record[r][0], record[r][4], record[r][5], record[r][6]) if _reusable(record.get(r), k, dst) else None
+        for r, k, (_src, dst, _lvl) in zip(rels, keys, jobs)]
+    todo = [i for i, res in enumerate(results) if res is None]
+    workers = workers or max(1, min(len(todo), os.cpu_count() or 1))
+    if todo and workers == 1:
+        for i in todo:
+            results[i] = _gzip_one(jobs[i])
+    elif todo:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            results = list(pool.map(_gzip_one, jobs, chunksize=max(1, len(jobs) // (workers * 4))))
+            done = pool.map(_gzip_one, [jobs[i] for i in todo], chunksize=max(1, len(todo) // (workers * 4)))
+            for i, res in zip(todo, done):
+                results[i] = res
+    if todo or set(record) != set(rels):
+        # the record, rewritten whole (atomically): the files of this run, as compressed
+        files = {r: [*k, size, md5, sha] for r, k, (_raw, size, md5, sha) in zip(rels, keys, results)}
+        os.makedirs(work_dir, exist_ok=True)
+        tmp = os.path.join(work_dir, f"{RECORD}.tmp-{os.getpid()}")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump({"level": level, "files": files}, fh)
+        os.replace(tmp, os.path.join(work_dir, RECORD))
+    if stats is not None:
+        stats.update(compressed=len(todo), reused=len(jobs) - len(todo))
     pre = prefix.strip("/")
     out = []
     for rel, (src, dst, _unused), (raw, size, md5, sha) in zip(rels, jobs, results):
