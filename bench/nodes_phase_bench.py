@@ -17,6 +17,7 @@ projection to 512 nodes on a 4-core controller, and the ratio to parallel-ssh.
 
     .venv/bin/python bench/nodes_phase_bench.py [--sizes 1,4,16,32] [--playbook playbooks/nodes.yml]
         [--site] [--mitogen] [--label text] [--profile-tasks N] [--pyspy DIR]
+        [--repeat N [--compare DIR]]
 
 --site runs the whole site.yml instead, set up as tests/integration/test_multinode.py sets it
 up (Azurite on the nodes' gateway, the twin's AzureML stand-in; the first run makes and stages
@@ -31,6 +32,7 @@ import argparse
 import hashlib
 import os
 import re
+import statistics
 import sys
 import tempfile
 import textwrap
@@ -188,6 +190,47 @@ def print_phases(argv: list[str], project: Path, env: dict, label: str, size: in
         print(f"      {phase:<12} {wall:>7.1f} {cpu:>10.1f} {cpu / size:>8.2f} {nodes:>11.1f} {nodes / size:>8.2f}", flush=True)
 
 
+def repeat_rounds(args: argparse.Namespace, project: Path, argv: list[str], env: dict, label: str,
+                  run_pssh) -> None:
+    """--repeat: rounds of second runs (this tree, then --compare's) and a pssh run, on the
+    same nodes, one after the other; each tree's wall ratio to the pssh run of its round."""
+    trees = [("this tree", project)]
+    if args.compare:
+        other = Path(args.compare).resolve()
+        trees.append((f"{other.name}", other))
+        warm = cpumeter.run(argv, cwd=other, env=env, timeout=3600)  # its own caches, as after its own run
+        if warm.returncode != 0:
+            sys.exit(f"--compare {other}: the run failed:\n{warm.stdout[-3000:]}")
+    ratios: dict[str, list[float]] = {name: [] for name, _tree in trees}
+    pwalls = []
+    print(f"      {args.repeat} rounds, alternating on the same nodes (load average at the start "
+          f"{os.getloadavg()[0]:.1f}):", flush=True)
+    for i in range(args.repeat):
+        walls = {}
+        for name, tree in trees:
+            before = cpumeter.containers_cpu(label)
+            m = cpumeter.run(argv, cwd=tree, env=env, timeout=3600)
+            after = cpumeter.containers_cpu(label)
+            if m.returncode != 0:
+                sys.exit(f"round {i + 1}, {name}: the run failed:\n{m.stdout[-3000:]}")
+            changed = sum(c.get("changed", 0) for c in recap(m.stdout).values())
+            walls[name] = m.wall
+            nodes = f"{after - before:.1f} s" if None not in (before, after) else "-"
+            print(f"      round {i + 1} {name:<14} wall {m.wall:6.1f} s  controller CPU {m.cpu:6.1f} s  nodes' CPU "
+                  f"{nodes:>7}  changed {changed}", flush=True)
+        p, pnodes, pout = run_pssh()
+        pwalls.append(p.wall)
+        print(f"      round {i + 1} {'pssh':<14} wall {p.wall:6.1f} s  CPU {p.cpu:6.2f} s  nodes' CPU "
+              f"{(f'{pnodes:.1f} s' if pnodes is not None else '-'):>7}  changed {pout['changed_files']} files"
+              + "".join(f"  | {name}: {w / p.wall:.2f}x" for name, w in walls.items()), flush=True)
+        for name, w in walls.items():
+            ratios[name].append(w / p.wall)
+    for name, rs in ratios.items():
+        print(f"      {name}: wall ratio to pssh median {statistics.median(rs):.2f}x, range {min(rs):.2f}-{max(rs):.2f}x "
+              f"over {len(rs)} rounds (pssh wall median {statistics.median(pwalls):.1f} s, range "
+              f"{min(pwalls):.1f}-{max(pwalls):.1f} s)", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1,4,16,32")
@@ -215,6 +258,13 @@ def main() -> int:
     parser.add_argument("--phases", action="store_true",
                         help="with --site: after the second run, each phase alone (--tags <phase>), less a run of "
                              "the always-tagged plays (validate, report): wall, controller CPU and nodes' CPU per phase")
+    parser.add_argument("--repeat", type=int, default=0, metavar="N",
+                        help="after the second run, N more rounds on the same nodes, each a second run (of this "
+                             "tree, then of --compare's) and a pssh run, alternating; prints each round and the wall "
+                             "ratios' median and range: the run-to-run noise beside the figure")
+    parser.add_argument("--compare", metavar="DIR",
+                        help="with --repeat: another checkout (e.g. a worktree of an older commit) run on the same "
+                             "nodes in every round, after one unmeasured run of its own (its facts and caches)")
     parser.add_argument("-e", "--extra", action="append", default=[], metavar="KEY=VALUE",
                         help="group var for the bench inventory (YAML value)")
     args = parser.parse_args()
@@ -256,8 +306,25 @@ def main() -> int:
                     run_env = env
                 nodes_file = inv.parent / "nodes.json" if args.site else tmp_path / "nodes.json"
                 argv = [ANSIBLE_PLAYBOOK, "-i", str(inv), args.playbook]
+                label = f"amlhpc.twin={cluster.prefix}"
+
+                def run_pssh() -> tuple[cpumeter.Measured, float | None, dict]:
+                    """pssh_nodes.py on the same nodes: its measurement, the nodes' CPU, its summary."""
+                    pargv = [sys.executable, str(ROOT / "bench" / "pssh_nodes.py"),
+                             "--nodes-file", str(nodes_file), "--key", str(cluster.key), "--user", cluster.admin_user,
+                             "--address", cluster.public_address, "--vm-size", VM_SIZE]
+                    if site is not None:
+                        pargv += ["--site", "--hosts", ",".join(f"bench-{i}" for i in range(size)),
+                                  "--account-url", site.url, "--account-key", site.mn.ACCOUNT_KEY]
+                    pnodes_before = cpumeter.containers_cpu(label)
+                    p = cpumeter.run(pargv, cwd=ROOT, timeout=900)
+                    pnodes_after = cpumeter.containers_cpu(label)
+                    if p.returncode != 0:
+                        sys.exit(f"pssh_nodes.py failed:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
+                    return (p, None if None in (pnodes_before, pnodes_after) else pnodes_after - pnodes_before,
+                            yaml.safe_load(p.stdout.strip().splitlines()[-1]))
+
                 for run in ("first", "second"):
-                    label = f"amlhpc.twin={cluster.prefix}"
                     nodes_before = cpumeter.containers_cpu(label)
                     run_argv = argv
                     if args.cprofile and run == "second":
@@ -287,19 +354,7 @@ def main() -> int:
                     if node_cpu is not None:
                         masters += f"  nodes' CPU {node_cpu:.1f} s"
                     if run == "second" and not args.no_pssh:
-                        pargv = [sys.executable, str(ROOT / "bench" / "pssh_nodes.py"),
-                                 "--nodes-file", str(nodes_file), "--key", str(cluster.key), "--user", cluster.admin_user,
-                                 "--address", cluster.public_address, "--vm-size", VM_SIZE]
-                        if site is not None:
-                            pargv += ["--site", "--hosts", ",".join(f"bench-{i}" for i in range(size)),
-                                      "--account-url", site.url, "--account-key", site.mn.ACCOUNT_KEY]
-                        pnodes_before = cpumeter.containers_cpu(label)
-                        p = cpumeter.run(pargv, cwd=ROOT, timeout=900)
-                        pnodes_after = cpumeter.containers_cpu(label)
-                        pnode_cpu = None if None in (pnodes_before, pnodes_after) else pnodes_after - pnodes_before
-                        if p.returncode != 0:
-                            sys.exit(f"pssh_nodes.py failed:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
-                        pout = yaml.safe_load(p.stdout.strip().splitlines()[-1])
+                        p, pnode_cpu, pout = run_pssh()
                         pchanged = pout["changed_files"]
                         if pout.get("retried"):
                             print(f"      pssh retried: {'; '.join(pout['retried'])}", flush=True)
@@ -316,6 +371,8 @@ def main() -> int:
                             print(f"      {task}", flush=True)
                         if args.pyspy:
                             print(textwrap.indent(pyspy_breakdown.report(str(raw)), "      "), flush=True)
+                if args.repeat:
+                    repeat_rounds(args, project, argv, run_env, label, run_pssh)
             finally:
                 if site is not None:
                     site.close()
