@@ -135,8 +135,7 @@ def module_result(p: Mapping[str, Any], raw: Mapping[str, Any], limits: Mapping[
                   check_mode: bool) -> dict[str, Any]:
     """The module's result (less its invocation) for the probe's outputs ``raw``."""
     judged = node_checks(raw, limits, {k: str(p["tools"].get(k) or k) for k in TOOL_KEYS},
-                                vm_size=p["vm_size"], fs_path=p["fs_path"], check_mode=check_mode,
-                                cluster=p["cluster"])
+                         vm_size=p["vm_size"], fs_path=p["fs_path"], check_mode=check_mode, cluster=p["cluster"])
     facts = {"healthcheck_checks": judged["checks"], "healthcheck_limits": limits, "healthcheck_tools": raw["tools"],
              "healthcheck_gpu_count": judged["gpu_count"], "healthcheck_cluster_runs": judged["cluster_runs"],
              # the raw runs, in the shapes the HTML report reads (module_utils/amlhpc/report_html.py)

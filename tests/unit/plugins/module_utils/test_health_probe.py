@@ -93,8 +93,8 @@ def test_the_mount_test_runs_on_the_node_and_cleans_up(tools, tmp_path):
     assert {c["check"] for c in got["checks"]} >= {"fs_write", "fs_read"}
     assert list(scratch.iterdir()) == []
     # the same checks and statuses as the module's way (the figures differ run to run)
-    assert [(c["check"], c["status"]) for c in got["checks"]] == [(c["check"], c["status"])
-                                                                 for c in module_way(p)["checks"]]
+    statuses = [(c["check"], c["status"]) for c in module_way(p)["checks"]]
+    assert [(c["check"], c["status"]) for c in got["checks"]] == statuses
 
 
 def test_a_terminal_and_a_banner_around_the_answer_are_read(tools):
