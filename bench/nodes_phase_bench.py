@@ -268,6 +268,10 @@ def main() -> int:
     parser.add_argument("-e", "--extra", action="append", default=[], metavar="KEY=VALUE",
                         help="group var for the bench inventory (YAML value)")
     args = parser.parse_args()
+    if args.compare and not args.repeat:
+        parser.error("--compare runs in the rounds of --repeat N: give --repeat too")
+    if args.repeat and args.no_pssh:
+        parser.error("--repeat measures against pssh in every round: drop --no-pssh")
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.site:
         args.playbook = "site.yml"

@@ -10,6 +10,10 @@ shell command (``ActionBase._low_level_execute_command``, as the task's become u
 hands the output to a pure function of ``plugins/module_utils/amlhpc`` that returns the
 module's result for "nothing to change", or None. None (also on arguments the module would
 refuse, a path under a home folder, a failed read) means: run the module, as before.
+
+healthcheck_node's action uses it the same way, but its command is the module's whole work:
+the probe's code run on the node's Python (:func:`python_interpreter`), judged on the
+controller into the module's result; None there also means: run the module.
 """
 
 from __future__ import annotations
