@@ -17,4 +17,6 @@ class FilterModule:
             "amlhpc_nodefile_lines": lazy("ssh_trust", "nodefile_lines", errors=(ValueError,)),
             "amlhpc_known_hosts_block": lazy("ssh_trust", "known_hosts_block"),
             "amlhpc_ssh_trust_plan": lazy("ssh_trust", "cluster_plan", errors=(ValueError,)),
+            "amlhpc_head_key_command": lazy("ssh_trust", "head_key_command"),
+            "amlhpc_head_key_state": lazy("ssh_trust", "head_key_state"),
         }

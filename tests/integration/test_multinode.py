@@ -218,6 +218,11 @@ def test_site_on_the_twin(twin, gateway_azurite, tmp_path):
     (tmp_path / "second.log").write_text(second.stdout + second.stderr)
     assert second.returncode == 0, second.stdout[-6000:]
     counters = recap(second.stdout)
+    # The head's key was read by the scan's command and found as asked: neither the file nor
+    # the openssh_keypair module ran on the head.
+    for task in ("Make sure root's .ssh directory exists on each head", "Generate each head's passwordless key"):
+        block = second.stdout[second.stdout.index(task):].split("\nTASK [")[0]
+        assert re.search(r"skipping: \[(e2e-\d+)\] => \(item=\1\)", block) and "ok: [" not in block, block
     changed = {h: counters[h]["changed"] for h in [*hosts, "localhost"]}
     assert changed == {h: 0 for h in [*hosts, "localhost"]}, json.dumps(changed)
     assert list(json.loads(state.read_text())["jobs"]) == ["cosmoflow"], "the finished run was submitted again"

@@ -9,6 +9,8 @@ data and scan output into what the role writes, and say what is missing.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import ipaddress
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -228,3 +230,123 @@ def node_unchanged(params: Mapping[str, Any], stdout: str) -> bool:
         return False
     return file_unchanged(kh, managed_block_text(kh.text or "", params["known_hosts_marker"],
                                                  params["known_hosts_lines"]), 0, 0, 0o644)
+
+
+# --------------------------------------------------------------------------------------
+# The head's key, read in the scan's command
+# --------------------------------------------------------------------------------------
+# The head's key is made by community.crypto.openssh_keypair, after the file module made its
+# folder. On a rerun both find everything as asked, yet cost two module runs on the head
+# (about 1.6 s of wall time per run). The scan's command on the head reads what they check
+# first (lines starting with HEAD_KEY_MARKER, comments to the scan's parser), and
+# head_key_state() says whether the modules have anything to do; where they do, they run.
+HEAD_KEY_MARKER = "#amlhpc-head-key "
+
+# sh -c HEAD_KEY_READ sh KEY_PATH SSH-KEYSCAN-ARGS...: the folder's and both files' type,
+# mode and owner, the public key derived from the private one (no passphrase: a key that
+# needs one is not the role's), and the .pub file; then the scan itself. Errors of the read
+# are dropped: whatever is missing leaves the key "not as asked", and the modules run.
+HEAD_KEY_READ = (
+    'k=$1; shift; '
+    '{ for f in "${k%/*}" "$k" "$k.pub"; do printf "stat %s\\n" "$(stat -c "%a %U %G %F" -- "$f" || echo missing)"; done; '
+    'printf "derived %s\\n" "$(ssh-keygen -y -P "" -f "$k" </dev/null)"; '
+    'printf "pub %s\\n" "$(head -n 1 -- "$k.pub")"; '
+    '} 2>/dev/null | sed "s/^/#amlhpc-head-key /"; '
+    'exec ssh-keyscan "$@"'
+)
+
+# openssh_keypair's key types, the names their public keys carry, and their sizes in bits.
+_KEY_NAMES = {"rsa": ("ssh-rsa",), "dsa": ("ssh-dss",), "ed25519": ("ssh-ed25519",),
+              "ecdsa": ("ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521")}
+_ECDSA_BITS = {"ecdsa-sha2-nistp256": 256, "ecdsa-sha2-nistp384": 384, "ecdsa-sha2-nistp521": 521}
+# openssh_keypair's default size of each type where the role passes none (ed25519).
+_DEFAULT_BITS = {"rsa": 4096, "dsa": 1024, "ecdsa": 256}
+
+
+def _ssh_string(blob: bytes, pos: int) -> tuple[bytes, int]:
+    if pos + 4 > len(blob):
+        raise ValueError("truncated key blob")
+    size = int.from_bytes(blob[pos:pos + 4], "big")
+    if pos + 4 + size > len(blob):
+        raise ValueError("truncated key blob")
+    return blob[pos + 4:pos + 4 + size], pos + 4 + size
+
+
+def public_key_bits(key_name: str, data: str) -> int | None:
+    """The size in bits of an OpenSSH public key (``type base64``): an RSA key's modulus, an
+    ECDSA key's curve, 256 for Ed25519; None where the blob cannot be read."""
+    if key_name == "ssh-ed25519":
+        return 256
+    if key_name in _ECDSA_BITS:
+        return _ECDSA_BITS[key_name]
+    try:
+        blob = base64.b64decode(data, validate=True)
+        name, pos = _ssh_string(blob, 0)
+        if name.decode("ascii", "replace") != key_name:
+            return None
+        if key_name == "ssh-rsa":
+            _unused, pos = _ssh_string(blob, pos)     # e
+            n, pos = _ssh_string(blob, pos)
+        elif key_name == "ssh-dss":
+            n, pos = _ssh_string(blob, pos)           # p
+        else:
+            return None
+    except (ValueError, binascii.Error):
+        return None
+    return int.from_bytes(n, "big").bit_length()
+
+
+def head_key_state(output: str, key_type: str, key_size: int | None, comment: str,
+                   owner: str = "root", group: str = "root") -> dict[str, Any]:
+    """Whether the head's key is as the role's ``file`` and ``openssh_keypair`` tasks ask, from
+    the lines of ``HEAD_KEY_READ`` in ``output`` (the scan's stdout).
+
+    Returns ``{"ready": bool, "public_key": "type base64" (the module's form) or "",
+    "why": what differs}``. Ready means both modules would change nothing: the folder a
+    directory 0700 root:root; the key and its .pub regular files 0600 root:root (the module
+    sets the mode on both); the private key readable without a passphrase, of the asked type
+    and size; the .pub file the same key with the asked comment. ``owner``/``group``: the
+    role's are root's.
+    """
+    read: dict[str, list[str]] = {}
+    for raw in output.splitlines():
+        if raw.startswith(HEAD_KEY_MARKER):
+            kind, _unused, rest = raw[len(HEAD_KEY_MARKER):].partition(" ")
+            read.setdefault(kind, []).append(rest)
+
+    def not_ready(why: str) -> dict[str, Any]:
+        return {"ready": False, "public_key": "", "why": why}
+
+    stats = read.get("stat", [])
+    if len(stats) != 3:
+        return not_ready("the head's key was not read")
+    for what, line, kind, mode in zip(("folder", "key", "public key"), stats,
+                                      ("directory", "regular file", "regular file"), ("700", "600", "600")):
+        fields = line.split(" ", 3)
+        if len(fields) != 4:
+            return not_ready(f"the {what} is missing")
+        if fields[3] != kind or fields[0] != mode or fields[1:3] != [owner, group]:
+            return not_ready(f"the {what} is {fields[3]} {fields[0]} {fields[1]}:{fields[2]}, "
+                             f"not {kind} {mode} {owner}:{group}")
+    derived = (read.get("derived") or [""])[0].split()
+    pub = (read.get("pub") or [""])[0].split(" ", 2)
+    if len(derived) < 2:
+        return not_ready("the private key cannot be read without a passphrase")
+    name, data = derived[0], derived[1]
+    if name not in _KEY_NAMES.get(key_type, ()):
+        return not_ready(f"the key is {name}, not {key_type}")
+    size = public_key_bits(name, data)
+    wanted = None if key_type == "ed25519" else (key_size or _DEFAULT_BITS.get(key_type))
+    if wanted is not None and size != int(wanted):
+        return not_ready(f"the key has {size} bits, not {wanted}")
+    if len(pub) < 2 or pub[:2] != [name, data]:
+        return not_ready("the .pub file is not the private key's public half")
+    if (pub[2] if len(pub) > 2 else "") != comment:
+        return not_ready("the .pub file's comment differs")
+    return {"ready": True, "public_key": f"{name} {data}", "why": ""}
+
+
+def head_key_command(key_path: str, scan_argv: Iterable[str]) -> list[str]:
+    """The scan's argv on the head: ``HEAD_KEY_READ`` of ``key_path``, then ``ssh-keyscan``
+    with ``scan_argv`` (its options and the nodes' IPs)."""
+    return ["sh", "-c", HEAD_KEY_READ, "sh", str(key_path), *[str(a) for a in scan_argv]]
