@@ -42,6 +42,9 @@ def test_prepare_dataset_uploads_gzip_encoded_and_is_idempotent(azurite, tmp_pat
     assert "uploaded 0, already there 128" in second.stdout
     # the rerun neither read nor gzipped the data set again (dataset_prep's record in work_dir)
     assert "compressed 0, unchanged since their copy was made 128" in second.stdout
+    # The data set already there: the generate task is skipped on the controller (no module run).
+    block = second.stdout[second.stdout.index("Generate a small CosmoFlow-format data set"):].split("\nTASK [")[0]
+    assert "skipping: [localhost]" in block, block
     assert recap_localhost(second.stdout)["changed"] == 0
     assert (ROOT / "playbooks" / "prepare_dataset.yml").exists()
 

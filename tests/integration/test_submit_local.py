@@ -41,9 +41,12 @@ def test_local_backend_trains_and_reports_metrics_then_is_idempotent(tmp_path):
                          env=dict(os.environ, PYTHONPATH=str(ROOT / "plugins" / "module_utils")), check=False)
     assert gen.returncode == 0, gen.stderr
     extra = ["-e", "submit_name=itest", "-e", f"submit_data_dir={data}", "-e", f"submit_output_dir={out}",
-             "-e", "amlhpc_no_log=false"]
+             "-e", "amlhpc_no_log=false", "-e", "submit_generate_data=true"]
     first = playbook(tmp_path, *extra)
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-2000:]
+    # The data set is there (asked to generate one where it is not): the play, on the
+    # controller, skips its generation with no module run.
+    assert task_result(first.stdout, "Generate the small")["skip_reason"] == "Conditional result was False"
     result = task_result(first.stdout, "Run the training job")
     assert result["changed"] is True and result["status"] == "Completed"
     spec = result["spec"]
