@@ -31,3 +31,39 @@ def test_a_run_without_a_job_writes_its_report_into_the_project_folder(tmp_path)
     assert f"report: {project}/outputs/cosmoflow/report.html" in res.stdout
     after = set((ROOT / "outputs").rglob("*")) if (ROOT / "outputs").exists() else set()
     assert after == before
+
+
+def test_the_page_is_written_by_the_action_with_no_module_run_and_not_in_check_mode(tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    inv = tmp_path / "inv.yml"
+    inv.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}},
+        "vars": {"amlhpc_project_dir": str(project), "local_blob_enabled": False}}}))
+
+    def play(*args: str) -> subprocess.CompletedProcess:
+        res = subprocess.run([ANSIBLE_PLAYBOOK, "-vvv", "-i", str(inv), str(ROOT / "playbooks" / "report.yml"), *args],
+                             cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+        return res
+
+    page = project / "outputs" / "cosmoflow" / "report.html"
+    check = play("--check")
+    assert not page.parent.exists()
+    run = play()
+    assert page.is_file() and page.read_text().startswith("<!DOCTYPE html>")
+    # No module went anywhere: the folder and the page are the action's (no file, stat or copy run).
+    assert "AnsiballZ_" not in check.stdout + run.stdout, [
+        line for line in (check.stdout + run.stdout).splitlines() if "AnsiballZ_" in line][:5]
+
+
+def test_the_page_is_refused_off_the_controller(tmp_path):
+    playbook = tmp_path / "p.yml"
+    playbook.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "connection": "ssh",
+                                         "tasks": [{"amlhpc.azureml.report_file": {
+                                             "dest": str(tmp_path / "r.html"), "content": "x"}}]}]))
+    res = subprocess.run([ANSIBLE_PLAYBOOK, "-i", "localhost,", str(playbook)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode != 0
+    assert "report_file writes on the controller" in res.stdout and "connection is 'ssh'" in res.stdout, res.stdout
+    assert not (tmp_path / "r.html").exists()

@@ -1,0 +1,47 @@
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
+"""Write the run's report page on the controller (the ``report_file`` action): the folder made
+where missing, the page replaced atomically (a reader never sees half a page), nothing written
+in check mode. Plain functions, tested directly."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+
+def write_page(dest: str, content: str, mode: int = 0o644, dir_mode: int = 0o755,
+               check_mode: bool = False) -> dict[str, Any]:
+    """Write ``content`` (UTF-8) to ``dest``, making its folder (``dir_mode``) where missing.
+
+    Returns ``{"dest", "size", "changed", "created_dir"}``: ``changed`` is true where the bytes
+    or the mode on disk differ (or would, in check mode, where nothing is written). The page is
+    written to a temporary file in the same folder and renamed over ``dest``; on an error the
+    temporary file is removed and the ``OSError`` raised.
+    """
+    data = content.encode("utf-8")
+    folder = os.path.dirname(os.path.abspath(dest))
+    created_dir = not os.path.isdir(folder)
+    try:
+        with open(dest, "rb") as f:
+            same = f.read() == data and (os.stat(dest).st_mode & 0o7777) == mode
+    except FileNotFoundError:
+        same = False
+    result = {"dest": dest, "size": len(data), "changed": not same, "created_dir": created_dir}
+    if check_mode or same:
+        return result
+    if created_dir:
+        os.makedirs(folder, mode=dir_mode, exist_ok=True)
+        os.chmod(folder, dir_mode)  # makedirs' mode is masked by the umask
+    fd, tmp = tempfile.mkstemp(prefix=".report-", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, mode)
+        os.replace(tmp, dest)
+    except OSError:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return result

@@ -1,0 +1,69 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, amlhpc contributors
+# MIT License (see LICENSE or https://opensource.org/licenses/MIT)
+"""Documentation stub: report_file is an action plugin (plugins/action/report_file.py)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: report_file
+short_description: Write the run's report page on the controller
+description:
+  - Runs on the controller, in the action itself (no module is sent anywhere): makes the
+    folder of O(dest) where missing (mode C(0755)) and replaces O(dest) with O(content)
+    atomically (a temporary file in the same folder, renamed), so a reader never sees half a
+    page.
+  - For the report play (C(hosts: localhost), C(connection: local)); any other connection,
+    or a C(delegate_to), is refused with a sentence, as the file would land on the controller.
+  - Where the page on disk already has these bytes and mode, nothing is written.
+version_added: "1.0.0"
+author:
+  - amlhpc contributors (@amlhpc)
+attributes:
+  check_mode:
+    support: full
+    details: Writes nothing; says whether it would change the page.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+options:
+  dest:
+    description: The page's path on the controller.
+    type: path
+    required: true
+  content:
+    description: The page (UTF-8 text).
+    type: str
+    required: true
+  mode:
+    description: The page's mode, octal (C('0644')).
+    type: raw
+    default: "0644"
+"""
+
+EXAMPLES = r"""
+- name: Write report.html
+  amlhpc.azureml.report_file:
+    dest: "{{ playbook_dir }}/outputs/cosmoflow/report.html"
+    content: "{{ page }}"
+  changed_when: false
+"""
+
+RETURN = r"""
+dest:
+  description: The page's path.
+  returned: always
+  type: str
+size:
+  description: Bytes written (or that would be).
+  returned: always
+  type: int
+created_dir:
+  description: Whether the folder was made (or would be, in check mode).
+  returned: always
+  type: bool
+"""

@@ -1,0 +1,52 @@
+"""amlhpc.report_file.write_page: the report page written on the controller."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from amlhpc.report_file import write_page
+
+
+def mode_of(path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_makes_the_folder_and_writes_the_page(tmp_path):
+    old = os.umask(0o077)
+    try:
+        dest = tmp_path / "outputs" / "run" / "report.html"
+        got = write_page(str(dest), "<p>é</p>")
+    finally:
+        os.umask(old)
+    assert got == {"dest": str(dest), "size": len("<p>é</p>".encode()), "changed": True, "created_dir": True}
+    assert dest.read_text(encoding="utf-8") == "<p>é</p>"
+    assert mode_of(dest) == 0o644 and mode_of(dest.parent) == 0o755  # not the umask's
+    assert [p.name for p in dest.parent.iterdir()] == ["report.html"]  # no temporary file left
+
+
+def test_the_same_page_is_not_written_again(tmp_path):
+    dest = tmp_path / "report.html"
+    write_page(str(dest), "a")
+    os.utime(dest, (1, 1))
+    assert write_page(str(dest), "a")["changed"] is False
+    assert os.stat(dest).st_mtime == 1
+    assert write_page(str(dest), "a", mode=0o600)["changed"] is True and mode_of(dest) == 0o600
+    assert write_page(str(dest), "b", mode=0o600)["changed"] is True and dest.read_text() == "b"
+
+
+def test_check_mode_writes_nothing(tmp_path):
+    dest = tmp_path / "new" / "report.html"
+    assert write_page(str(dest), "a", check_mode=True) == {"dest": str(dest), "size": 1, "changed": True,
+                                                          "created_dir": True}
+    assert not dest.parent.exists()
+
+
+def test_a_failed_write_leaves_no_temporary_file(tmp_path):
+    dest = tmp_path / "report.html"
+    dest.mkdir()  # a folder where the page goes: the rename fails
+    with pytest.raises(OSError):
+        write_page(str(dest), "a")
+    assert [p.name for p in tmp_path.iterdir()] == ["report.html"]
