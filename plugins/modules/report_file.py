@@ -10,12 +10,12 @@ DOCUMENTATION = r"""
 module: report_file
 short_description: Write the run's report page on the controller
 description:
-  - Runs on the controller, in the action itself (no module is sent anywhere): makes the
+  - Runs on the controller, in the action itself (no module is sent anywhere). It makes the
     folder of O(dest) where missing (mode C(0755)) and replaces O(dest) with O(content)
     atomically (a temporary file in the same folder, renamed), so a reader never sees half a
     page.
-  - For the report play (C(hosts: localhost), C(connection: local)); any other connection,
-    or a C(delegate_to), is refused with a sentence, as the file would land on the controller.
+  - For the report play (C(hosts=localhost), C(connection=local)). Any other connection,
+    or a C(delegate_to), is refused with a sentence, as the page would still land on the controller.
   - Where the page on disk already has these bytes and mode, nothing is written.
 version_added: "1.0.0"
 author:

@@ -39,8 +39,8 @@ def test_the_same_page_is_not_written_again(tmp_path):
 
 def test_check_mode_writes_nothing(tmp_path):
     dest = tmp_path / "new" / "report.html"
-    assert write_page(str(dest), "a", check_mode=True) == {"dest": str(dest), "size": 1, "changed": True,
-                                                          "created_dir": True}
+    want = {"dest": str(dest), "size": 1, "changed": True, "created_dir": True}
+    assert write_page(str(dest), "a", check_mode=True) == want
     assert not dest.parent.exists()
 
 
