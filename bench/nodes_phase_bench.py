@@ -318,8 +318,11 @@ def main() -> int:
                              "--nodes-file", str(nodes_file), "--key", str(cluster.key), "--user", cluster.admin_user,
                              "--address", cluster.public_address, "--vm-size", VM_SIZE]
                     if site is not None:
+                        # The inventory plugin's known_hosts: pssh takes the host keys from it
+                        # as the ssh_trust role does (no scan from the head, on both sides).
                         pargv += ["--site", "--hosts", ",".join(f"bench-{i}" for i in range(size)),
-                                  "--account-url", site.url, "--account-key", site.mn.ACCOUNT_KEY]
+                                  "--account-url", site.url, "--account-key", site.mn.ACCOUNT_KEY,
+                                  "--known-hosts", str(inv.parent / "known_hosts")]
                     pnodes_before = cpumeter.containers_cpu(label)
                     p = cpumeter.run(pargv, cwd=ROOT, timeout=900)
                     pnodes_after = cpumeter.containers_cpu(label)

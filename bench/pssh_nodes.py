@@ -4,7 +4,8 @@
 
 The same checks and writes as playbooks/nodes.yml with the roles' defaults:
   head:   root's key made once on the head (RSA 4096), its public half read back,
-          every node's host keys scanned over the private IPs (ssh-keyscan, retried)
+          every node's host keys from the controller's known_hosts (--known-hosts, as the
+          role takes them), else scanned over the private IPs (ssh-keyscan, retried)
   nodes:  the head's key in root's authorized_keys, /etc/amlhpc/nodefile, the managed
           known_hosts block; NVMe probe (lsblk, mdadm --detail); GPU clock query
           (nvidia-smi when present); NCCL: instance metadata (3 s timeout), SHARP plugin
@@ -46,6 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 
 from amlhpc.nccl import choose_pinning, nccl_conf_content, nccl_env_content  # noqa: E402
+from amlhpc.ssh_trust import controller_host_keys, endpoint  # noqa: E402
 
 # Runs on each node as root (python3 is there: Ansible needs it too).
 NODE_SCRIPT = r'''
@@ -164,7 +166,8 @@ if not os.path.exists(key):
     subprocess.run(["ssh-keygen", "-q", "-t", "rsa", "-b", "4096", "-N", "", "-C", a["comment"], "-f", key], check=True)
     made = True
 pub = " ".join(open(key + ".pub").read().split()[:2])
-for attempt in range(6):
+scan = ""
+for attempt in range(6 if a["scan"] else 0):
     scan = subprocess.run(["ssh-keyscan", "-T", "10", "-t", "ed25519,ecdsa,rsa", *a["ips"]],
                           capture_output=True, text=True).stdout
     if all(any(l.startswith(ip + " ") for l in scan.splitlines()) for ip in a["ips"]):
@@ -259,6 +262,9 @@ def main() -> int:
     ap.add_argument("--fs-file-size-mb", type=int, default=8)
     ap.add_argument("--fs-parallel", type=int, default=8)
     ap.add_argument("--azcopy", default="/usr/local/bin/azcopy")
+    ap.add_argument("--known-hosts", default="",
+                    help="the controller's known_hosts (the inventory plugin's file): take the nodes' host keys from "
+                         "it, as the ssh_trust role does, and scan from the head only where a node has none there")
     args = ap.parse_args()
 
     nodes = sorted(json.loads(Path(args.nodes_file).read_text()), key=lambda n: int(n["port"]))
@@ -307,14 +313,19 @@ def main() -> int:
         sys.exit(f"no SSH session after {attempts} attempts: {'; '.join(retried[-len(todo):])}")
 
     comment = f"amlhpc-head@{args.cluster}"
-    head_out = json.loads(one(head, remote(HEAD_SCRIPT, {"ips": ips, "comment": comment}))[0])
+    from_controller = controller_host_keys(
+        Path(args.known_hosts).read_text() if args.known_hosts else "",
+        [endpoint({"ansible_host": args.address, "ansible_port": n["port"]}) for n in nodes], ips)
+    scan = bool(from_controller["missing"])
+    head_out = json.loads(one(head, remote(HEAD_SCRIPT, {"ips": ips, "comment": comment, "scan": scan}))[0])
     scan_lines = []
     for line in head_out["scan"].splitlines():
         parts = line.split()
         if len(parts) >= 3 and not line.startswith("#") and parts[0] in ips:
             scan_lines.append(tuple(parts[:3]))
     order = {ip: i for i, ip in enumerate(ips)}
-    known = [" ".join(e) for e in sorted(set(scan_lines), key=lambda e: (order[e[0]], e[1], e[2]))]
+    known = ([" ".join(e) for e in sorted(set(scan_lines), key=lambda e: (order[e[0]], e[1], e[2]))] if scan
+             else from_controller["lines"])
 
     defaults = yaml.safe_load((ROOT / "roles" / "nccl" / "defaults" / "main.yml").read_text())
     pinning = choose_pinning({"known": False, "reason": "no nvidia-smi topo -m output"}, "")

@@ -19,4 +19,5 @@ class FilterModule:
             "amlhpc_ssh_trust_plan": lazy("ssh_trust", "cluster_plan", errors=(ValueError,)),
             "amlhpc_head_key_command": lazy("ssh_trust", "head_key_command"),
             "amlhpc_head_key_state": lazy("ssh_trust", "head_key_state"),
+            "amlhpc_controller_host_keys": lazy("ssh_trust", "controller_host_keys"),
         }

@@ -108,8 +108,51 @@ def cluster_plan(nodes: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]
     for cluster, members in sorted(by_cluster.items()):
         ranked = sorted(members, key=lambda n: n.get("aml_node_rank", 0))
         plan[cluster] = {"head": ranked[0]["inventory_hostname"], "ips": nodefile_lines(ranked),
-                         "hosts": [n["inventory_hostname"] for n in ranked]}
+                         "hosts": [n["inventory_hostname"] for n in ranked],
+                         # Where the controller's ssh checked each node's host keys (the
+                         # inventory plugin's known_hosts file, patterns [address]:port).
+                         "known_hosts_file": str(ranked[0].get("aml_known_hosts_file") or ""),
+                         "endpoints": [endpoint(n) for n in ranked]}
     return plan
+
+
+def endpoint(node: Mapping[str, Any]) -> str:
+    """The known_hosts pattern of the address the controller reaches ``node`` at (its hostvars):
+    ``[ansible_host]:ansible_port``, or ``ansible_host`` on port 22; empty without an address."""
+    address = str(node.get("ansible_host") or "")
+    try:
+        port = int(node.get("ansible_port") or 22)
+    except (TypeError, ValueError):
+        return ""
+    if not address:
+        return ""
+    return address if port == 22 else f"[{address}]:{port}"
+
+
+def controller_host_keys(known_hosts: str, endpoints: Iterable[str], ips: Iterable[str],
+                         key_types: Iterable[str] = tuple(KEY_TYPES)) -> dict[str, Any]:
+    """The cluster's known_hosts block (:func:`known_hosts_block`'s shape, the same lines) from
+    the controller's known_hosts text: each node's keys recorded for the endpoint the controller
+    reaches it at (``endpoints[i]``), written for its private IP (``ips[i]``).
+
+    These are the keys the controller's ssh checked on every connection of the run (strict host
+    key checking: the inventory plugin's file), the same sshd that answers on the private IP.
+    Hashed entries and marker lines (``@cert-authority``, ``@revoked``) give nothing; a node
+    without a recorded key of the asked types is in ``missing`` (the role scans that cluster).
+    """
+    recorded: dict[str, list[tuple[str, str]]] = {}
+    for raw in (known_hosts or "").splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", "@")):
+            continue
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        for pattern in parts[0].split(","):
+            recorded.setdefault(pattern, []).append((parts[1], parts[2]))
+    scan = [f"{ip} {kind} {key}" for pattern, ip in zip(endpoints, ips) if pattern
+            for kind, key in recorded.get(pattern, [])]
+    return known_hosts_block("\n".join(scan), list(ips), key_types)
 
 
 def _key_fields(line: str) -> tuple[str, str] | None:
@@ -252,7 +295,7 @@ HEAD_KEY_READ = (
     'printf "derived %s\\n" "$(ssh-keygen -y -P "" -f "$k" </dev/null)"; '
     'printf "pub %s\\n" "$(head -n 1 -- "$k.pub")"; '
     '} 2>/dev/null | sed "s/^/#amlhpc-head-key /"; '
-    'exec ssh-keyscan "$@"'
+    '[ $# -eq 0 ] || exec ssh-keyscan "$@"'
 )
 
 # openssh_keypair's key types, the names their public keys carry, and their sizes in bits.
@@ -348,5 +391,6 @@ def head_key_state(output: str, key_type: str, key_size: int | None, comment: st
 
 def head_key_command(key_path: str, scan_argv: Iterable[str]) -> list[str]:
     """The scan's argv on the head: ``HEAD_KEY_READ`` of ``key_path``, then ``ssh-keyscan``
-    with ``scan_argv`` (its options and the nodes' IPs)."""
+    with ``scan_argv`` (its options and the nodes' IPs); no scan where ``scan_argv`` is empty
+    (the cluster's host keys came from the controller)."""
     return ["sh", "-c", HEAD_KEY_READ, "sh", str(key_path), *[str(a) for a in scan_argv]]

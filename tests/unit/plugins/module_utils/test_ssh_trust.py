@@ -81,8 +81,10 @@ def test_cluster_plan_names_each_clusters_head_by_rank():
     from amlhpc.ssh_trust import cluster_plan
     plan = cluster_plan([node("b1", 1, "10.0.1.5", "cpu"), node("a2", 2, "10.0.0.6"), node("a1", 1, "10.0.0.5"),
                          node("b0", 0, "10.0.1.4", "cpu")])
-    assert plan == {"cpu": {"head": "b0", "ips": ["10.0.1.4", "10.0.1.5"], "hosts": ["b0", "b1"]},
-                    "gpu": {"head": "a1", "ips": ["10.0.0.5", "10.0.0.6"], "hosts": ["a1", "a2"]}}
+    assert plan == {"cpu": {"head": "b0", "ips": ["10.0.1.4", "10.0.1.5"], "hosts": ["b0", "b1"],
+                            "known_hosts_file": "", "endpoints": ["", ""]},
+                    "gpu": {"head": "a1", "ips": ["10.0.0.5", "10.0.0.6"], "hosts": ["a1", "a2"],
+                            "known_hosts_file": "", "endpoints": ["", ""]}}
     with pytest.raises(ValueError, match="repeats"):
         cluster_plan([node("a", 0, "10.0.0.4"), node("b", 0, "10.0.0.5")])
 
@@ -129,3 +131,69 @@ def test_an_earlier_head_s_key_under_the_same_comment_is_replaced():
     # A comment of several words is one comment.
     assert authorized_keys_text("ssh-ed25519 AAAAC3old head of gpu\n", "ssh-ed25519 AAAAC3new head of gpu",
                                 replaces="head of gpu") == "ssh-ed25519 AAAAC3new head of gpu\n"
+
+
+# The inventory plugin's known_hosts on the controller, as it writes it: one ssh-keyscan per
+# NAT endpoint, [address]:port, every key type the node's sshd offers.
+CONTROLLER_KNOWN_HOSTS = """\
+[20.1.2.3]:50001 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB4
+[20.1.2.3]:50001 ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBA4
+[20.1.2.3]:50001 ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABgQC4
+[20.1.2.3]:50000 ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABgQC5
+[20.1.2.3]:50000 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB5
+[20.1.2.3]:50002 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB6
+|1|F1E1KeoE/eEWhi10WpGv4OdiO6Y=|3988QV0VE8wmZL7suNrYQLITLCg= ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB7
+@cert-authority *.example ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB8
+# a comment
+"""
+
+
+def test_the_controllers_known_hosts_gives_the_block_a_scan_would():
+    """The same lines, in the same order, as the head's scan of the same sshds gives."""
+    from amlhpc.ssh_trust import controller_host_keys
+    ips = ["10.0.0.5", "10.0.0.4"]
+    got = controller_host_keys(CONTROLLER_KNOWN_HOSTS, ["[20.1.2.3]:50000", "[20.1.2.3]:50001"], ips)
+    scan = """\
+10.0.0.4 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB4
+10.0.0.4 ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBA4
+10.0.0.4 ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABgQC4
+10.0.0.5 ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABgQC5
+10.0.0.5 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB5
+"""
+    assert got == known_hosts_block(scan, ips)
+    assert got["lines"][0] == "10.0.0.5 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB5" and got["missing"] == []
+    # Only the asked key types.
+    assert controller_host_keys(CONTROLLER_KNOWN_HOSTS, ["[20.1.2.3]:50001"], ["10.0.0.4"], ["rsa"])["lines"] == [
+        "10.0.0.4 ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABgQC4"]
+
+
+def test_a_node_without_a_recorded_key_is_missing():
+    from amlhpc.ssh_trust import controller_host_keys
+    ips = ["10.0.0.5", "10.0.0.6", "10.0.0.7"]
+    # 50002 has only ed25519, asked for rsa; 50009 has nothing; hashed and marker lines give nothing.
+    got = controller_host_keys(CONTROLLER_KNOWN_HOSTS, ["[20.1.2.3]:50000", "[20.1.2.3]:50002", "[20.1.2.3]:50009"],
+                               ips, ["rsa"])
+    assert got == {"lines": ["10.0.0.5 ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABgQC5"], "missing": ["10.0.0.6", "10.0.0.7"]}
+    # A node whose endpoint is unknown (no ansible_host) and an empty file.
+    assert controller_host_keys(CONTROLLER_KNOWN_HOSTS, [""], ["10.0.0.5"])["missing"] == ["10.0.0.5"]
+    assert controller_host_keys("", ["[20.1.2.3]:50000"], ["10.0.0.5"])["missing"] == ["10.0.0.5"]
+
+
+def test_endpoint_is_the_pattern_ssh_looks_up():
+    from amlhpc.ssh_trust import endpoint
+    assert endpoint({"ansible_host": "20.1.2.3", "ansible_port": 50000}) == "[20.1.2.3]:50000"
+    assert endpoint({"ansible_host": "20.1.2.3", "ansible_port": "50001"}) == "[20.1.2.3]:50001"
+    assert endpoint({"ansible_host": "10.0.0.4"}) == "10.0.0.4"
+    assert endpoint({"ansible_host": "10.0.0.4", "ansible_port": 22}) == "10.0.0.4"
+    assert endpoint({"ansible_port": 50000}) == "" and endpoint({"ansible_host": "h", "ansible_port": "x"}) == ""
+
+
+def test_cluster_plan_carries_the_controllers_known_hosts_and_endpoints():
+    from amlhpc.ssh_trust import cluster_plan
+    nodes = [dict(node("a1", 1, "10.0.0.5"), ansible_host="20.1.2.3", ansible_port=50001,
+                  aml_known_hosts_file="/p/.cache/known_hosts"),
+             dict(node("a0", 0, "10.0.0.4"), ansible_host="20.1.2.3", ansible_port=50000,
+                  aml_known_hosts_file="/p/.cache/known_hosts")]
+    plan = cluster_plan(nodes)["gpu"]
+    assert plan["known_hosts_file"] == "/p/.cache/known_hosts"
+    assert plan["endpoints"] == ["[20.1.2.3]:50000", "[20.1.2.3]:50001"] and plan["ips"] == ["10.0.0.4", "10.0.0.5"]
