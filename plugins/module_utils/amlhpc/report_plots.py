@@ -42,6 +42,7 @@ ROTATE = 40.0  # degrees, bar labels when there are more than 4 groups
 LEGEND_ROWS = 8  # at most; colours repeat after 8 series anyway
 SVG_NS = "http://www.w3.org/2000/svg"
 
+
 # --------------------------------------------------------------------------------------
 # Numbers, ticks and labels (pure; tested directly)
 # --------------------------------------------------------------------------------------

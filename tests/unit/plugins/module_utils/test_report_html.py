@@ -38,10 +38,10 @@ def dedup(points):
     return [p for i, p in enumerate(points) if i == 0 or p != points[i - 1]]
 
 
-def bar_value(panel, bar):
+def bar_value(panel, rect):
     """The value a bar stands for: its top (or bottom, below 0) on the y axis."""
     zero = next(y for y, label in panel["yticks"] if label == "0")
-    edge = bar["y"] if bar["y"] < zero - 0.05 else bar["y"] + bar["height"]
+    edge = rect["y"] if rect["y"] < zero - 0.05 else rect["y"] + rect["height"]
     return axis_value(panel["yticks"], edge)
 
 
@@ -209,9 +209,9 @@ def test_health_section_gates_against_thresholds_and_names_the_failing_node():
     failing = [b for b in bars if b["fill"] == report_plots.FAIL_COLOUR]
     assert len(failing) == 1 and all(b["fill"] == report_plots.PASS_COLOUR for b in bars if b not in failing)
     assert failing[0]["x"] + failing[0]["width"] / 2 == pytest.approx(ticks["nd-1\nnccl_all_reduce_node"], abs=0.1)
-    for bar, (node, c) in zip(bars, gated):
+    for rect, (node, c) in zip(bars, gated):
         percent = 100 * report_html.first_number(c["value"]) / report_html.first_number(c["threshold"])
-        assert bar_value(plot, bar) == pytest.approx(percent, rel=0.01, abs=0.5), (node, c["check"])
+        assert bar_value(plot, rect) == pytest.approx(percent, rel=0.01, abs=0.5), (node, c["check"])
     assert bar_value(plot, failing[0]) < 100
     (hline,) = plot["hlines"]
     assert hline["dashed"] and hline["stroke"] == report_plots.FAIL_COLOUR
