@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import free_port
-from report_reader import decode_png, image_bytes, read_report, table_dicts
+from report_reader import decode_svg, image_bytes, read_report, table_dicts
 
 from amlhpc import job_spec
 
@@ -116,7 +116,7 @@ def check_report(page: str, summary_lines: list[str], events: list[dict]) -> Non
     for sid in ("staging", "health", "nccl", "fsbench", "training"):
         assert sid in sections, sid
         for src in sections[sid]["images"]:
-            assert decode_png(image_bytes(src))[0] > 0, sid
+            assert decode_svg(image_bytes(src))[0] > 0, sid
 
     # Staging: files and bytes on disk are the stage manifest's; seconds and what was already
     # there as in the text summary; a plot when azcopy fetched anything in this run.

@@ -18,10 +18,11 @@ registers, so tests call them with those shapes directly:
 * ``training``  the job's metrics (``amlhpc.job_spec.read_metrics``): loss and validation
                 MAE per epoch.
 
-A section is a dict ``{"id", "title", "summary": [str], "plot": PNG bytes or None,
-"plot_note": why there is no plot, "tables": [{"caption", "headers", "rows"}]}``; a section
-without data has no plot and its summary says why. :func:`render` turns sections into HTML
-(inline CSS, plots as ``data:image/png;base64`` URIs, nothing fetched from anywhere).
+A section is a dict ``{"id", "title", "summary": [str], "plot": SVG document (UTF-8 bytes,
+amlhpc.report_plots) or None, "plot_note": why there is no plot, "tables": [{"caption",
+"headers", "rows"}]}``; a section without data has no plot and its summary says why.
+:func:`render` turns sections into HTML (inline CSS, plots as ``data:image/svg+xml;base64``
+images, nothing fetched from anywhere).
 Nothing here reads a secret: only the named numeric fields of each result are used.
 """
 
@@ -59,10 +60,12 @@ def _section(sid: str, title: str) -> Section:
 
 
 def _draw(section: Section, plotter: Plotter) -> None:
+    """The section's plot; a result the plot cannot be drawn from loses the plot, not the page
+    (its tables stay, and the section says why)."""
     try:
         section["plot"] = plotter()
-    except report_plots.PlotUnavailable as exc:
-        section["plot_note"] = f"plot not drawn: {exc}"
+    except (ArithmeticError, KeyError, TypeError, ValueError) as exc:
+        section["plot_note"] = f"plot not drawn: {type(exc).__name__}: {exc}"
 
 
 # --------------------------------------------------------------------------------------
@@ -475,7 +478,7 @@ def render(secs: Sequence[Section], title: str = "amlhpc run report", summary_li
                                                               for line in s["summary"]) + "</ul>")
         if s["plot"] is not None:
             data = base64.b64encode(s["plot"]).decode("ascii")
-            parts.append(f'<img alt="{html.escape(s["title"])}" src="data:image/png;base64,{data}">')
+            parts.append(f'<img alt="{html.escape(s["title"])}" src="data:image/svg+xml;base64,{data}">')
         elif s["plot_note"]:
             parts.append(f'<p class="nodata">{html.escape(s["plot_note"])}</p>')
         parts.extend(_table_html(t) for t in s["tables"])
@@ -486,9 +489,9 @@ def render(secs: Sequence[Section], title: str = "amlhpc run report", summary_li
 
 def report_html(node_vars: Sequence[Mapping[str, Any]], job: Mapping[str, Any] | None = None,
                 summary_lines: Sequence[str] = (), title: str = "", cache_dir: str | None = None) -> str:
-    """The whole page (the ``amlhpc_report_html`` filter). ``cache_dir``: where matplotlib
-    may keep its font cache (see :func:`amlhpc.report_plots.use_cache_dir`)."""
-    report_plots.use_cache_dir(cache_dir)
+    """The whole page (the ``amlhpc_report_html`` filter). ``cache_dir`` is accepted and not
+    used: it was matplotlib's font cache, and the plots are drawn without matplotlib now."""
+    del cache_dir
     run = job.get("run_id") if isinstance(job, Mapping) and job.get("run_id") else ""
     return render(sections(node_vars, job), title or f"amlhpc run report{': ' + str(run) if run else ''}",
                   summary_lines)

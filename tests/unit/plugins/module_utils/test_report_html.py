@@ -4,17 +4,20 @@ Inputs are made the way the run makes them: checks by amlhpc.health's own functi
 recorded tool outputs in fixtures/health/, nccl-tests and elbencho output as the role
 registers it (``results[].stdout`` with ``item.check``), azcopy_stage results with today's
 progress samples (``seconds``/``bytes_over_wire``) and the ``{t, bytes}`` shape, the job's
-metrics as amlhpc.job_spec.read_metrics returns them. The page is read back with
-tests/report_reader.py (stdlib HTML parser and PNG decoder).
+metrics as amlhpc.job_spec.read_metrics returns them. The page and its SVG plots are read back
+with tests/report_reader.py (stdlib HTML and XML parsers): what each plot shows is checked
+against the data (bars, markers, steps, ticks, legends), in pixels mapped back through the
+plot's own tick labels.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
-from report_reader import decode_png, image_bytes, read_report, table_dicts
+from report_reader import SVG_URI, axis_value, decode_svg, image_bytes, read_report, read_svg, table_dicts
 
 from amlhpc import health, job_spec, report_html, report_plots
 
@@ -23,6 +26,23 @@ FIX = Path(__file__).parent / "fixtures" / "health"
 
 def fx(name: str) -> str:
     return (FIX / name).read_text()
+
+
+def data_points(panel, points, digits=2):
+    """Pixels (to 0.1 px) back to data through the panel's tick labels (linear axes), rounded."""
+    return [(round(axis_value(panel["xticks"], x), digits), round(axis_value(panel["yticks"], y), digits))
+            for x, y in points]
+
+
+def dedup(points):
+    return [p for i, p in enumerate(points) if i == 0 or p != points[i - 1]]
+
+
+def bar_value(panel, rect):
+    """The value a bar stands for: its top (or bottom, below 0) on the y axis."""
+    zero = next(y for y, label in panel["yticks"] if label == "0")
+    edge = rect["y"] if rect["y"] < zero - 0.05 else rect["y"] + rect["height"]
+    return axis_value(panel["yticks"], edge)
 
 
 def stage_result(progress, **over):
@@ -105,7 +125,21 @@ def test_staging_section_table_matches_the_results_and_plots_progress():
     assert rows["node-1"][1:7] == ["60", "", str(64 * 2**20), "19000000", "3.50", "5.43"]
     assert rows["node-1"][8:] == ["", "", "", ""]  # not in that result: empty, not made up
     assert "39000000 bytes over the wire in 4.00 s" in sec["summary"][0]
-    assert decode_png(sec["plot"])
+    total, rate = read_svg(sec["plot"])["panels"]
+    assert (total["title"], total["xlabel"], total["ylabel"]) == ("Bytes over the wire", "seconds", "MB")
+    assert (rate["title"], rate["ylabel"]) == ("Throughput between progress samples", "MB/s")
+    assert total["legend"] == rate["legend"] == ["node-0", "node-1"]
+    assert [s["label"] for s in total["series"]] == ["node-0", "node-1"]
+    assert total["series"][0]["colours"] != total["series"][1]["colours"]
+    # Bytes over the wire: from (0 s, 0 MB), a marker at every sample, joined by straight lines.
+    node0 = total["series"][0]
+    assert data_points(total, node0["markers"]) == [(0, 0), (1, 2), (2, 10), (4, 20)]
+    assert data_points(total, node0["lines"][0]) == [(0, 0), (1, 2), (2, 10), (4, 20)]
+    # The rate as steps: 2 MB/s over (0, 1], 8 over (1, 2], 5 over (2, 4]; vertical at each sample.
+    path = dedup(data_points(rate, rate["series"][0]["lines"][0]))
+    assert path == [(0, 2), (1, 2), (1, 8), (2, 8), (2, 5), (4, 5)]
+    assert all((a[0] == b[0]) != (a[1] == b[1]) for a, b in zip(path, path[1:]))  # only H and V segments
+    assert data_points(rate, rate["series"][0]["markers"]) == [(0, 2), (1, 2), (2, 8), (4, 5)]
 
 
 def test_staging_section_names_repaired_and_gone_files():
@@ -122,7 +156,9 @@ def test_staging_section_names_repaired_and_gone_files():
     assert ("nd-0: 7 file(s) fetched again (wrong on disk): train/a_001.tfrecord (checksum), "
             "train/a_002.tfrecord (size 10, plan 20) (+5 more)") in sec["summary"]
     assert "nd-0: 1 file(s) whose blob is gone from the container: train/a_063.tfrecord; removed 0" in sec["summary"]
-    assert decode_png(sec["plot"])
+    total, rate = read_svg(sec["plot"])["panels"]
+    assert data_points(total, total["series"][0]["markers"]) == [(0, 0), (2, 4)]  # no second start at 0 s
+    assert data_points(rate, rate["series"][0]["markers"]) == [(0, 2), (2, 2)]
 
 
 def test_staging_section_names_the_files_handed_to_other_nodes():
@@ -163,13 +199,30 @@ def test_health_section_gates_against_thresholds_and_names_the_failing_node():
     assert by[("nd-1", "nccl_all_reduce_node")]["status"] == "fail"
     assert by[("nd-1", "nccl_all_reduce_node")]["threshold"] == ">= 228 GB/s"
     assert any(s.startswith("Failing: nd-1 (nccl_all_reduce_node: busbw") for s in sec["summary"])
-    assert decode_png(sec["plot"])
+    (plot,) = read_svg(sec["plot"])["panels"]
+    gated = [(n, c) for n in ("nd-0", "nd-1") for c in checks[n]
+             if c["status"] in ("pass", "fail") and c["threshold"].startswith(">=")]
+    bars = plot["series"][0]["bars"]
+    assert len(bars) == len(gated) == 8 and plot["xticks_rotated"]
+    ticks = dict((label, x) for x, label in plot["xticks"])
+    assert list(ticks) == [f"{n}\n{c['check']}" for n, c in gated]
+    failing = [b for b in bars if b["fill"] == report_plots.FAIL_COLOUR]
+    assert len(failing) == 1 and all(b["fill"] == report_plots.PASS_COLOUR for b in bars if b not in failing)
+    assert failing[0]["x"] + failing[0]["width"] / 2 == pytest.approx(ticks["nd-1\nnccl_all_reduce_node"], abs=0.1)
+    for rect, (node, c) in zip(bars, gated):
+        percent = 100 * report_html.first_number(c["value"]) / report_html.first_number(c["threshold"])
+        assert bar_value(plot, rect) == pytest.approx(percent, rel=0.01, abs=0.5), (node, c["check"])
+    assert bar_value(plot, failing[0]) < 100
+    (hline,) = plot["hlines"]
+    assert hline["dashed"] and hline["stroke"] == report_plots.FAIL_COLOUR
+    assert axis_value(plot["yticks"], hline["y"]) == pytest.approx(100, abs=0.5)
+    assert plot["legend"] == ["threshold"] and plot["ylabel"] == "% of threshold"
 
 
 def test_percent_of_threshold_is_what_the_health_plot_draws(monkeypatch):
     drawn = {}
     monkeypatch.setattr(report_plots, "bars", lambda groups, series, **kw: drawn.update(
-        groups=groups, series=series, **kw) or b"png")
+        groups=groups, series=series, **kw) or b"<svg/>")
     report_html.health_section({"nd-0": ndv4_checks(slow_nccl=True)})
     checks = {c["check"]: c for c in ndv4_checks(slow_nccl=True)}
     values = dict(zip(drawn["groups"], drawn["series"][0]["values"]))
@@ -185,7 +238,13 @@ def test_percent_of_threshold_is_what_the_health_plot_draws(monkeypatch):
 
 def test_health_section_on_the_local_default_counts_checks_and_says_why():
     sec = report_html.health_section({"local-0": local_checks()})
-    assert decode_png(sec["plot"])
+    (plot,) = read_svg(sec["plot"])["panels"]
+    assert plot["legend"] == ["pass", "fail", "skip"] and [x[1] for x in plot["xticks"]] == ["local-0"]
+    assert [s["colours"] for s in plot["series"]] == [[report_plots.PASS_COLOUR], [report_plots.FAIL_COLOUR],
+                                                      [report_plots.SKIP_COLOUR]]
+    assert [round(bar_value(plot, s["bars"][0]), 3) for s in plot["series"]] == [2, 0, 8]
+    assert all(label.isdigit() for _unused, label in plot["yticks"])  # whole-number ticks for counts
+    assert not plot["xticks_rotated"]
     assert any("No check had a threshold" in s for s in sec["summary"])
     assert sec["summary"][0] == "1 node(s): 2 passed, 0 failed, 8 skipped checks"
 
@@ -215,7 +274,23 @@ def test_nccl_section_has_bus_bandwidth_by_message_size():
                    for s in sweep]
     ok = [r for r in rows if r["test"] == "nccl_all_reduce_node"]
     assert [(r["size (B)"], r["busbw"], r["in-place busbw"]) for r in ok] == [("8589934592", "236.29", "237.12")]
-    assert decode_png(sec["plot"])
+    (plot,) = read_svg(sec["plot"])["panels"]
+    assert plot["legend"] == ["nd-0 nccl_all_reduce_node", "nd-0 nccl_alltoall_cluster"]
+    assert plot["xlabel"] == "message size (bytes)" and plot["ylabel"] == "GB/s"
+    # log2 axis: ticks at powers of two, labelled with binary suffixes, 1M to 8G here.
+    labels = [label for _unused, label in plot["xticks"]]
+    assert {"1M", "64M", "1G", "8G"} <= set(labels)
+    ticks = dict((label, x) for x, label in plot["xticks"])
+    assert ticks["2M"] - ticks["1M"] == pytest.approx(ticks["8G"] - ticks["4G"], abs=0.2)  # equal per doubling
+    node, cluster = plot["series"]
+    assert len(node["markers"]) == 1 and not node["lines"]  # one point: a marker, no line
+    assert node["markers"][0][0] == pytest.approx(ticks["8G"], abs=0.1)
+    assert len(cluster["markers"]) == len(sweep) and len(cluster["lines"]) == 1
+    by_size = {s["size"]: m for s, m in zip(sweep, cluster["markers"])}
+    assert by_size[2**20][0] == pytest.approx(ticks["1M"], abs=0.1)
+    assert by_size[2**30][0] == pytest.approx(ticks["1G"], abs=0.1)
+    for s, (_unused, y) in zip(sweep, cluster["markers"]):
+        assert axis_value(plot["yticks"], y) == pytest.approx(s["oop_busbw"], abs=0.2)
 
 
 def test_nccl_section_without_runs_gives_the_skip_reasons():
@@ -254,7 +329,14 @@ def test_fsbench_section_from_the_project_reader_and_elbencho():
     assert (rows["nd-1"]["tool"], float(rows["nd-1"]["write"]), float(rows["nd-1"]["read"])) == (
         "elbencho", pytest.approx(eb["WRITE"], abs=0.05), pytest.approx(eb["READ"], abs=0.05))
     assert "thresholds: write >= 1000.0, read >= 1000.0" in sec["summary"][0]
-    assert decode_png(sec["plot"])
+    (plot,) = read_svg(sec["plot"])["panels"]
+    assert plot["legend"] == ["write", "read", "threshold"] and [x[1] for x in plot["xticks"]] == ["nd-0", "nd-1"]
+    write, read = plot["series"]
+    assert [bar_value(plot, b) for b in write["bars"]] == pytest.approx([2210.5, eb["WRITE"]], abs=5)
+    assert [bar_value(plot, b) for b in read["bars"]] == pytest.approx([5120, eb["READ"]], abs=5)
+    assert axis_value(plot["yticks"], plot["hlines"][0]["y"]) == pytest.approx(1000, abs=5)
+    # The two bars of a node side by side around its label.
+    assert write["bars"][0]["x"] + write["bars"][0]["width"] <= read["bars"][0]["x"]
 
 
 def test_fsbench_section_without_a_run_gives_the_reason():
@@ -288,7 +370,14 @@ def test_training_section_has_loss_and_mae_per_epoch(tmp_path):
         for key in ("train_loss", "val_loss", "val_mae"):
             assert float(r[key]) == pytest.approx(e[key], abs=5e-5)
     assert sec["summary"] == ["run cosmoflow-local: Completed"]
-    assert decode_png(sec["plot"])
+    loss, mae = read_svg(sec["plot"])["panels"]
+    assert loss["legend"] == ["train loss", "validation loss"] and mae["legend"] == ["validation MAE"]
+    assert [label for _unused, label in loss["xticks"]] == ["0", "1", "2"]  # whole epochs
+    train = data_points(loss, loss["series"][0]["markers"], digits=4)
+    assert [x for x, _unused in train] == [0, 1, 2]
+    assert [y for _unused, y in train] == pytest.approx([e["train_loss"] for e in metrics["epochs"]], abs=0.001)
+    assert [y for _unused, y in data_points(mae, mae["series"][0]["markers"], digits=4)] == pytest.approx(
+        [e["val_mae"] for e in metrics["epochs"]], abs=0.001)
 
 
 def test_training_section_without_a_job_or_without_epochs():
@@ -316,12 +405,12 @@ def test_page_has_every_section_with_a_decodable_plot_and_nothing_external(tmp_p
     for sid in report_html.SECTION_IDS:
         sec = doc["sections"][sid]
         assert len(sec["images"]) == 1, sid
-        width, height = decode_png(image_bytes(sec["images"][0]))
+        width, height = decode_svg(image_bytes(sec["images"][0]))
         assert width >= 300 and height >= 200
         assert sec["tables"] and sec["tables"][0]["rows"], sid
         assert not sec["nodata"], sid
     # Self-contained: every image is inline, nothing is loaded from anywhere.
-    assert all(src.startswith("data:image/png;base64,") for src in doc["srcs"])
+    assert doc["srcs"] and all(src.startswith(SVG_URI) for src in doc["srcs"])
     assert "<link" not in page and "<script" not in page and "@import" not in page
     assert "<title>amlhpc run report: cosmoflow-local</title>" in page
 
@@ -349,33 +438,32 @@ def test_page_never_carries_a_sas_from_a_result():
     assert "sig=" not in page and "FAKEFAKE" not in page
 
 
-def test_without_matplotlib_the_tables_stay_and_each_plot_says_why(monkeypatch, tmp_path):
-    def missing():
-        raise report_plots.PlotUnavailable("matplotlib is not installed in the control venv")
-    monkeypatch.setattr(report_plots, "_pyplot", missing)
+def test_a_plot_that_cannot_be_drawn_leaves_the_tables_and_says_why(monkeypatch, tmp_path):
+    def broken(*args, **kwargs):
+        raise ValueError("no plot for this")
+    monkeypatch.setattr(report_plots, "lines", broken)
+    monkeypatch.setattr(report_plots, "bars", broken)
     job = {"run_id": "r", "status": "Completed", "metrics": write_metrics(tmp_path)}
     doc = read_report(report_html.report_html(full_node_vars(tmp_path), job))
     for sid in report_html.SECTION_IDS:
         sec = doc["sections"][sid]
         assert not sec["images"] and sec["tables"], sid
-        assert sec["nodata"] == ["plot not drawn: matplotlib is not installed in the control venv"], sid
+        assert sec["nodata"] == ["plot not drawn: ValueError: no plot for this"], sid
 
 
-def test_same_data_gives_the_same_png():
+def test_the_page_is_drawn_without_matplotlib(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # any import of it fails
+    job = {"run_id": "r", "status": "Completed", "metrics": write_metrics(tmp_path)}
+    page = report_html.report_html(full_node_vars(tmp_path), job, cache_dir=str(tmp_path / "mpl"))
+    doc = read_report(page)
+    assert all(len(doc["sections"][sid]["images"]) == 1 for sid in report_html.SECTION_IDS)
+    assert not (tmp_path / "mpl").exists()  # cache_dir is accepted and not used
+
+
+def test_same_data_gives_the_same_svg():
     panel = [{"title": "t", "xlabel": "x", "ylabel": "y", "series": [{"label": "a", "x": [0, 1], "y": [1, 2]}]}]
     assert report_plots.lines(panel) == report_plots.lines(panel)
-
-
-def test_font_cache_goes_where_asked_only_before_matplotlib_is_loaded(monkeypatch, tmp_path):
-    env: dict[str, str] = {}
-    monkeypatch.setattr(report_plots.os, "environ", env)
-    monkeypatch.setattr(report_plots, "sys", type("S", (), {"modules": {}})())
-    report_plots.use_cache_dir(str(tmp_path / "mpl"))
-    assert (tmp_path / "mpl").is_dir() and env == {"MPLCONFIGDIR": str(tmp_path / "mpl")}
-    env["MPLCONFIGDIR"] = "/chosen/by/the/user"
-    report_plots.use_cache_dir(str(tmp_path / "other"))
-    assert env == {"MPLCONFIGDIR": "/chosen/by/the/user"}
-    env.clear()
-    monkeypatch.setattr(report_plots, "sys", type("S", (), {"modules": {"matplotlib": object()}})())
-    report_plots.use_cache_dir(str(tmp_path / "late"))
-    assert env == {} and not (tmp_path / "late").exists()
+    job = {"run_id": "r", "status": "Completed", "metrics": {"epochs": [{"epoch": 0, "train_loss": 0.3}]}}
+    node_vars = [{"inventory_hostname": "nd-0", "stage_result": stage_result(TODAY_PROGRESS),
+                  "healthcheck_checks": ndv4_checks()}]
+    assert report_html.report_html(node_vars, job) == report_html.report_html(node_vars, job)
