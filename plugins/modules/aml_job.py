@@ -39,6 +39,12 @@ description:
     only when it would submit, with the run name it would use. It uploads and submits nothing.
   - Waiting streams the run's log into O(log_path) (module output is JSON only), then downloads
     the run's C(outputs/) folder to O(download_dir) and returns its metrics.
+  - A completed run, once downloaded, is recorded in C(<download_dir>/.amlhpc-job.json) (the
+    backend, the workspace, the job name, the run). While that record and the outputs are there,
+    running the task again (check mode too) answers from them, changed=false, without asking the
+    workspace, streaming the log or downloading the outputs again (a completed AzureML run never
+    changes). O(force=true) submits a new attempt as before; deleting the record or the outputs
+    asks the workspace again. A record of another workspace or job name is not used.
 attributes:
   check_mode:
     support: full
@@ -248,8 +254,10 @@ previous_run:
   returned: when an earlier attempt exists
   type: str
 msg:
-  description: What was decided, in one sentence (reused, submitted, resubmitted after a failure).
-  returned: AzureML backends
+  description:
+    - What was decided, in one sentence (reused, answered from the record of a completed run,
+      submitted, resubmitted after a failure; local - run here, or finished here before).
+  returned: success
   type: str
 status:
   description: Final (or current, without O(wait)) status, for example C(Completed).
@@ -289,7 +297,15 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_nodes im
     subscription_from,
 )
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_sdk import AmlClient, connect
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.job_runs import FAILED, log_tail
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.job_runs import (
+    FAILED,
+    RECORD,
+    finish,
+    log_tail,
+    read_record,
+    recorded_result,
+    write_record,
+)
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.job_spec import (
     JobRequest,
     JobSpecError,
@@ -339,6 +355,13 @@ def run_azureml(module: AnsibleModule, spec: dict[str, Any], req: JobRequest, wo
         shutil.copyfile(p["dockerfile"], os.path.join(build, "Dockerfile"))
         return prepare_v1(), {"path": build, "dockerfile_path": "Dockerfile"}
 
+    # A run this controller saw complete and downloaded: answered from its record.
+    identity = {**p, "subscription_id": subscription_from(p, os.environ)}
+    recorded = read_record(p["download_dir"], identity) if p["wait"] and p["download_dir"] and not p["force"] else None
+    if recorded:
+        result = finish(recorded_result(recorded, os.path.join(p["download_dir"], RECORD)), p["download_dir"])
+        result["spec"] = spec
+        return result
     client = workspace_client(p)
     try:
         if p["backend"] == "azureml_core":
@@ -352,6 +375,8 @@ def run_azureml(module: AnsibleModule, spec: dict[str, Any], req: JobRequest, wo
         if refused is None:
             raise
         raise refused from None
+    if p["wait"] and p["download_dir"] and not module.check_mode:
+        write_record(p["download_dir"], identity, result)
     result["spec"] = spec
     return result
 

@@ -226,3 +226,6 @@ def test_site_on_the_twin(twin, gateway_azurite, tmp_path):
     changed = {h: counters[h]["changed"] for h in [*hosts, "localhost"]}
     assert changed == {h: 0 for h in [*hosts, "localhost"]}, json.dumps(changed)
     assert list(json.loads(state.read_text())["jobs"]) == ["cosmoflow"], "the finished run was submitted again"
+    # ... nor downloaded again: the controller's record of the completed run answered.
+    assert json.loads(state.read_text())["jobs"]["cosmoflow"]["downloads"] == 1
+    assert "the workspace not asked" in second.stdout

@@ -79,7 +79,10 @@ class TwinJobs:
         print(Path(job["logs"]).read_text())
 
     def download(self, name: str, download_path: str, all: bool = False, **_: Any) -> None:  # noqa: A002
-        job = self._state()["jobs"][name]
+        state = self._state()
+        job = state["jobs"][name]
+        job["downloads"] = job.get("downloads", 0) + 1  # what a rerun should not repeat
+        self._save(state)
         dest = Path(download_path) / "artifacts" / "outputs"
         if dest.exists():
             shutil.rmtree(dest)

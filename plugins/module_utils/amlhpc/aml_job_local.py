@@ -33,7 +33,8 @@ def run_local(p: Mapping[str, Any], check_mode: bool, req: JobRequest, log_path:
     summary = os.path.join(req.output_dir, "summary.json")
     if os.path.exists(summary) and not p["force"]:
         return {"changed": False, "run_id": req.name, "status": "Completed", "outputs_dir": req.output_dir,
-                "metrics": read_metrics(req.output_dir), "spec": build_spec(req, p["python"])}
+                "metrics": read_metrics(req.output_dir), "spec": build_spec(req, p["python"]),
+                "msg": f"run {req.name} finished here before ({summary}): nothing run (force: true runs it again)"}
     if check_mode:
         return {"changed": True, "run_id": req.name, "status": "NotSubmitted (check mode)",
                 "spec": build_spec(req, p["python"])}
@@ -57,6 +58,9 @@ def run_local(p: Mapping[str, Any], check_mode: bool, req: JobRequest, log_path:
         except subprocess.TimeoutExpired:
             rc = None
     status = "Completed" if rc == 0 else ("TimedOut" if rc is None else "Failed")
-    return {"changed": True, "run_id": req.name, "status": status, "rc": rc, "spec": spec,
-            "elapsed_s": round(time.monotonic() - started, 1), "outputs_dir": req.output_dir,
-            "metrics": read_metrics(req.output_dir)}
+    result = {"changed": True, "run_id": req.name, "status": status, "rc": rc, "spec": spec,
+              "elapsed_s": round(time.monotonic() - started, 1), "outputs_dir": req.output_dir,
+              "metrics": read_metrics(req.output_dir)}
+    if status == "Completed":
+        result["msg"] = f"ran {req.name} here"
+    return result

@@ -11,17 +11,32 @@ their tags and display name).
 
 Also what every backend of ``aml_job`` reports the same way: the check-mode answer, the
 metrics of a finished run, the log the SDKs' chatter goes to.
+
+And the record of a run the controller saw complete and downloaded (``RECORD`` in the
+download folder): a completed AzureML run is done for good (a job name is never reused and
+its outputs do not change), so while that record and the outputs are there, running the task
+again answers from them instead of asking the workspace, streaming the log and downloading
+every output again. The record names the workspace and the job: another one's is not used.
+``force`` submits a new attempt as before; deleting the record or the outputs asks the
+workspace again.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
 from .job_spec import find_outputs, read_metrics
+
+RECORD = ".amlhpc-job.json"
+"""The record of a completed, downloaded run, in the download folder."""
+
+RECORD_IDENTITY = ("backend", "subscription_id", "resource_group", "workspace_name", "name")
+"""What a record must match to stand for the task's job: the backend, the workspace, the job name."""
 
 # Run states of AzureML (azureml-core RunStatus, azure-ai-ml JobStatus).
 COMPLETED = {"Completed"}
@@ -88,6 +103,52 @@ def finish(result: dict[str, Any], download_dir: str | None) -> dict[str, Any]:
     if outputs:
         result["outputs_dir"] = outputs
         result["metrics"] = read_metrics(outputs)
+    return result
+
+
+def write_record(download_dir: str, identity: dict[str, Any], result: dict[str, Any]) -> str | None:
+    """Record a completed run's ``result`` (run_id, status, portal_url, previous_run) for job
+    ``identity`` in ``download_dir``, replacing any earlier record; a run in any other state is
+    not recorded (and an earlier record is removed). Returns the record's path, or None."""
+    path = os.path.join(download_dir, RECORD)
+    if result.get("status") not in COMPLETED or not result.get("run_id"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        return None
+    record = {**{k: identity.get(k) for k in RECORD_IDENTITY},
+              **{k: result[k] for k in ("run_id", "status", "portal_url", "previous_run") if result.get(k)}}
+    os.makedirs(download_dir, exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read_record(download_dir: str, identity: dict[str, Any]) -> dict[str, Any] | None:
+    """The record in ``download_dir`` where it stands for job ``identity``, says the run
+    completed, and the run's outputs are still there; None otherwise (ask the workspace)."""
+    try:
+        with open(os.path.join(download_dir, RECORD), encoding="utf-8") as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or any(record.get(k) != identity.get(k) for k in RECORD_IDENTITY):
+        return None
+    if record.get("status") not in COMPLETED or not record.get("run_id") or not find_outputs(download_dir):
+        return None
+    return record
+
+
+def recorded_result(record: dict[str, Any], path: str) -> dict[str, Any]:
+    """The task's result for a run answered from its record at ``path``."""
+    result = {"changed": False, "run_id": record["run_id"], "status": record["status"],
+              "portal_url": record.get("portal_url"),
+              "msg": f"run {record['run_id']} completed and its outputs are downloaded ({path}): nothing "
+                     "submitted, the workspace not asked (force: true submits a new attempt)"}
+    if record.get("previous_run"):
+        result["previous_run"] = record["previous_run"]
     return result
 
 

@@ -226,6 +226,7 @@ def test_failed_run_fails_the_task_with_the_log_tail(v1, capsys, tmp_path, monke
     monkeypatch.setattr(FakeRun, "get_status", lambda self: "Failed")
     out = run_module(capsys, module_args(tmp_path))
     assert out["failed"] is True and "ended Failed" in out["msg"] and "epoch 0" in out["msg"]
+    assert not (tmp_path / "dl" / ".amlhpc-job.json").exists(), "a failed run was recorded as done"
 
 
 def test_sas_in_train_args_is_refused(v1, capsys, tmp_path, monkeypatch):
@@ -493,3 +494,47 @@ def test_the_snapshot_and_build_context_go_to_work_dir(capsys, tmp_path, monkeyp
     ((job, _unused),) = jobs.created
     assert Path(job.code) == work / "src" and Path(job.environment.build.path) == work / "docker"
     assert not (tmp_path / ".cache").exists()
+
+
+def test_v2_rerun_after_a_completed_download_asks_the_workspace_nothing(capsys, tmp_path, monkeypatch):
+    """A run this controller saw complete and downloaded is answered from the record in the
+    download folder: no client, no stream, no second download (check mode too)."""
+    monkeypatch.chdir(tmp_path)
+    jobs = FakeJobs(tmp_path)
+    built = fake_ml_client(monkeypatch, jobs)
+    first = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml"))
+    assert first["changed"] is True and len(built) == 1, first
+    record = tmp_path / "dl" / ".amlhpc-job.json"
+    assert json.loads(record.read_text())["run_id"] == "cf-4x8" and "sig=" not in record.read_text()
+    for check_mode in (True, False):
+        again = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml", _ansible_check_mode=check_mode))
+        assert again["changed"] is False and again["run_id"] == "cf-4x8" and again["status"] == "Completed", again
+        assert again["portal_url"] == "https://ml.azure.com/runs/cf-4x8" and str(record) in again["msg"]
+        assert again["metrics"]["steps"] == [{"step": 1, "loss": 0.5}]
+    assert len(built) == 1, "the rerun asked the workspace"
+    # force submits a new attempt, through the workspace, and records it.
+    forced = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml", force=True))
+    assert forced["changed"] is True and forced["run_id"] == "cf-4x8-r2" and len(built) == 2
+    assert json.loads(record.read_text())["run_id"] == "cf-4x8-r2"
+    # Another workspace's job of the same name is not this record's.
+    other = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml", workspace_name="ws-other"))
+    assert other["changed"] is False and len(built) == 3
+    # Outputs gone from the controller: the workspace is asked and the run downloaded again.
+    import shutil
+    shutil.rmtree(tmp_path / "dl" / "artifacts")
+    again = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml"))
+    assert again["changed"] is False and len(built) == 4 and again["metrics"]["steps"] == [{"step": 1, "loss": 0.5}]
+
+
+def test_v1_rerun_after_a_completed_download_asks_the_workspace_nothing(v1, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    first = run_module(capsys, module_args(tmp_path))
+    assert first["changed"] is True and first["status"] == "Completed", first
+
+    def no_workspace(_p):
+        raise AssertionError("the rerun asked the workspace")
+
+    monkeypatch.setattr(aml_job, "workspace_client", no_workspace)
+    again = run_module(capsys, module_args(tmp_path))
+    assert again["changed"] is False and again["run_id"] == first["run_id"], again
+    assert again["metrics"] == first["metrics"] and len(v1.submitted) == 1
