@@ -288,24 +288,22 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_job_local import run_local
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_job_options import (
+    ARGUMENT_SPEC,
+    REQUIRED_IF,
+    record_identity,
+    recorded_answer,
+    request_from,
+)
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_job_v1 import run_v1
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_job_v2 import run_v2
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_nodes import (
     AmlNodesError,
-    auth_argument_spec,
     resolve_auth,
     subscription_from,
 )
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_sdk import AmlClient, connect
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.job_runs import (
-    FAILED,
-    RECORD,
-    finish,
-    log_tail,
-    read_record,
-    recorded_result,
-    write_record,
-)
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.job_runs import FAILED, log_tail, write_record
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.job_spec import (
     JobRequest,
     JobSpecError,
@@ -316,22 +314,6 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.job_spec imp
 
 # The SDK of each AzureML backend (aml_sdk's client names).
 SDKS = {"azureml_core": "azureml-core", "azure_ai_ml": "azure-ai-ml"}
-
-
-def request_from(p: dict[str, Any]) -> JobRequest:
-    out = p["output_dir"] or os.path.join(os.getcwd(), "outputs", p["name"])
-    return JobRequest(
-        backend=p["backend"], name=p["name"], experiment=p["experiment"], compute=p["compute"] or "",
-        node_count=p["node_count"], process_count_per_node=p["process_count_per_node"],
-        source_dir=p["source_dir"], script=p["script"],
-        dockerfile=p["dockerfile"] or "", environment_name=p["environment_name"], docker_args=p["docker_args"],
-        shm_size=p["shm_size"], data_dir=p["data_dir"] or "", account=p["account"] or "",
-        container=p["container"] or "", prefix=p["prefix"] or "", stage_dir=p["stage_dir"] or "",
-        shard_mode=p["shard_mode"], sas_secret_name=p["sas_secret_name"] or "",
-        sas_keyvault_url=p["sas_keyvault_url"] or "", train_args=p["train_args"],
-        environment_variables=p["environment_variables"], max_run_seconds=p["max_run_seconds"],
-        output_dir=out if p["backend"] == "local" else "outputs", data_scope=p["data_scope"] or "",
-        mounts=p["mounts"])
 
 
 def workspace_client(p: dict[str, Any]) -> AmlClient:
@@ -355,13 +337,6 @@ def run_azureml(module: AnsibleModule, spec: dict[str, Any], req: JobRequest, wo
         shutil.copyfile(p["dockerfile"], os.path.join(build, "Dockerfile"))
         return prepare_v1(), {"path": build, "dockerfile_path": "Dockerfile"}
 
-    # A run this controller saw complete and downloaded: answered from its record.
-    identity = {**p, "subscription_id": subscription_from(p, os.environ)}
-    recorded = read_record(p["download_dir"], identity) if p["wait"] and p["download_dir"] and not p["force"] else None
-    if recorded:
-        result = finish(recorded_result(recorded, os.path.join(p["download_dir"], RECORD)), p["download_dir"])
-        result["spec"] = spec
-        return result
     client = workspace_client(p)
     try:
         if p["backend"] == "azureml_core":
@@ -376,56 +351,23 @@ def run_azureml(module: AnsibleModule, spec: dict[str, Any], req: JobRequest, wo
             raise
         raise refused from None
     if p["wait"] and p["download_dir"] and not module.check_mode:
-        write_record(p["download_dir"], identity, result)
+        write_record(p["download_dir"], record_identity(p, os.environ), result)
     result["spec"] = spec
     return result
 
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec=dict(
-            backend=dict(type="str", default="azureml_core", choices=["azureml_core", "azure_ai_ml", "local"]),
-            name=dict(type="str", required=True),
-            experiment=dict(type="str", default="cosmoflow"),
-            **auth_argument_spec(),
-            compute=dict(type="str"),
-            node_count=dict(type="int", default=1),
-            process_count_per_node=dict(type="int", default=1),
-            source_dir=dict(type="path", required=True),
-            packages=dict(type="list", elements="path", default=[]),
-            script=dict(type="str", default="train.py"),
-            dockerfile=dict(type="path"),
-            environment_name=dict(type="str", default="amlhpc-cosmoflow"),
-            docker_args=dict(type="list", elements="str", default=["-v", "/mnt/scratch:/data"]),
-            shm_size=dict(type="str", default="64g"),
-            data_dir=dict(type="str"),
-            account=dict(type="str"),
-            container=dict(type="str"),
-            prefix=dict(type="str", default=""),
-            stage_dir=dict(type="str"),
-            shard_mode=dict(type="str", default="suffix", choices=["suffix", "balanced"]),
-            sas=dict(type="str", no_log=True),
-            sas_secret_name=dict(type="str", no_log=False),
-            sas_keyvault_url=dict(type="str", no_log=False),
-            train_args=dict(type="dict", default={}),
-            environment_variables=dict(type="dict", default={}),
-            mounts=dict(type="list", elements="str", default=[]),
-            data_scope=dict(type="str", choices=["global", "node"]),
-            max_run_seconds=dict(type="int", default=0),
-            wait=dict(type="bool", default=True),
-            force=dict(type="bool", default=False),
-            download_dir=dict(type="path"),
-            log_path=dict(type="path"),
-            work_dir=dict(type="path"),
-            output_dir=dict(type="path"),
-            python=dict(type="path"),
-            timeout=dict(type="int", default=3600),
-        ),
-        required_if=[("backend", "local", ("python",)), ("backend", "azureml_core", ("dockerfile", "compute")),
-                     ("backend", "azure_ai_ml", ("dockerfile", "compute"))],
+        argument_spec=ARGUMENT_SPEC,
+        required_if=REQUIRED_IF,
         supports_check_mode=True,
     )
     p = module.params
+    # A run this controller saw complete and downloaded: answered from its record (the action
+    # plugin gives the same answer without running the module).
+    recorded = recorded_answer(p, module.check_mode, os.environ)
+    if recorded:
+        module.exit_json(**recorded)
     try:
         req = request_from(p)
         spec = build_spec(req, p["python"] or "python")
