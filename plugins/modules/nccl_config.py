@@ -21,7 +21,7 @@ description:
   - Its action plugin reads O(topo_file_src) on the controller (a role's C(files/) or a path) and
     makes RV(facts) host variables of the play (like M(ansible.builtin.set_fact), not cached),
     C(nccl_vm_size_found), C(nccl_vm_size_source), C(nccl_topology), C(nccl_topo_file_in_use),
-    C(nccl_pinning).
+    C(nccl_pinning), C(nccl_env_file) (C(path) and C(content) of the env file as written).
 attributes:
   action:
     support: full
@@ -138,7 +138,9 @@ msg:
 facts:
   description:
     - C(nccl_vm_size_found), C(nccl_vm_size_source), C(nccl_topology) (C(name) and C(gpu), or
-      null), C(nccl_topo_file_in_use) (empty when none) and C(nccl_pinning) (see the nccl
+      null), C(nccl_topo_file_in_use) (empty when none), C(nccl_env_file) (C(path) and
+      C(content) of the job environment file as written, or as it would be in check mode) and
+      C(nccl_pinning) (see the nccl
       role's README). The action plugin makes them host variables.
   type: dict
   returned: always

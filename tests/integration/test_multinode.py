@@ -223,6 +223,10 @@ def test_site_on_the_twin(twin, gateway_azurite, tmp_path):
     for task in ("Make sure root's .ssh directory exists on each head", "Generate each head's passwordless key"):
         block = second.stdout[second.stdout.index(task):].split("\nTASK [")[0]
         assert re.search(r"skipping: \[(e2e-\d+)\] => \(item=\1\)", block) and "ok: [" not in block, block
+    # The job's NCCL settings came from the env file the nccl role wrote on the head in this run
+    # (its fact), not from a read of it (the first run's job had them: rest.json above).
+    block = second.stdout[second.stdout.index("Read the NCCL job environment the head was given"):].split("\nTASK [")[0]
+    assert "skipping: [localhost]" in block and "ok: [localhost]" not in block, block
     changed = {h: counters[h]["changed"] for h in [*hosts, "localhost"]}
     assert changed == {h: 0 for h in [*hosts, "localhost"]}, json.dumps(changed)
     assert list(json.loads(state.read_text())["jobs"]) == ["cosmoflow"], "the finished run was submitted again"

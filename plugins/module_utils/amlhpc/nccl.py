@@ -351,5 +351,7 @@ def node_plan(probe: Mapping[str, Any], *, vm_size: str = "", topo_file_src: str
     ]
     facts = {"nccl_vm_size_found": found, "nccl_vm_size_source": source,
              "nccl_topology": {"name": topo.name, "gpu": topo.gpu} if topo else None,
-             "nccl_topo_file_in_use": in_use, "nccl_pinning": pinning}
+             "nccl_topo_file_in_use": in_use, "nccl_pinning": pinning,
+             # the env file as written: the submit role hands it to the job without reading it back
+             "nccl_env_file": {"path": env_path, "content": files[2]["content"]}}
     return {"facts": facts, "directories": directories, "files": files, "msg": f"{topo_msg}; {pin_msg}"}

@@ -197,6 +197,8 @@ def test_node_plan_size_from_metadata_measured_pinning_and_plugin():
     assert "NCCL_TOPO_FILE=/etc/amlhpc/nccl-topo.xml\n" in conf["content"]
     assert env["content"] == nccl_env_content({"NCCL_DEBUG": "WARN"}, ["/usr/local/nccl-rdma-sharp-plugins/lib"],
                                               topology_pinning(topo_m), "/etc/amlhpc/nccl-topo.xml")
+    # The env file as written is a fact too: the submit role hands it to the job without a read.
+    assert facts["nccl_env_file"] == {"path": "/etc/amlhpc/nccl.env", "content": env["content"]}
     assert plan["msg"].startswith("NCCL_TOPO_FILE=/etc/amlhpc/nccl-topo.xml from ndv4 table; GPU order ")
     assert "(from nvidia-smi topo -m)" in plan["msg"]
 
