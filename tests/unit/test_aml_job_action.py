@@ -27,8 +27,8 @@ def test_a_recorded_completed_run_is_answered_without_a_module_run(tmp_path):
     (runs / "logs.txt").write_text("[cosmoflow] epoch 0: train loss 0.5\n")
     state = tmp_path / "azureml.json"
     twin = Twin(0, tmp_path / "twin", prefix="amlhpc-action").save_state(tmp_path / "twin.json")  # no node
-    state.write_text(json.dumps({"twin": str(twin), "jobs": {"cf": {"status": "Completed", "outputs": str(runs / "outputs"),
-                                                 "logs": str(runs / "logs.txt")}}}))
+    job = {"status": "Completed", "outputs": str(runs / "outputs"), "logs": str(runs / "logs.txt")}
+    state.write_text(json.dumps({"twin": str(twin), "jobs": {"cf": job}}))
     download = tmp_path / "dl"
     playbook = tmp_path / "job.yml"
     playbook.write_text(yaml.safe_dump([{
