@@ -50,3 +50,37 @@ def test_a_node_that_refuses_is_named_and_fails_the_check(tmp_path):
     res = run_check(tmp_path, ips, width=4, refuse="10.0.0.6")
     assert res.returncode == 1
     assert res.stderr.strip() == "root on the head does not reach 10.0.0.6 without a prompt"
+
+
+def test_only_a_cluster_with_every_nodes_keys_on_the_controller_is_taken_from_it(tmp_path):
+    """The role's own task (roles/ssh_trust/tasks/head.yml): a cluster whose every node has its
+    host keys in the controller's known_hosts is kept in ssh_trust_controller_keys (no scan
+    from its head); one where a node has none is left out, and its head scans it."""
+    import json
+    import sys
+
+    from ansible_cli import ansible_cli
+
+    tasks = yaml.safe_load((ROOT / "roles" / "ssh_trust" / "tasks" / "head.yml").read_text())
+    take = next(t for t in tasks if t["name"].startswith("SSH trust | Take each cluster's host keys"))
+    known = tmp_path / "known_hosts"
+    known.write_text("[20.1.2.3]:50000 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB5\n"
+                     "[20.1.2.3]:50001 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB4\n"
+                     "[20.1.2.4]:50000 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB6\n")
+    plan = {"whole": {"known_hosts_file": str(known), "endpoints": ["[20.1.2.3]:50000", "[20.1.2.3]:50001"],
+                      "ips": ["10.0.0.4", "10.0.0.5"]},
+            "partial": {"known_hosts_file": str(known), "endpoints": ["[20.1.2.4]:50000", "[20.1.2.4]:50001"],
+                        "ips": ["10.1.0.4", "10.1.0.5"]}}
+    playbook = tmp_path / "take.yml"
+    playbook.write_text(yaml.safe_dump([{
+        "hosts": "localhost", "connection": "local", "gather_facts": False,
+        "vars": {"ansible_python_interpreter": sys.executable, "ssh_trust_plan": plan,
+                 "ssh_trust_host_keys_from": "controller", "ssh_trust_host_key_types": ["ed25519"]},
+        "tasks": [take, {"ansible.builtin.debug": {"msg": "KEYS={{ ssh_trust_controller_keys | to_json }}"}}]}]))
+    res = subprocess.run([ansible_cli("ansible-playbook"), "-i", "localhost,", str(playbook)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    keys = json.loads(res.stdout.split('"KEYS=', 1)[1].split('"\n', 1)[0].encode().decode("unicode_escape"))
+    assert list(keys) == ["whole"], keys
+    assert keys["whole"] == {"lines": ["10.0.0.4 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB5",
+                                       "10.0.0.5 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB4"], "missing": []}

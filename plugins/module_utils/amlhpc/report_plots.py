@@ -397,6 +397,21 @@ def _hline(f: Frame, y: float) -> str:
             f'stroke-width="1.2" stroke-dasharray="5 3" fill="none"/>')
 
 
+def _overlays(out: list[str], f: Frame, ysc: Scale, hval: Optional[float], hlabel: str,
+              entries: list[tuple[str, str, str]], obstacles: list[Box], *, empty: bool) -> None:
+    """What a line or bar panel draws over its data: the dashed threshold line at ``hval`` (an
+    obstacle for the legend, with a legend entry where it has a label) and, where the panel has
+    no data (``empty``), the "no data" note."""
+    if hval is not None:
+        out.append(_hline(f, ysc(hval)))
+        obstacles.append((f.left, ysc(hval), f.right, ysc(hval)))
+        if hlabel:
+            entries.append(("hline", FAIL_COLOUR, hlabel))
+    if empty:
+        out.append(_text((f.left + f.right) / 2, (f.top + f.bottom) / 2, "no data", cls="note", size=LABEL_PX,
+                         fill="#777777"))
+
+
 def _legend_sample(kind: str, colour: str, x: float, y: float) -> str:
     if kind == "bar":
         return f'<rect x="{num(x)}" y="{num(y - 4)}" width="16" height="8" fill="{colour}"/>'
@@ -515,14 +530,7 @@ def _line_panel(panel: Mapping[str, Any], x0: float, w: float, h: float) -> list
         out.append("</g>")
         if label:
             entries.append(("line", colour, str(label)))
-    if hval is not None:
-        out.append(_hline(f, ysc(hval)))
-        obstacles.append((f.left, ysc(hval), f.right, ysc(hval)))
-        if hlabel:
-            entries.append(("hline", FAIL_COLOUR, hlabel))
-    if not points:
-        out.append(_text((f.left + f.right) / 2, (f.top + f.bottom) / 2, "no data", cls="note", size=LABEL_PX,
-                         fill="#777777"))
+    _overlays(out, f, ysc, hval, hlabel, entries, obstacles, empty=not points)
     out.extend([_box(f), *legend(f, entries, obstacles), *_titles(f, x0, w, 0.0, h, title, xlabel, ylabel, ytick_w), "</g>"])
     return out
 
@@ -623,13 +631,6 @@ def bars(groups: Sequence[str], series: Sequence[Mapping[str, Any]], *, title: s
     if yt[0] < 0:
         out.append(f'<path class="zero" d="M{num(f.left)} {num(ysc(0.0))}H{num(f.right)}" stroke="{AXIS_COLOUR}" '
                    'stroke-width="1" fill="none"/>')
-    if hval is not None:
-        out.append(_hline(f, ysc(hval)))
-        obstacles.append((f.left, ysc(hval), f.right, ysc(hval)))
-        if hlabel:
-            entries.append(("hline", FAIL_COLOUR, hlabel))
-    if not ys:
-        out.append(_text((f.left + f.right) / 2, (f.top + f.bottom) / 2, "no data", cls="note", size=LABEL_PX,
-                         fill="#777777"))
+    _overlays(out, f, ysc, hval, hlabel, entries, obstacles, empty=not ys)
     out.extend([_box(f), *legend(f, entries, obstacles), *_titles(f, 0.0, w, 0.0, h, title, "", ylabel, ytick_w), "</g>"])
     return document(w, h, out, title)
