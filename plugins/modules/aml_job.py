@@ -46,9 +46,6 @@ description:
     changes). O(force=true) submits a new attempt as before; deleting the record or the outputs
     asks the workspace again. A record of another workspace or job name is not used.
 attributes:
-  action:
-    support: full
-    details: On a local connection, a recorded completed run is answered by the action plugin on the controller.
   check_mode:
     support: full
     details: Builds and returns the job spec; submits and runs nothing.

@@ -343,15 +343,15 @@ def node_plan(probe: Mapping[str, Any], *, vm_size: str = "", topo_file_src: str
     if in_use == topo_file_dest:
         topo_text = topo_file_content if topo_file_src else render_topology_xml(topo)  # type: ignore[arg-type]
     directories = [{"path": d} for d in config_folders(topo_file_dest, env_path)]
-    env_text = nccl_env_content(env or {}, list(probe.get("sharp_plugin_dirs_found") or [])[:1], pinning, in_use or None)
     files = [
         {"path": topo_file_dest, "state": "present" if in_use == topo_file_dest else "absent", "content": topo_text or ""},
         {"path": conf_path, "content": nccl_conf_content(conf_settings or {}, in_use or None), "backup": conf_backup},
-        {"path": env_path, "content": env_text},
+        {"path": env_path, "content": nccl_env_content(env or {}, list(probe.get("sharp_plugin_dirs_found") or [])[:1],
+                                                       pinning, in_use or None)},
     ]
     facts = {"nccl_vm_size_found": found, "nccl_vm_size_source": source,
              "nccl_topology": {"name": topo.name, "gpu": topo.gpu} if topo else None,
              "nccl_topo_file_in_use": in_use, "nccl_pinning": pinning,
              # the env file as written: the submit role hands it to the job without reading it back
-             "nccl_env_file": {"path": env_path, "content": env_text}}
+             "nccl_env_file": {"path": env_path, "content": files[2]["content"]}}
     return {"facts": facts, "directories": directories, "files": files, "msg": f"{topo_msg}; {pin_msg}"}
