@@ -46,6 +46,15 @@ description:
     changes). O(force=true) submits a new attempt as before; deleting the record or the outputs
     asks the workspace again. A record of another workspace or job name is not used.
 attributes:
+  action:
+    support: full
+    details:
+      - Its action plugin answers a recorded completed run (see the description) on the
+        controller, without running the module; everything else runs the module.
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
   check_mode:
     support: full
     details: Builds and returns the job spec; submits and runs nothing.
@@ -56,6 +65,7 @@ attributes:
 extends_documentation_fragment:
   - amlhpc.azureml.azure_auth
   - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
 options:
   backend:
     description: Where the job runs.
