@@ -88,6 +88,11 @@ class _RecordingTemplar:
         self.asked.append(value)
         return self.real.template(value, **kwargs)
 
+    def copy_with_new_env(self, **kwargs) -> "_RecordingTemplar":
+        copy = _RecordingTemplar.__new__(_RecordingTemplar)
+        copy.real, copy.asked = self.real.copy_with_new_env(**kwargs), self.asked
+        return copy
+
 
 def _stage_vars(**extra) -> dict:
     """The stage role's defaults as Ansible loads them (their templates trusted), then ``extra``."""
