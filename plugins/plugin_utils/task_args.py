@@ -5,8 +5,8 @@
 A role's one task per node passes most of the role's variables to its action as
 ``option: "{{ role_variable }}"``. Ansible compiles each such string into a Jinja template in
 the worker it forks for that one host-task, and keeps nothing for the next worker: every node
-pays for every argument again, about 0.6 ms of controller CPU each (AMD EPYC,
-``bench/task_args_bench.py``), 60-70 arguments per node over the node roles.
+pays for every argument again, 0.6-1 ms of controller CPU each (AMD EPYC,
+``bench/task_args_bench.py``), about 70 of them per node over the node roles.
 
 The value of ``"{{ name }}"`` is the value of the variable ``name``, templated. Where an
 argument (or a value inside a dict or list argument) is exactly that, a trusted template
