@@ -23,7 +23,10 @@ description:
     source's SHA-256. Any difference compresses that file again.
   - The module's arguments carry a secret; its action plugin runs it pipelined on every connection
     (the local one included) and refuses otherwise, so its payload is never written to a file.
-  - Runs where the data is (usually the controller); needs the Python package azure-storage-blob.
+  - Runs where the data is (usually the controller). It lists what the container holds with the
+    standard library (with O(account_key), through a container SAS made from the key for that
+    listing); it needs the Python package azure-storage-blob to upload or to create the
+    container, so a rerun that finds every file there does not import it.
 version_added: "1.0.0"
 author:
   - amlhpc contributors (@amlhpc)
@@ -147,7 +150,13 @@ import time  # noqa: E402
 
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy import redact
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.blob_listing import account_name
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.dataset_prep import compress_all, find_files, upload_prepared
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.blob_rest import list_container
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.dataset_prep import (
+    compress_all,
+    find_files,
+    listing_sas,
+    upload_prepared,
+)
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 
@@ -158,14 +167,8 @@ def _credential(p: dict):
 
 
 def _existing_names(p: dict, credential) -> set[str]:
-    from azure.storage.blob import ContainerClient  # noqa: PLC0415
-    client = ContainerClient(p["account_url"].rstrip("/"), p["container"], credential=credential)
-    try:
-        if not client.exists():
-            return set()
-        return {b.name for b in client.list_blobs(name_starts_with=p["prefix"].strip("/") or None)}
-    finally:
-        client.close()
+    sas = listing_sas(p["container"], credential.strip().lstrip("?") if isinstance(credential, str) else credential)
+    return {b.name for b in list_container(p["account_url"], p["container"], sas or "", p["prefix"].strip("/")) or []}
 
 
 def main() -> None:
@@ -190,11 +193,6 @@ def main() -> None:
     )
     p = module.params
     secrets = [s for s in (p["sas"], p["account_key"]) if s]
-    try:
-        import azure.storage.blob  # noqa: F401,PLC0415  # pylint: disable=unused-import
-    except ImportError:
-        module.fail_json(msg="dataset_upload needs the Python package azure-storage-blob on the host it runs on "
-                             "(the project's .venv has it: run it on the controller)")
     rels = find_files(p["src"], p["suffixes"])
     if not rels:
         module.fail_json(msg=f"no files ending in {', '.join(p['suffixes'])} under {p['src']}")
@@ -211,6 +209,9 @@ def main() -> None:
                                 workers=p["workers"] or None, suffixes=p["suffixes"], stats=stats)
         counts = upload_prepared(prepared, p["account_url"], p["container"], credential,
                                  workers=p["upload_workers"], create_container=p["create_container"])
+    except ImportError:  # the SDK is imported only where something is to be uploaded
+        module.fail_json(msg="dataset_upload needs the Python package azure-storage-blob on the host it runs on "
+                             "to upload (the project's .venv has it: run it on the controller)")
     except Exception as exc:  # noqa: BLE001 - the SDK raises many kinds; the message is what matters
         module.fail_json(msg=f"dataset upload failed: {redact(str(exc), secrets).splitlines()[0]}")
     ratio = counts["gzip_bytes"] / counts["raw_bytes"] if counts["raw_bytes"] else 1.0

@@ -9,6 +9,9 @@ have the SDK; a node without it can still stage in suffix mode, which needs no l
 ``playbooks/prepare_dataset.yml`` stores each file's size before compression and the SHA-256
 of its uncompressed bytes in the blob metadata (``amlhpc_raw_bytes``, ``amlhpc_raw_sha256``),
 so the stage can check every file on disk after ``--decompress``, by size and by content.
+
+With a SAS (or none, for a public container) the listing is the standard library's
+(``blob_rest.list_container``): no SDK import, about 0.4 s of CPU less per listing.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from .azcopy_sas import redact
+from .blob_rest import BlobRestError, list_container
 from .shards import Blob
 
 RAW_BYTES_METADATA = "amlhpc_raw_bytes"
@@ -81,13 +85,17 @@ def identity_credential(auth: str, *, msi_client_id: str = "", tenant_id: str = 
 
 def blob_from_properties(props: Any, prefix: str = "") -> Blob:
     """A planner ``Blob`` from an SDK ``BlobProperties`` (name relative to ``prefix``)."""
-    name = str(props.name)
+    settings = getattr(props, "content_settings", None)
+    encoding = (getattr(settings, "content_encoding", None) or "") if settings is not None else ""
+    return blob_from(str(props.name), int(props.size), encoding, getattr(props, "metadata", None) or {}, prefix)
+
+
+def blob_from(name: str, size: int, encoding: str, metadata: Any, prefix: str = "") -> Blob:
+    """A planner ``Blob`` from a listed blob's name, size, content encoding and metadata (name
+    relative to ``prefix``)."""
     prefix = normalize_prefix(prefix)
     if prefix and name.startswith(prefix):
         name = name[len(prefix):]
-    settings = getattr(props, "content_settings", None)
-    encoding = (getattr(settings, "content_encoding", None) or "") if settings is not None else ""
-    metadata = getattr(props, "metadata", None) or {}
     raw: int | None
     if encoding.strip().lower() == "gzip":
         try:
@@ -95,15 +103,34 @@ def blob_from_properties(props: Any, prefix: str = "") -> Blob:
         except (KeyError, TypeError, ValueError):
             raw = None
     else:
-        raw = int(props.size)
+        raw = int(size)
     sha = str(metadata.get(RAW_SHA256_METADATA, "")).strip().lower()
     sha_ok = len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)
-    return Blob(name=name, size=int(props.size), raw_size=raw, content_encoding=encoding,
+    return Blob(name=name, size=int(size), raw_size=raw, content_encoding=encoding,
                 raw_sha256=sha if sha_ok else None)
 
 
+def _refused(container: str, account_url: str) -> str:
+    return (f"listing container {container!r} at {account_url} was refused (HTTP 403): the SAS "
+            "token has expired, lacks list permission, or is for another container")
+
+
 def list_blobs(account_url: str, container: str, prefix: str = "", credential: Any = None) -> list[Blob]:
-    """Every blob under ``prefix`` (credential: a SAS token string, a key, or an azure-identity credential)."""
+    """Every blob under ``prefix`` (credential: a SAS token string or None, listed with the
+    standard library; a key or an azure-identity credential, listed with the SDK)."""
+    if credential is None or isinstance(credential, str):
+        try:
+            listed = list_container(account_url, container, credential or "", normalize_prefix(prefix))
+        except BlobRestError as exc:
+            if exc.status == 403:
+                raise ListingError(_refused(container, account_url)) from None
+            if exc.status is None:
+                raise ListingError(f"listing container {container!r} at {account_url} failed: {exc}") from None
+            raise ListingError(f"listing container {container!r} at {account_url} failed (HTTP {exc.status}): "
+                               f"{exc}") from None
+        if listed is None:
+            raise ListingError(f"container {container!r} does not exist at {account_url}")
+        return [blob_from(b.name, b.size, b.content_encoding, b.metadata, prefix) for b in listed]
     try:
         from azure.core.exceptions import (  # noqa: PLC0415
             AzureError,
@@ -115,10 +142,8 @@ def list_blobs(account_url: str, container: str, prefix: str = "", credential: A
     except ImportError as exc:
         raise ListingError("listing the container needs the Python package azure-storage-blob "
                            "(pip install azure-storage-blob), which is not installed here") from exc
-    if isinstance(credential, str):
-        credential = credential.strip().lstrip("?")
     client = ContainerClient(account_url.rstrip("/"), container, credential=credential)
-    secrets = [credential] if isinstance(credential, str) else []
+    secrets: list[str] = []  # an identity or a key object: nothing of it is in a message
     try:
         return [blob_from_properties(p, prefix)
                 for p in client.list_blobs(name_starts_with=normalize_prefix(prefix) or None, include=["metadata"])]
@@ -126,13 +151,11 @@ def list_blobs(account_url: str, container: str, prefix: str = "", credential: A
         if isinstance(exc, ResourceNotFoundError) or exc.status_code == 404:
             raise ListingError(f"container {container!r} does not exist at {account_url}") from exc
         if isinstance(exc, ClientAuthenticationError) or exc.status_code == 403:
-            raise ListingError(f"listing container {container!r} at {account_url} was refused (HTTP 403): the SAS "
-                               "token has expired, lacks list permission, or is for another container") from exc
+            raise ListingError(_refused(container, account_url)) from exc
         raise ListingError(f"listing container {container!r} at {account_url} failed (HTTP {exc.status_code}): "
                            f"{_first_line(exc, secrets)}") from exc
     except ClientAuthenticationError as exc:
-        raise ListingError(f"listing container {container!r} at {account_url} was refused (HTTP 403): the SAS "
-                           "token has expired, lacks list permission, or is for another container") from exc
+        raise ListingError(_refused(container, account_url)) from exc
     except ResourceNotFoundError as exc:
         raise ListingError(f"container {container!r} does not exist at {account_url}") from exc
     except AzureError as exc:

@@ -20,7 +20,11 @@ again; any difference (the file rewritten, touched, replaced, another level) com
 again. So a rerun over the full data set (5.1 TB) stats its files instead of gzipping them.
 
 Compression runs in a process pool (CPU bound), uploads in a thread pool (I/O bound).
-The Azure SDK (azure-storage-blob) is imported only by ``upload_prepared``.
+What is there already is listed with the standard library (``blob_rest``; with an account
+key, through a container SAS made from it for the listing, ``azcopy_sas.container_sas``); the
+Azure SDK (azure-storage-blob) is imported only where something is to be uploaded or the
+container to be created, so a rerun that uploads nothing does not import it (about 0.4 s of
+CPU).
 """
 
 from __future__ import annotations
@@ -33,7 +37,11 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from typing import Any
+
+from .azcopy_sas import container_sas
+from .blob_rest import list_container
 
 RAW_BYTES_METADATA = "amlhpc_raw_bytes"
 RAW_SHA256_METADATA = "amlhpc_raw_sha256"
@@ -168,12 +176,21 @@ def needs_upload(prepared: Prepared, existing: dict[str, tuple[int, str | None, 
 def upload_prepared(prepared: Sequence[Prepared], account_url: str, container: str, credential: Any,
                     workers: int = 8, create_container: bool = False,
                     progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Upload the compressed files gzip-encoded (skipping those already there); return counts."""
+    """Upload the compressed files gzip-encoded (skipping those already there); return counts.
+
+    ``credential``: a SAS token, an account key (``{"account_name": ..., "account_key": ...}``
+    or the SDK's StorageSharedKeyCredential), or another SDK credential (then the SDK lists)."""
+    if isinstance(credential, str):
+        credential = credential.strip().lstrip("?")
+    sas = listing_sas(container, credential)
+    listed = list_container(account_url, container, sas) if sas is not None else None
+    todo = _missing(prepared, {b.name: (b.size, b.content_md5, b.metadata) for b in listed or []})
+    if listed is not None and not todo:
+        return _counts(prepared, todo, 0)  # everything is there: no SDK import, no client
+
     from azure.core.exceptions import ResourceExistsError  # noqa: PLC0415
     from azure.storage.blob import ContainerClient, ContentSettings  # noqa: PLC0415
 
-    if isinstance(credential, str):
-        credential = credential.strip().lstrip("?")
     client = ContainerClient(account_url.rstrip("/"), container, credential=credential,
                              max_single_put_size=64 * 1024 * 1024)
     try:
@@ -182,12 +199,13 @@ def upload_prepared(prepared: Sequence[Prepared], account_url: str, container: s
                 client.create_container()
             except ResourceExistsError:
                 pass
-        existing: dict[str, tuple[int, str | None, dict[str, str]]] = {}
-        for props in client.list_blobs(include=["metadata"]):
-            md5 = props.content_settings.content_md5 if props.content_settings else None
-            existing[props.name] = (int(props.size), base64.b64encode(bytes(md5)).decode() if md5 else None,
-                                    dict(props.metadata or {}))
-        todo = [p for p in prepared if needs_upload(p, existing)]
+        if sas is None:  # a credential the standard library cannot list with
+            existing = {}
+            for props in client.list_blobs(include=["metadata"]):
+                md5 = props.content_settings.content_md5 if props.content_settings else None
+                existing[props.name] = (int(props.size), base64.b64encode(bytes(md5)).decode() if md5 else None,
+                                        dict(props.metadata or {}))
+            todo = _missing(prepared, existing)
 
         def put(p: Prepared) -> int:
             with open(p.gz_path, "rb") as f:
@@ -204,6 +222,31 @@ def upload_prepared(prepared: Sequence[Prepared], account_url: str, container: s
             uploaded_bytes = sum(pool.map(put, todo))
     finally:
         client.close()
+    return _counts(prepared, todo, uploaded_bytes)
+
+
+def _missing(prepared: Sequence[Prepared], existing: dict[str, tuple[int, str | None, dict[str, str]]]) -> list[Prepared]:
+    return [p for p in prepared if needs_upload(p, existing)]
+
+
+def _counts(prepared: Sequence[Prepared], todo: Sequence[Prepared], uploaded_bytes: int) -> dict[str, Any]:
     return {"files": len(prepared), "uploaded": len(todo), "already_there": len(prepared) - len(todo),
             "uploaded_bytes": uploaded_bytes, "raw_bytes": sum(p.raw_size for p in prepared),
             "gzip_bytes": sum(p.size for p in prepared)}
+
+
+def listing_sas(container: str, credential: Any) -> str | None:
+    """The SAS the standard library lists with: the one given, or, for an account key, a
+    container SAS with read and list permission for the next hour, made from the key; None
+    for any other credential."""
+    if isinstance(credential, str):
+        return credential
+    if isinstance(credential, dict):
+        name, key = credential.get("account_name"), credential.get("account_key")
+    else:  # the SDK's StorageSharedKeyCredential has both; an identity has neither
+        name, key = getattr(credential, "account_name", None), getattr(credential, "account_key", None)
+    if not (name and key):
+        return None
+    now = datetime.now(timezone.utc)
+    return container_sas(name, container, key, permission="rl", start=now - timedelta(minutes=5),
+                         expiry=now + timedelta(hours=1))
