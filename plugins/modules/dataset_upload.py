@@ -167,7 +167,7 @@ def _credential(p: dict):
 
 
 def _existing_names(p: dict, credential) -> set[str]:
-    sas = listing_sas(p["container"], credential.strip().lstrip("?") if isinstance(credential, str) else credential)
+    sas = listing_sas(p["container"], credential)  # list_container strips a leading "?"
     return {b.name for b in list_container(p["account_url"], p["container"], sas or "", p["prefix"].strip("/")) or []}
 
 

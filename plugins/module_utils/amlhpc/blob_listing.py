@@ -2,9 +2,10 @@
 # MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """List a container's blobs for the shard planner (names, sizes, encoding, size after gunzip).
 
-The Azure SDK (``azure-storage-blob``) is imported only when a listing is asked for, so the
-rest of ``amlhpc`` stays standard library: the controller's .venv and the workload image
-have the SDK; a node without it can still stage in suffix mode, which needs no listing.
+The Azure SDK (``azure-storage-blob``) is imported only for a listing with an identity
+(managed identity, service principal, az CLI), so the rest of ``amlhpc`` stays standard
+library: the controller's .venv and the workload image have the SDK; a node without it can
+still stage in suffix mode, or list with a SAS.
 
 ``playbooks/prepare_dataset.yml`` stores each file's size before compression and the SHA-256
 of its uncompressed bytes in the blob metadata (``amlhpc_raw_bytes``, ``amlhpc_raw_sha256``),

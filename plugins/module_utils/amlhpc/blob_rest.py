@@ -74,7 +74,8 @@ def _error(exc: urllib.error.HTTPError, secrets: list[str]) -> BlobRestError:
         body = exc.read()
         root = ET.fromstring(body.lstrip(b"\xef\xbb\xbf"))  # nosec B314: the storage service's own answer
         code = code or (root.findtext("Code") or "")
-        message = (root.findtext("Message") or "").strip().splitlines()[0] if root.findtext("Message") else ""
+        lines = (root.findtext("Message") or "").strip().splitlines()
+        message = lines[0] if lines else ""
     except (ET.ParseError, OSError, ValueError):
         pass
     text = redact(f"{code}: {message}" if message else (code or str(exc.reason)), secrets)

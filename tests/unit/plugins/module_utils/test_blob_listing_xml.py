@@ -4,7 +4,11 @@ an encoded name, a blob without metadata, the next page's marker."""
 
 from __future__ import annotations
 
-from amlhpc.blob_rest import ListedBlob, parse_listing
+import email.message
+import io
+import urllib.error
+
+from amlhpc.blob_rest import ListedBlob, _error, parse_listing
 
 PAGE = ("\ufeff<?xml version=\"1.0\" encoding=\"utf-8\"?>"
         "<EnumerationResults ServiceEndpoint=\"https://acct.blob.core.windows.net/\" ContainerName=\"cosmoflow\">"
@@ -33,3 +37,28 @@ def test_a_page_of_the_service_s_answer():
 def test_the_last_page_has_no_marker_and_an_empty_container_no_blobs():
     last = b"<?xml version=\"1.0\" encoding=\"utf-8\"?><EnumerationResults><Blobs /><NextMarker /></EnumerationResults>"
     assert parse_listing(last) == ([], "")
+
+
+def _http_error(body: bytes, code: str = "") -> urllib.error.HTTPError:
+    headers = email.message.Message()
+    if code:
+        headers["x-ms-error-code"] = code
+    return urllib.error.HTTPError("https://acct.blob.core.windows.net/c", 403, "Forbidden", headers,
+                                  io.BytesIO(body))
+
+
+def test_the_service_s_error_gives_its_code_and_the_message_s_first_line_without_the_sas():
+    body = ("\ufeff<?xml version=\"1.0\" encoding=\"utf-8\"?><Error><Code>AuthenticationFailed</Code>"
+            "<Message>Server failed to authenticate the request. sig=SECRET\nRequestId:1\nTime:2026</Message>"
+            "</Error>").encode("utf-8")
+    error = _error(_http_error(body, "AuthenticationFailed"), ["sig=SECRET"])
+    assert (error.status, error.code) == (403, "AuthenticationFailed")
+    assert str(error).startswith("AuthenticationFailed: Server failed to authenticate the request.")
+    assert "SECRET" not in str(error) and "RequestId" not in str(error)
+
+
+def test_an_error_whose_message_is_blank_or_missing_names_the_code():
+    blank = b"<Error><Code>AuthorizationFailure</Code><Message>  \n </Message></Error>"
+    assert str(_error(_http_error(blank), [])) == "AuthorizationFailure"
+    assert str(_error(_http_error(b"<Error><Code>ContainerNotFound</Code></Error>"), [])) == "ContainerNotFound"
+    assert str(_error(_http_error(b"not xml"), [])) == "Forbidden"
