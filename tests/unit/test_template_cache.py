@@ -1,0 +1,150 @@
+"""Templates compiled once in the main process and inherited by forked workers
+(plugins/plugin_utils/template_cache.py, the amlhpc.azureml.template_cache callback): every
+template renders as Ansible renders it without the cache, errors included, and a worker
+forked after :func:`warm` compiles none of the templates it warmed."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from ansible.errors import AnsibleError
+from ansible.plugins.loader import init_plugin_loader
+from ansible.template import Templar, trust_as_template
+from ansible._internal._templating import _jinja_bits
+
+ROOT = Path(__file__).resolve().parents[2]
+_NAME = "amlhpc_template_cache_under_test"
+_spec = importlib.util.spec_from_file_location(_NAME, ROOT / "plugins" / "plugin_utils" / "template_cache.py")
+template_cache = importlib.util.module_from_spec(_spec)
+sys.modules[_NAME] = template_cache  # its dataclass needs its module registered
+_spec.loader.exec_module(template_cache)
+
+init_plugin_loader()  # the lookup below is ansible.builtin's
+T = trust_as_template
+VARIABLES = {
+    "a": "alpha", "b": "yes", "n": 3, "items": [1, 2, 3], "vm": "Standard_ND96isr_H100_v5",
+    "nested": {"k": T("{{ a }}-x")}, "chained": T("{{ nested.k | upper }}"), "maybe": None,
+}
+TEMPLATES = [
+    "{{ a }}",
+    "{{ a | default('x') }}",
+    "{{ b | bool }}",
+    "{{ '16G' if 'h100' in vm | lower else '8G' }}",
+    "pre-{{ a }}-{{ n * 2 }}-post",
+    "{% for i in items %}{{ i }},{% endfor %}",
+    "{{ chained }}",
+    "{{ maybe if maybe is not none else 'none' }}",
+    "{{ items | map('string') | join(':') }}",
+    "{{ {'enabled': b | bool, 'count': items | length} }}",
+    '{{ "c:\\new" }}',
+    "#jinja2:variable_start_string:'[[', variable_end_string:']]'\n[[ a ]] {{ a }}",
+    "{{ lookup('ansible.builtin.env', 'AMLHPC_TEMPLATE_CACHE_TEST') }}",
+]
+# These do not compile (an unknown filter is a compile error), and this one fails when rendered.
+COMPILE_ERRORS = ["{{ a | amlhpc_no_such_filter }}", "{{ a ", "{% for %}"]
+FAILING = COMPILE_ERRORS + ["{{ undefined_name }}"]
+
+
+def render(template: str, **options):
+    try:
+        return ("ok", Templar(variables=VARIABLES).template(T(template), **options))
+    except AnsibleError as exc:
+        return ("error", type(exc).__name__, exc.message)
+
+
+@pytest.fixture()
+def cache(monkeypatch):
+    monkeypatch.setenv("AMLHPC_TEMPLATE_CACHE_TEST", "from the environment")
+    template_cache.uninstall()
+    yield template_cache.install()
+    template_cache.uninstall()
+
+
+def test_every_template_renders_as_without_the_cache_and_is_compiled_once(cache, monkeypatch):
+    template_cache.uninstall()
+    plain = [render(t) for t in TEMPLATES + FAILING]
+    assert all(r[0] == "ok" for r in plain[:len(TEMPLATES)]), plain
+    assert all(r[0] == "error" for r in plain[len(TEMPLATES):]), plain
+    cache = template_cache.install()
+    first = [render(t) for t in TEMPLATES + FAILING]
+    compiled = cache.compiled
+    again = [render(t) for t in TEMPLATES + FAILING]
+    assert first == plain and again == plain
+    assert cache.compiled == compiled, "a template was compiled twice"
+    assert cache.hits >= len(TEMPLATES)
+
+
+def test_the_key_holds_the_settings_the_code_depends_on(cache):
+    env = _jinja_bits.AnsibleEnvironment()
+    key = template_cache.code_key(env, "{{ a }}", None, None, False)
+    assert key == template_cache.code_key(_jinja_bits.AnsibleEnvironment(), "{{ a }}", None, None, False)
+    assert key != template_cache.code_key(env, "{{ b }}", None, None, False)
+    with _jinja_bits._TemplateCompileContext(escape_backslashes=True):
+        escaped = template_cache.code_key(env, "{{ a }}", None, None, False)
+    assert escaped != key
+    other = _jinja_bits.AnsibleEnvironment()
+    other.variable_start_string = "[["
+    assert template_cache.code_key(other, "{{ a }}", None, None, False) != key
+    other.autoescape = lambda name: True
+    assert template_cache.code_key(other, "{{ a }}", None, None, False) is None
+    assert template_cache.code_key(env, "{{ a }}", "name", None, False) != key
+
+
+def test_a_backslash_escaped_and_an_unescaped_compile_do_not_share_code(cache):
+    source = '{{ "a\\nb" }}'
+    template_cache.uninstall()
+    plain = render(source), render(source, escape_backslashes=False)
+    assert plain[0] != plain[1]
+    template_cache.install()
+    assert (render(source), render(source, escape_backslashes=False)) == plain
+    assert (render(source, escape_backslashes=False), render(source)) == (plain[1], plain[0])
+
+
+def test_a_worker_forked_after_warm_compiles_none_of_the_warmed_templates(cache):
+    in_variables = template_cache.templates_in(VARIABLES)  # as the callback walks a host's variables
+    assert in_variables == {"{{ a }}-x", "{{ nested.k | upper }}"}
+    warmed = template_cache.warm([T(t) for t in TEMPLATES + FAILING] + sorted(in_variables))
+    assert warmed == len(TEMPLATES) + 1 + 2  # the undefined name compiles; it fails when rendered
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the worker: render, then say how many it compiled and whether all matched
+        try:
+            os.close(read)
+            before = cache.compiled
+            results = [render(t) for t in TEMPLATES]
+            os.write(write, f"{cache.compiled - before} {all(r[0] == 'ok' for r in results)}".encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    answer = os.read(read, 100).decode()
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert answer == "0 True"
+
+
+def test_warm_skips_what_does_not_compile_and_it_fails_where_rendered(cache):
+    assert template_cache.warm([T("{{ a "), T("{{ a }}")]) == 1
+    assert render("{{ a ")[0] == "error"
+
+
+def test_templates_in_finds_trusted_templates_in_plain_and_yaml_containers_only():
+    class Elsewhere(dict):  # e.g. hostvars: not walked
+        pass
+
+    value = {
+        "one": T("{{ a }}"), "plain": "no template", "untrusted": "{{ from_a_fact }}",
+        "list": [T("x{{ b }}"), {"deep": (T("{% if n %}1{% endif %}"),)}],
+        "other": Elsewhere(x=T("{{ hidden }}")), "number": 5,
+    }
+    assert template_cache.templates_in(value) == {"{{ a }}", "x{{ b }}", "{% if n %}1{% endif %}"}
+
+
+def test_uninstall_puts_back_ansible_s_own_compile(cache):
+    assert _jinja_bits.AnsibleEnvironment.compile is not template_cache._ORIGINAL_COMPILE
+    template_cache.uninstall()
+    assert _jinja_bits.AnsibleEnvironment.compile is template_cache._ORIGINAL_COMPILE
+    assert template_cache.active() is None
