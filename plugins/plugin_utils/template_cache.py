@@ -22,18 +22,24 @@ so the key holds both (:func:`code_key`): the delimiters and whitespace settings
 unchanged: the code is bound to the environment that asked for it (``Template.from_code``),
 exactly as a fresh compile is, and nothing is rendered while warming (a lookup does not run).
 
-Not cached: expressions (``when``; Jinja compiles them from a syntax tree, not a string), a
-template that does not compile (it fails as before, where it is rendered), an environment
-whose ``autoescape`` is a function, and Ansible's template debugging mode. Only trusted
-templates are warmed: a string from a module's result or a fact is never templated.
+Expressions (``when``, ``changed_when``: Jinja parses them into a syntax tree and compiles
+that) are kept under their source's key too (:func:`warm_expressions` compiles a task's);
+their parse is skipped when their code is there.
+
+Not cached: a template that does not compile (it fails as before, where it is rendered), an
+environment whose ``autoescape`` is a function, and Ansible's template debugging mode. Only
+trusted templates are warmed: a string from a module's result or a fact is never templated.
 """
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
+
+import jinja2.environment
 
 from ansible._internal._templating import _jinja_bits
 from ansible._internal._templating._engine import TemplateEngine, TemplateOptions
@@ -50,9 +56,11 @@ def _name(obj: Any) -> str:
     return f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', '')}"
 
 
-def code_key(env: Any, source: str, name: str | None, filename: str | None, defer_init: bool) -> str | None:
-    """The cache key of the code Jinja generates for ``source`` in ``env``; None where the
-    code may depend on more than the key can say (then the template is compiled as usual)."""
+def code_key(env: Any, source: str, name: str | None, filename: str | None, defer_init: bool,
+             expression: bool | None = None) -> str | None:
+    """The cache key of the code Jinja generates for ``source`` in ``env`` (a template, or with
+    ``expression`` its ``undefined_to_none``, an expression); None where the code may depend on
+    more than the key can say (then it is compiled as usual)."""
     if callable(env.autoescape) or getattr(env, "_debuggable_template_source", False):
         return None
     compiling = _jinja_bits._TemplateCompileContext.current(optional=True)  # pylint: disable=protected-access
@@ -61,7 +69,7 @@ def code_key(env: Any, source: str, name: str | None, filename: str | None, defe
         env.optimized, env.is_async, env.autoescape, _name(env.finalize) if env.finalize else None,
         _name(env.code_generator_class), tuple(sorted(env.extensions)),
         bool(compiling and compiling.escape_backslashes), _jinja_bits._TemplateConfig.allow_embedded_templates,
-        name, filename, defer_init,
+        name, filename, defer_init, expression,
     )
     digest = hashlib.sha256(repr(settings).encode())
     digest.update(b"\0")
@@ -93,15 +101,43 @@ class CodeCache:
 
 
 _ORIGINAL_COMPILE = _jinja_bits.AnsibleEnvironment.compile
+_ORIGINAL_COMPILE_EXPRESSION = _jinja_bits.AnsibleEnvironment.compile_expression
 _active: CodeCache | None = None
+# The key of the expression being compiled: Jinja parses an expression into a syntax tree and
+# compiles that (one compile call), which is kept under the expression's key.
+_expression_key: contextvars.ContextVar[str | None] = contextvars.ContextVar("amlhpc_expression_key", default=None)
 
 
 def _cached_compile(self, source, name=None, filename=None, raw=False, defer_init=False):
     cache = _active
-    key = None if cache is None or raw or not isinstance(source, str) else code_key(self, source, name, filename, defer_init)
+    key = None
+    if cache is not None and not raw:
+        if isinstance(source, str):
+            key = code_key(self, source, name, filename, defer_init)
+        elif (key := _expression_key.get()) is not None:
+            _expression_key.set(None)  # only the expression's own tree
     if key is None:
         return _ORIGINAL_COMPILE(self, source, name, filename, raw, defer_init)
     return cache.code(key, lambda: _ORIGINAL_COMPILE(self, source, name, filename, raw, defer_init))
+
+
+def _cached_compile_expression(self, source, undefined_to_none=True):
+    cache = _active
+    key = None if cache is None or not isinstance(source, str) else code_key(
+        self, source, None, None, False, expression=bool(undefined_to_none))
+    if key is None:
+        return _ORIGINAL_COMPILE_EXPRESSION(self, source, undefined_to_none)
+    code = cache.memory.get(key)
+    if code is None:  # parse it (a syntax error raises as before); the compile keeps its code
+        token = _expression_key.set(key)
+        try:
+            return _ORIGINAL_COMPILE_EXPRESSION(self, source, undefined_to_none)
+        finally:
+            _expression_key.reset(token)
+    cache.hits += 1
+    # what Jinja's compile_expression returns, from the same code: Environment.from_string's steps
+    template = self.template_class.from_code(self, code, self.make_globals(None), None)
+    return jinja2.environment.TemplateExpression(template, undefined_to_none)
 
 
 def install() -> CodeCache:
@@ -110,6 +146,7 @@ def install() -> CodeCache:
     if _active is None:
         _active = CodeCache()
         _jinja_bits.AnsibleEnvironment.compile = _cached_compile  # type: ignore[method-assign]
+        _jinja_bits.AnsibleEnvironment.compile_expression = _cached_compile_expression  # type: ignore[method-assign]
     return _active
 
 
@@ -118,6 +155,7 @@ def uninstall() -> None:
     global _active  # pylint: disable=global-statement
     _active = None
     _jinja_bits.AnsibleEnvironment.compile = _ORIGINAL_COMPILE  # type: ignore[method-assign]
+    _jinja_bits.AnsibleEnvironment.compile_expression = _ORIGINAL_COMPILE_EXPRESSION  # type: ignore[method-assign]
 
 
 def active() -> CodeCache | None:
@@ -160,5 +198,29 @@ def warm(templates: Iterable[str], loader: Any = None) -> int:
             with _jinja_bits._TemplateCompileContext(escape_backslashes=options.escape_backslashes):  # pylint: disable=protected-access
                 env.compile(source)
         except Exception:  # pylint: disable=broad-exception-caught  # it fails where it is rendered, as before
+            continue
+    return cache.compiled - before
+
+
+def warm_expressions(expressions: Iterable[Any], *, escape_backslashes: bool, loader: Any = None) -> int:
+    """Compile ``expressions`` (trusted expression strings: a task's ``when``, ``changed_when``,
+    ... , which Ansible compiles with ``escape_backslashes`` False, or its ``register``
+    projection, compiled with it True) into the cache, without evaluating them; the number
+    compiled now. A templated one (``{{ }}``), a boolean, or one that does not parse is left
+    to Ansible."""
+    cache = _active
+    if cache is None:
+        return 0
+    env = TemplateEngine(loader=loader).environment
+    before = cache.compiled
+    for expression in expressions:
+        if not isinstance(expression, str) or "{{" in expression or "{%" in expression \
+                or not is_trusted_as_template(expression):
+            continue
+        try:
+            # as TemplateEngine.evaluate_expression compiles it (a conditional: stripped first)
+            with _jinja_bits._TemplateCompileContext(escape_backslashes=escape_backslashes):  # pylint: disable=protected-access
+                env.compile_expression(expression.strip() if not escape_backslashes else expression, False)
+        except Exception:  # pylint: disable=broad-exception-caught  # it fails where it is evaluated, as before
             continue
     return cache.compiled - before

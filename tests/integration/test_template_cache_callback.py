@@ -1,10 +1,12 @@
 """The amlhpc.azureml.template_cache callback in a real ansible-playbook run: the same output
-with and without it, and the workers it forks compile none of a role's templates with it.
+with and without it, and the workers it forks compile none of a role's templates and
+conditionals with it.
 
-The run goes through a small launcher that counts, in each worker, the templates Jinja
-compiles (it wraps Ansible's own compile step before Ansible starts; the cache calls it for
-what it does not have). Three hosts on the local connection, a role whose defaults chain
-templates, a task argument that is a template, a ``become``-like keyword that is one."""
+The run goes through a small launcher that counts, in each worker, the templates and
+expressions Jinja compiles (it wraps Ansible's own compile steps before Ansible starts; the
+cache calls them for what it does not have). Three hosts on the local connection, a role
+whose defaults chain templates, a task argument that is a template, a keyword that is one,
+a ``when`` and a ``register``."""
 
 from __future__ import annotations
 
@@ -27,6 +29,11 @@ def counted(self, source, *args, **kwargs):
         counts["n"] += 1
     return compile_(self, source, *args, **kwargs)
 _jinja_bits.AnsibleEnvironment.compile = counted
+compile_expression_ = _jinja_bits.AnsibleEnvironment.compile_expression
+def counted_expression(self, source, *args, **kwargs):
+    counts["n"] += 1
+    return compile_expression_(self, source, *args, **kwargs)
+_jinja_bits.AnsibleEnvironment.compile_expression = counted_expression
 run_ = worker.WorkerProcess.run
 def run(self):
     counts["n"] = 0
@@ -59,6 +66,8 @@ TASKS = """
   ansible.builtin.debug:
     msg: "{{ probe_line }} {{ probe_check | bool }} {{ probe_extra | default('none') | length }}"
   no_log: "{{ probe_quiet | default(false) | bool }}"
+  when: probe_size != '0G' and probe_vm is string
+  register: probe_said
 """
 
 

@@ -148,3 +148,49 @@ def test_uninstall_puts_back_ansible_s_own_compile(cache):
     template_cache.uninstall()
     assert _jinja_bits.AnsibleEnvironment.compile is template_cache._ORIGINAL_COMPILE
     assert template_cache.active() is None
+
+
+CONDITIONALS = ["a == 'alpha'", "n > 2 and b | bool", "'h100' in vm | lower", "maybe is none", "items | length == 3",
+                "undefined_name is defined", "nested.k is search('x')", " a is string "]
+
+
+def evaluate(conditional: str):
+    try:
+        return ("ok", Templar(variables=VARIABLES).evaluate_conditional(T(conditional)))
+    except AnsibleError as exc:
+        return ("error", type(exc).__name__, exc.message)
+
+
+def test_conditionals_evaluate_as_without_the_cache_and_a_forked_worker_compiles_none(cache):
+    broken = ["a ==", "a | amlhpc_no_such_filter"]
+    template_cache.uninstall()
+    plain = [evaluate(c) for c in CONDITIONALS + broken]
+    assert [r[0] for r in plain] == ["ok"] * len(CONDITIONALS) + ["error"] * len(broken), plain
+    cache = template_cache.install()
+    assert template_cache.warm_expressions([T(c) for c in CONDITIONALS + broken] + [True, None], escape_backslashes=False) == len(CONDITIONALS)
+    template_cache.warm(template_cache.templates_in(VARIABLES))  # nested.k is a template
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read)
+            before = cache.compiled
+            results = [evaluate(c) for c in CONDITIONALS + broken]
+            os.write(write, f"{cache.compiled - before} {results == plain}".encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    answer = os.read(read, 100).decode()
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert answer == "0 True"
+    assert [evaluate(c) for c in CONDITIONALS + broken] == plain
+
+
+def test_an_expression_and_a_template_of_the_same_text_do_not_share_code(cache):
+    env = _jinja_bits.AnsibleEnvironment()
+    template = template_cache.code_key(env, "a", None, None, False)
+    assert template != template_cache.code_key(env, "a", None, None, False, expression=False)
+    assert template_cache.code_key(env, "a", None, None, False, expression=False) != \
+        template_cache.code_key(env, "a", None, None, False, expression=True)
+    assert render("a") == ("ok", "a") and evaluate("a == 'alpha'") == ("ok", True)
