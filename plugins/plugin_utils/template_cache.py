@@ -5,9 +5,9 @@
 Ansible compiles every template string it renders (``Environment.from_string``, which Jinja
 never caches), in the worker it forks for each host-task, and that worker keeps nothing for
 the next one. On a 32-node rerun of ``site.yml`` the workers compiled 2,167 templates and
-expressions, 2.8 s of controller CPU out of 19 (README, round 16): the same few dozen strings (the roles'
-defaults, the tasks' arguments, the inventory's settings) once per node, each worker also
-loading the filter and test plugins they name.
+expressions, 2.8 s of controller CPU out of 19 (README, round 16): the same few dozen strings
+(the roles' defaults, the tasks' arguments, the inventory's settings) once per node, each
+worker also loading the filter and test plugins they name.
 
 :func:`install` wraps ``AnsibleEnvironment.compile`` so that the Python code Jinja generates
 for a template string is kept in this process (:class:`CodeCache`) and compiled only where it
