@@ -29,8 +29,8 @@ description:
     the settings its code depends on (delimiters, whitespace, backslash escaping, code
     generator).
   - On a 32-node rerun of C(site.yml) (AMD EPYC, 2 cores), the workers compiled 2,167
-    templates and expressions without it and 10 with it, and the controller's CPU dropped by
-    2.5-4 s (README, round 16).
+    templates and expressions without it and 10 with it; with it off and on alternately, the
+    controller's CPU per rerun dropped by 1.8-4.0 s (README, round 16).
   - Enable it with C(callbacks_enabled = amlhpc.azureml.template_cache) in C(ansible.cfg) (the
     project's C(ansible.cfg) does). It prints nothing; with C(-vvv) it says at the end how many
     templates the main process compiled.

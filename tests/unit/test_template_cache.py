@@ -6,6 +6,7 @@ forked after :func:`warm` compiles none of the templates it warmed."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import sys
 from pathlib import Path
@@ -54,6 +55,26 @@ def render(template: str, **options):
         return ("ok", Templar(variables=VARIABLES).template(T(template), **options))
     except AnsibleError as exc:
         return ("error", type(exc).__name__, exc.message)
+
+
+def in_a_forked_worker(cache, work):
+    """(templates compiled, what ``work()`` returned) in a process forked now, as Ansible forks a
+    worker per host-task."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read)
+            before = cache.compiled
+            result = work()
+            os.write(write, json.dumps([cache.compiled - before, result]).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as answer:
+        compiled, result = json.loads(answer.read())
+    os.waitpid(pid, 0)
+    return compiled, [tuple(r) for r in result]
 
 
 @pytest.fixture()
@@ -109,21 +130,8 @@ def test_a_worker_forked_after_warm_compiles_none_of_the_warmed_templates(cache)
     assert in_variables == {"{{ a }}-x", "{{ nested.k | upper }}"}
     warmed = template_cache.warm([T(t) for t in TEMPLATES + FAILING] + sorted(in_variables))
     assert warmed == len(TEMPLATES) + 1 + 2  # the undefined name compiles; it fails when rendered
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the worker: render, then say how many it compiled and whether all matched
-        try:
-            os.close(read)
-            before = cache.compiled
-            results = [render(t) for t in TEMPLATES]
-            os.write(write, f"{cache.compiled - before} {all(r[0] == 'ok' for r in results)}".encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    answer = os.read(read, 100).decode()
-    os.close(read)
-    os.waitpid(pid, 0)
-    assert answer == "0 True"
+    compiled, results = in_a_forked_worker(cache, lambda: [render(t) for t in TEMPLATES])
+    assert compiled == 0 and all(r[0] == "ok" for r in results)
 
 
 def test_warm_skips_what_does_not_compile_and_it_fails_where_rendered(cache):
@@ -169,21 +177,8 @@ def test_conditionals_evaluate_as_without_the_cache_and_a_forked_worker_compiles
     cache = template_cache.install()
     assert template_cache.warm_expressions([T(c) for c in CONDITIONALS + broken] + [True, None], escape_backslashes=False) == len(CONDITIONALS)
     template_cache.warm(template_cache.templates_in(VARIABLES))  # nested.k is a template
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(read)
-            before = cache.compiled
-            results = [evaluate(c) for c in CONDITIONALS + broken]
-            os.write(write, f"{cache.compiled - before} {results == plain}".encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    answer = os.read(read, 100).decode()
-    os.close(read)
-    os.waitpid(pid, 0)
-    assert answer == "0 True"
+    compiled, results = in_a_forked_worker(cache, lambda: [evaluate(c) for c in CONDITIONALS + broken])
+    assert compiled == 0 and results == plain
     assert [evaluate(c) for c in CONDITIONALS + broken] == plain
 
 
