@@ -23,6 +23,11 @@ description:
     source's SHA-256. Any difference compresses that file again.
   - The module's arguments carry a secret; its action plugin runs it pipelined on every connection
     (the local one included) and refuses otherwise, so its payload is never written to a file.
+  - Where it would run on the controller itself (the local connection, no become, no async), its
+    action plugin answers check mode, and a rerun that finds every compressed copy current and
+    every blob in the container, in the worker with the module's own functions, without starting
+    the module (about half a second of a rerun). Anything to compress or upload, an error, or
+    arguments the module refuses, run the module.
   - Runs where the data is (usually the controller). It lists what the container holds with the
     standard library (with O(account_key), through a container SAS made from the key for that
     listing); it needs the Python package azure-storage-blob to upload or to create the
@@ -149,74 +154,43 @@ seconds:
 import time  # noqa: E402
 
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy import redact
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.blob_listing import account_name
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.blob_rest import list_container
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.dataset_prep import (
+    UPLOAD_ARGUMENT_SPEC,
+    UPLOAD_MUTUALLY_EXCLUSIVE,
+    UPLOAD_REQUIRED_ONE_OF,
     compress_all,
     find_files,
-    listing_sas,
+    missing_answer,
+    upload_credential,
     upload_prepared,
+    upload_result,
 )
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 
-def _credential(p: dict):
-    if p["account_key"]:
-        return {"account_name": account_name(p["account_url"]), "account_key": p["account_key"]}
-    return p["sas"]
-
-
-def _existing_names(p: dict, credential) -> set[str]:
-    sas = listing_sas(p["container"], credential)  # list_container strips a leading "?"
-    return {b.name for b in list_container(p["account_url"], p["container"], sas or "", p["prefix"].strip("/")) or []}
-
-
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "src": {"type": "path", "required": True},
-            "work_dir": {"type": "path", "required": True},
-            "suffixes": {"type": "list", "elements": "str", "default": [".tfrecord"]},
-            "account_url": {"type": "str", "required": True},
-            "container": {"type": "str", "required": True},
-            "prefix": {"type": "str", "default": ""},
-            "sas": {"type": "str", "no_log": True},
-            "account_key": {"type": "str", "no_log": True},
-            "create_container": {"type": "bool", "default": False},
-            "level": {"type": "int", "default": 6},
-            "workers": {"type": "int", "default": 0},
-            "upload_workers": {"type": "int", "default": 8},
-        },
-        required_one_of=[("sas", "account_key")],
-        mutually_exclusive=[("sas", "account_key")],
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=UPLOAD_ARGUMENT_SPEC, required_one_of=UPLOAD_REQUIRED_ONE_OF,
+                           mutually_exclusive=UPLOAD_MUTUALLY_EXCLUSIVE, supports_check_mode=True)
     p = module.params
     secrets = [s for s in (p["sas"], p["account_key"]) if s]
     rels = find_files(p["src"], p["suffixes"])
     if not rels:
         module.fail_json(msg=f"no files ending in {', '.join(p['suffixes'])} under {p['src']}")
-    credential = _credential(p)
     started = time.monotonic()
     try:
         if module.check_mode:
-            pre = p["prefix"].strip("/")
-            wanted = {f"{pre}/{r}.gz" if pre else f"{r}.gz" for r in rels}
-            missing = wanted - _existing_names(p, credential)
-            module.exit_json(changed=bool(missing), files=len(rels), missing=len(missing))
+            module.exit_json(**missing_answer(p, rels))
         stats: dict[str, int] = {}
         prepared = compress_all(p["src"], p["work_dir"], prefix=p["prefix"], level=p["level"],
                                 workers=p["workers"] or None, suffixes=p["suffixes"], stats=stats)
-        counts = upload_prepared(prepared, p["account_url"], p["container"], credential,
+        counts = upload_prepared(prepared, p["account_url"], p["container"], upload_credential(p),
                                  workers=p["upload_workers"], create_container=p["create_container"])
     except ImportError:  # the SDK is imported only where something is to be uploaded
         module.fail_json(msg="dataset_upload needs the Python package azure-storage-blob on the host it runs on "
                              "to upload (the project's .venv has it: run it on the controller)")
     except Exception as exc:  # noqa: BLE001 - the SDK raises many kinds; the message is what matters
         module.fail_json(msg=f"dataset upload failed: {redact(str(exc), secrets).splitlines()[0]}")
-    ratio = counts["gzip_bytes"] / counts["raw_bytes"] if counts["raw_bytes"] else 1.0
-    module.exit_json(changed=counts["uploaded"] > 0, ratio=round(ratio, 4),
-                     seconds=round(time.monotonic() - started, 3), **counts, **stats)
+    module.exit_json(**upload_result({**counts, **stats}, time.monotonic() - started))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 
 from staging_helpers import ROOT
 from test_stage_playbook import recap, run_playbook
@@ -35,10 +36,15 @@ def test_prepare_dataset_uploads_gzip_encoded_and_is_idempotent(azurite, tmp_pat
     stored = azurite.service().get_blob_client("prepared", "v07/" + blob.name).download_blob(decompress=False).readall()
     assert gzip.decompress(stored) == original
 
-    check = run_playbook("playbooks/prepare_dataset.yml", extra, env, "--check")
+    # Check mode and the rerun only read: answered in the worker, no module run on the
+    # controller (-vvv names the module file of every module run), and the key nowhere in the output.
+    check = run_playbook("playbooks/prepare_dataset.yml", extra, env, "--check", "-vvv")
     assert check.returncode == 0 and recap_localhost(check.stdout)["changed"] == 0, check.stdout[-2000:]
-    second = run_playbook("playbooks/prepare_dataset.yml", extra, env)
+    assert MODULE_RUN not in check.stdout and key not in check.stdout + check.stderr
+    assert '"files": 128' in check.stdout and '"missing": 0' in check.stdout
+    second = run_playbook("playbooks/prepare_dataset.yml", extra, env, "-vvv")
     assert second.returncode == 0, second.stdout[-3000:]
+    assert MODULE_RUN not in second.stdout and key not in second.stdout + second.stderr
     assert "uploaded 0, already there 128" in second.stdout
     # the rerun neither read nor gzipped the data set again (dataset_prep's record in work_dir)
     assert "compressed 0, unchanged since their copy was made 128" in second.stdout
@@ -47,6 +53,27 @@ def test_prepare_dataset_uploads_gzip_encoded_and_is_idempotent(azurite, tmp_pat
     assert "skipping: [localhost]" in block, block
     assert recap_localhost(second.stdout)["changed"] == 0
     assert (ROOT / "playbooks" / "prepare_dataset.yml").exists()
+
+    # One blob gone: check mode says so, and the run is the module's, which uploads it again.
+    azurite.service().get_blob_client("prepared", "v07/" + blob.name).delete_blob()
+    check = run_playbook("playbooks/prepare_dataset.yml", extra, env, "--check", "-vvv")
+    assert check.returncode == 0 and recap_localhost(check.stdout)["changed"] == 1, check.stdout[-2000:]
+    assert '"missing": 1' in check.stdout and MODULE_RUN not in check.stdout
+    third = run_playbook("playbooks/prepare_dataset.yml", extra, env, "-vvv")
+    assert third.returncode == 0, third.stdout[-3000:]
+    assert MODULE_RUN in third.stdout and key not in third.stdout + third.stderr
+    assert "uploaded 1, already there 127" in third.stdout
+    # A source touched since its copy was made: compressed again by the module (same bytes, so
+    # nothing to upload).
+    os.utime(src / "train" / "univ_ics_2019-03_a000000_007.tfrecord")
+    fourth = run_playbook("playbooks/prepare_dataset.yml", extra, env, "-vvv")
+    assert fourth.returncode == 0, fourth.stdout[-3000:]
+    assert MODULE_RUN in fourth.stdout
+    assert "compressed 1, unchanged since their copy was made 127" in fourth.stdout
+    assert "uploaded 0, already there 128" in fourth.stdout
+
+
+MODULE_RUN = "modules/dataset_upload.py"  # -vvv: "Using module file .../plugins/modules/dataset_upload.py"
 
 
 def recap_localhost(out: str) -> dict[str, int]:

@@ -34,6 +34,7 @@ import gzip
 import hashlib
 import json
 import os
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from .azcopy_sas import container_sas
+from .blob_listing import account_name
 from .blob_rest import list_container
 
 RAW_BYTES_METADATA = "amlhpc_raw_bytes"
@@ -126,16 +128,9 @@ def compress_all(root: str, work_dir: str, prefix: str = "", level: int = 6, wor
     """gzip every data file under ``root`` into ``work_dir`` (same layout, ``.gz`` added), in
     parallel, except those whose copy in ``work_dir`` the record shows current (module
     docstring). ``stats``, where given, gets ``compressed`` and ``reused`` counts."""
-    rels = find_files(root, suffixes)
-    jobs = [(os.path.join(root, r), os.path.join(work_dir, r + ".gz"), level) for r in rels]
+    rels, jobs, record, keys, results = _plan(root, work_dir, level, suffixes)
     if not jobs:
         return []
-    record = _load_record(work_dir, level)
-    keys = [_source_key(src) for src, _dst, _lvl in jobs]
-    # (raw bytes, gzip bytes, MD5, SHA-256), as _gzip_one returns them, from the record where current
-    results: list[tuple[int, int, str, str] | None] = [
-        (record[r][0], record[r][4], record[r][5], record[r][6]) if _reusable(record.get(r), k, dst) else None
-        for r, k, (_src, dst, _lvl) in zip(rels, keys, jobs)]
     todo = [i for i, res in enumerate(results) if res is None]
     workers = workers or max(1, min(len(todo), os.cpu_count() or 1))
     if todo and workers == 1:
@@ -156,12 +151,69 @@ def compress_all(root: str, work_dir: str, prefix: str = "", level: int = 6, wor
         os.replace(tmp, os.path.join(work_dir, RECORD))
     if stats is not None:
         stats.update(compressed=len(todo), reused=len(jobs) - len(todo))
+    return _prepared(prefix, rels, jobs, results)
+
+
+def _plan(root: str, work_dir: str, level: int, suffixes: Sequence[str], rels: list[str] | None = None) -> tuple[list[str], list[tuple[str, str, int]],
+                                                                                  dict[str, list], list[list[int]],
+                                                                                  list[tuple[int, int, str, str] | None]]:
+    """The data files (relative), their (source, copy, level) jobs, the record, each source's key,
+    and each file's (raw bytes, gzip bytes, MD5, SHA-256) from the record where its copy is
+    current (None where it is to be compressed). ``rels``: the files, where already found."""
+    rels = find_files(root, suffixes) if rels is None else rels
+    jobs = [(os.path.join(root, r), os.path.join(work_dir, r + ".gz"), level) for r in rels]
+    if not jobs:
+        return rels, jobs, {}, [], []
+    record = _load_record(work_dir, level)
+    keys = [_source_key(src) for src, _dst, _lvl in jobs]
+    results: list[tuple[int, int, str, str] | None] = [
+        (record[r][0], record[r][4], record[r][5], record[r][6]) if _reusable(record.get(r), k, dst) else None
+        for r, k, (_src, dst, _lvl) in zip(rels, keys, jobs)]
+    return rels, jobs, record, keys, results
+
+
+def _prepared(prefix: str, rels: Sequence[str], jobs: Sequence[tuple[str, str, int]],
+              results: Sequence[tuple[int, int, str, str] | None]) -> list[Prepared]:
     pre = prefix.strip("/")
     out = []
-    for rel, (src, dst, _unused), (raw, size, md5, sha) in zip(rels, jobs, results):
+    for rel, (src, dst, _unused), res in zip(rels, jobs, results):
+        raw, size, md5, sha = res  # type: ignore[misc]  # every file compressed or reused by now
         blob = f"{pre}/{rel}.gz" if pre else f"{rel}.gz"
         out.append(Prepared(source=src, blob=blob, gz_path=dst, size=size, raw_size=raw, md5=md5, raw_sha256=sha))
     return out
+
+
+def already_prepared(root: str, work_dir: str, account_url: str, container: str, credential: Any, prefix: str = "",
+                     level: int = 6, suffixes: Sequence[str] = DEFAULT_PATTERNS,
+                     rels: list[str] | None = None) -> dict[str, Any] | None:
+    """What :func:`compress_all` (its ``stats``) and :func:`upload_prepared` would count for a
+    data set with nothing left to do, found without doing anything: every file's compressed
+    copy current by the record (nothing to compress, the record not to rewrite) and every blob
+    in the container as it should be, listed with the standard library. None where anything
+    is to do, where there are no files, or where only the SDK can list (no SAS, no key).
+    ``rels``: the files, where already found."""
+    rels, jobs, record, _keys, results = _plan(root, work_dir, level, suffixes, rels)
+    if not jobs or any(res is None for res in results) or set(record) != set(rels):
+        return None
+    if isinstance(credential, str):
+        credential = credential.strip().lstrip("?")
+    sas = listing_sas(container, credential)
+    if sas is None:
+        return None
+    listed = list_container(account_url, container, sas)
+    if listed is None:
+        return None
+    prepared = _prepared(prefix, rels, jobs, results)
+    if _missing(prepared, {b.name: (b.size, b.content_md5, b.metadata) for b in listed}):
+        return None
+    return {**_counts(prepared, [], 0), "compressed": 0, "reused": len(prepared)}
+
+
+def upload_result(counts: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """dataset_upload's result from the counts of the compress and upload steps (their
+    ``compressed``/``reused`` stats included)."""
+    ratio = counts["gzip_bytes"] / counts["raw_bytes"] if counts["raw_bytes"] else 1.0
+    return {"changed": counts["uploaded"] > 0, "ratio": round(ratio, 4), "seconds": round(seconds, 3), **counts}
 
 
 def needs_upload(prepared: Prepared, existing: dict[str, tuple[int, str | None, dict[str, str]]]) -> bool:
@@ -250,3 +302,58 @@ def listing_sas(container: str, credential: Any) -> str | None:
     now = datetime.now(timezone.utc)
     return container_sas(name, container, key, permission="rl", start=now - timedelta(minutes=5),
                          expiry=now + timedelta(hours=1))
+
+
+# dataset_upload's arguments: the module's spec, and its action's check before it answers on the controller.
+UPLOAD_ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
+    "src": {"type": "path", "required": True},
+    "work_dir": {"type": "path", "required": True},
+    "suffixes": {"type": "list", "elements": "str", "default": [".tfrecord"]},
+    "account_url": {"type": "str", "required": True},
+    "container": {"type": "str", "required": True},
+    "prefix": {"type": "str", "default": ""},
+    "sas": {"type": "str", "no_log": True},
+    "account_key": {"type": "str", "no_log": True},
+    "create_container": {"type": "bool", "default": False},
+    "level": {"type": "int", "default": 6},
+    "workers": {"type": "int", "default": 0},
+    "upload_workers": {"type": "int", "default": 8},
+}
+UPLOAD_REQUIRED_ONE_OF = [("sas", "account_key")]
+UPLOAD_MUTUALLY_EXCLUSIVE = [("sas", "account_key")]
+
+
+def upload_credential(params: dict[str, Any]) -> Any:
+    """The credential dataset_upload's ``params`` give: the account key (with the account's
+    name), else the SAS."""
+    if params["account_key"]:
+        return {"account_name": account_name(params["account_url"]), "account_key": params["account_key"]}
+    return params["sas"]
+
+
+def missing_answer(params: dict[str, Any], rels: list[str]) -> dict[str, Any]:
+    """dataset_upload's result in check mode, where it compresses and uploads nothing: whether
+    any blob of the ``rels`` files is missing, from a listing."""
+    pre = params["prefix"].strip("/")
+    wanted = {f"{pre}/{r}.gz" if pre else f"{r}.gz" for r in rels}
+    sas = listing_sas(params["container"], upload_credential(params))  # list_container strips a leading "?"
+    listed = list_container(params["account_url"], params["container"], sas or "", pre) or []
+    missing = wanted - {b.name for b in listed}
+    return {"changed": bool(missing), "files": len(rels), "missing": len(missing)}
+
+
+def upload_answer(params: dict[str, Any], check_mode: bool) -> dict[str, Any] | None:
+    """dataset_upload's result where reading is all it takes, else None: in check mode
+    :func:`missing_answer`; otherwise a data set with nothing left to do
+    (:func:`already_prepared`), changed false with the counts the module would report. None
+    where the module has files to compress or blobs to upload, or no files (it says so)."""
+    started = time.monotonic()
+    rels = find_files(params["src"], params["suffixes"])
+    if not rels:
+        return None
+    if check_mode:
+        return missing_answer(params, rels)
+    counts = already_prepared(params["src"], params["work_dir"], params["account_url"], params["container"],
+                              upload_credential(params), prefix=params["prefix"], level=params["level"],
+                              suffixes=params["suffixes"], rels=rels)
+    return None if counts is None else upload_result(counts, time.monotonic() - started)
