@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, Dict, List, Optional, Tuple
 
 from .azcopy_sas import container_sas
 from .blob_listing import account_name
@@ -154,9 +154,11 @@ def compress_all(root: str, work_dir: str, prefix: str = "", level: int = 6, wor
     return _prepared(prefix, rels, jobs, results)
 
 
-def _plan(root: str, work_dir: str, level: int, suffixes: Sequence[str], rels: list[str] | None = None) -> tuple[list[str], list[tuple[str, str, int]],
-                                                                                  dict[str, list], list[list[int]],
-                                                                                  list[tuple[int, int, str, str] | None]]:
+# (files, jobs, record, source keys, reused results): what _plan returns
+Plan = Tuple[List[str], List[Tuple[str, str, int]], Dict[str, list], List[List[int]], List[Optional[Tuple[int, int, str, str]]]]
+
+
+def _plan(root: str, work_dir: str, level: int, suffixes: Sequence[str], rels: list[str] | None = None) -> Plan:
     """The data files (relative), their (source, copy, level) jobs, the record, each source's key,
     and each file's (raw bytes, gzip bytes, MD5, SHA-256) from the record where its copy is
     current (None where it is to be compressed). ``rels``: the files, where already found."""
