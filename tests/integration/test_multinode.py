@@ -233,3 +233,16 @@ def test_site_on_the_twin(twin, gateway_azurite, tmp_path):
     # ... nor downloaded again: the controller's record of the completed run answered.
     assert json.loads(state.read_text())["jobs"]["cosmoflow"]["downloads"] == 1
     assert "the workspace not asked" in second.stdout
+
+    # A rerun of the SSH trust starts no module anywhere: the head's key read (and scan) and the
+    # trust check are shell commands run through sudo without a tty (ansible.builtin.raw), each
+    # node's task reads its files with one shell command. Before, the head ran the command
+    # module twice, one after the other, with every node waiting.
+    trust = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), "playbooks/ssh_trust.yml", "-vvv"], cwd=ROOT,
+                           env=twin_env(state), capture_output=True, text=True, timeout=600, check=False)
+    (tmp_path / "trust.log").write_text(trust.stdout + trust.stderr)
+    assert trust.returncode == 0, trust.stdout[-6000:]
+    assert re.findall(r"Using module file \S+", trust.stdout) == []
+    assert {h: recap(trust.stdout)[h]["changed"] for h in hosts} == {h: 0 for h in hosts}
+    check = trust.stdout[trust.stdout.index("Check that root on each head reaches every node"):].split("\nTASK [")[0]
+    assert re.search(r"^ok: \[e2e-\d+", check, re.M) and "failed:" not in check, check[-3000:]
