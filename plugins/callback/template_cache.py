@@ -25,6 +25,10 @@ description:
     compiled; a string from a module result or a fact is never a template.
   - The task's conditionals (C(when), C(changed_when), C(failed_when), C(until)) and its
     C(register) projection are compiled there too, as expressions, without being evaluated.
+  - At a role's first task it also reads the role's argument spec where the role's own task
+    checks the role's variables (a role imported with C(rolespec_validate=false); see
+    C(plugins/plugin_utils/role_args.py)), so that no node's worker reads and parses the file
+    again.
   - Templates and conditionals render exactly as before; the cache key holds the source and
     the settings its code depends on (delimiters, whitespace, backslash escaping, code
     generator).
@@ -41,7 +45,7 @@ requirements:
 from ansible.plugins.callback import CallbackBase
 from ansible.utils.display import Display
 
-from ansible_collections.amlhpc.azureml.plugins.plugin_utils import template_cache
+from ansible_collections.amlhpc.azureml.plugins.plugin_utils import role_args, template_cache
 
 display = Display()
 
@@ -93,6 +97,7 @@ class CallbackModule(CallbackBase):
             self._seen_roles.add(id(role))
             template_cache.templates_in(role.get_default_vars(), found)
             template_cache.templates_in(role.get_vars(), found)
+            role_args.read_before_fork(role)
         template_cache.warm(found)
         conditionals = []
         for keyword in _CONDITIONALS:

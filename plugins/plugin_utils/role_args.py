@@ -41,21 +41,47 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.amlhpc.azureml.plugins.plugin_utils.task_args import PassedOnArgs
 
 
+_SPECS: dict[str, dict[str, Any]] = {}
+"""The specs read in this process, by role path. The template_cache callback reads a role's
+spec in the main process when its first task starts (:func:`role_argspecs`), so that the
+worker forked for each node finds it read instead of reading the file again."""
+
+
 def role_argspecs(role: Any) -> dict[str, Any]:
     """The role's ``argument_specs``, as ``Role._get_role_argspecs`` finds them (its
-    ``meta/argument_specs.yml``, else ``meta/main.yml``'s), read with libyaml.
+    ``meta/argument_specs.yml``, else ``meta/main.yml``'s), read with libyaml, once per
+    process and role (:data:`_SPECS`).
 
     The check runs in every node's task, in a worker forked for that task alone, so nothing
     read there is kept for the next: Ansible's own loader took about 9 ms of CPU for a 4.5 kB
-    spec, libyaml 1 ms (the specs are plain YAML: no vault, no tags)."""
+    spec, libyaml 1-3 ms in a worker (the specs are plain YAML: no vault, no tags), a spec
+    the main process read before the fork nothing."""
     # pylint: disable=protected-access
+    known = _SPECS.get(role._role_path)
+    if known is not None:
+        return known
+    specs = None
     for ext in (".yml", ".yaml"):
         path = os.path.join(role._role_path, "meta", "argument_specs" + ext)
         if os.path.isfile(path):
             with open(path, encoding="utf-8") as f:
                 data = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # nosec B506: a safe loader
-            return (data.get("argument_specs") if isinstance(data, dict) else None) or {}
-    return role._get_role_argspecs() or {}
+            specs = (data.get("argument_specs") if isinstance(data, dict) else None) or {}
+            break
+    if specs is None:
+        specs = role._get_role_argspecs() or {}
+    _SPECS[role._role_path] = specs
+    return specs
+
+
+def read_before_fork(role: Any) -> None:
+    """In the main process, at a role's first task: read its spec where its tasks check it
+    themselves (loaded with ``rolespec_validate: false``), for the workers to inherit."""
+    if role is not None and not getattr(role, "_should_validate", True) and getattr(role, "_role_path", None):
+        try:
+            role_argspecs(role)
+        except Exception:  # pylint: disable=broad-exception-caught  # the task's own read fails and says why
+            pass
 
 
 def _as_checked(templar: Any, value: Any, option: dict[str, Any]) -> tuple[bool, Any]:

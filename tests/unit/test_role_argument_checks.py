@@ -6,6 +6,8 @@ before it does anything, with Ansible's message naming the variable."""
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import re
 import subprocess
 import sys
@@ -168,3 +170,90 @@ def test_the_check_gives_ansible_s_verdict(case, extra):
     expected = _full_check(task_vars)
     assert (result or {}).get("argument_errors", []) == expected, case
     assert (result is None) == (not expected), case
+
+
+# --- The spec is read once, in the main process, before the workers fork ---------------------
+# The template_cache callback reads a role's spec when the role's first task starts
+# (role_args.read_before_fork); every node's worker, forked after it, finds it read. Before,
+# each worker parsed meta/argument_specs.yml again (1-3 ms of CPU per node and role task).
+
+def _role_copy(tmp_path: Path, role: str, validate: bool):
+    (tmp_path / role / "meta").mkdir(parents=True)
+    spec = tmp_path / role / "meta" / "argument_specs.yml"
+    spec.write_text((ROOT / "roles" / role / "meta" / "argument_specs.yml").read_text())
+
+    class Role:
+        _role_path = str(tmp_path / role)
+        _should_validate = validate
+
+        def _get_role_argspecs(self):
+            raise AssertionError("the spec file was read again")
+
+    return Role(), spec
+
+
+def _in_a_forked_worker(work) -> str:
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read)
+            try:
+                answer = json.dumps(work())
+            except Exception as exc:  # pylint: disable=broad-exception-caught
+                answer = json.dumps(f"{type(exc).__name__}: {exc}")
+            os.write(write, answer.encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as out:
+        result = json.loads(out.read())
+    os.waitpid(pid, 0)
+    return result
+
+
+def test_a_spec_read_before_the_fork_is_not_read_again_in_the_worker(tmp_path):
+    role, spec = _role_copy(tmp_path, "nccl", validate=False)
+    expected = DataLoader().load_from_file(str(spec))["argument_specs"]
+    role_args.read_before_fork(role)
+    spec.unlink()  # a worker that reads the file again finds none and asks Ansible's loader
+    assert _in_a_forked_worker(lambda: role_args.role_argspecs(role)) == json.loads(json.dumps(expected))
+
+
+def test_a_role_that_ansible_checks_itself_is_not_read_before_the_fork(tmp_path):
+    role, spec = _role_copy(tmp_path, "nccl", validate=True)
+    role_args.read_before_fork(role)
+    spec.unlink()
+    assert _in_a_forked_worker(lambda: role_args.role_argspecs(role)) == "AssertionError: the spec file was read again"
+
+
+def test_a_spec_that_does_not_parse_fails_in_the_task_not_in_the_callback(tmp_path):
+    role, spec = _role_copy(tmp_path, "nccl", validate=False)
+    spec.write_text("argument_specs: [unclosed\n")
+    role_args.read_before_fork(role)  # says nothing: the worker's read fails, in the task
+    assert _in_a_forked_worker(lambda: role_args.role_argspecs(role)).startswith(("ParserError", "ScannerError"))
+
+
+def test_the_template_cache_callback_reads_the_spec_at_the_role_s_first_task(tmp_path):
+    names = {"role_args": role_args}
+    for name in ("template_cache",):
+        path = ROOT / "plugins" / "plugin_utils" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(f"ansible_collections.amlhpc.azureml.plugins.plugin_utils.{name}", path)
+        names[name] = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = names[name]
+        spec.loader.exec_module(names[name])
+    sys.modules["ansible_collections.amlhpc.azureml.plugins.plugin_utils.role_args"] = role_args
+    spec = importlib.util.spec_from_file_location("amlhpc_test_template_cache_callback",
+                                                  ROOT / "plugins" / "callback" / "template_cache.py")
+    callback = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(callback)
+    role, argspec = _role_copy(tmp_path, "gpu_clocks", validate=False)
+    role.get_default_vars = role.get_vars = dict
+    task = type("Task", (), {"args": {}, "_role": role, "get_vars": dict})()
+    plugin = callback.CallbackModule()
+    try:
+        plugin.v2_playbook_on_task_start(task, False)
+    finally:
+        names["template_cache"].uninstall()
+    argspec.unlink()
+    assert "main" in role_args.role_argspecs(role)
