@@ -29,6 +29,16 @@ description:
     checks the role's variables (a role imported with C(rolespec_validate=false); see
     C(plugins/plugin_utils/role_args.py)), so that no node's worker reads and parses the file
     again.
+  - At each task start it also moves every object the main process holds into the garbage
+    collector's permanent generation (C(gc.freeze)). Each worker forked for the task inherits
+    them, and its collector no longer walks them (a full collection in a worker walked the
+    whole inherited heap, about 50 ms of CPU and 4,400 copied pages each time). The main process
+    unfreezes them at each play start, so that its own next full collection frees what a play
+    left behind; on a 32-node rerun its memory grew by about 3 MB.
+  - It loads Ansible's own filter and test plugins once, in the main process. A worker loads
+    them all at its first use of one that no template of the task names (a test named in
+    C(selectattr), C(map)), and each loaded them again (4.5 ms of CPU for the SSH trust's task
+    per node).
   - Templates and conditionals render exactly as before; the cache key holds the source and
     the settings its code depends on (delimiters, whitespace, backslash escaping, code
     generator).
@@ -41,6 +51,8 @@ description:
 requirements:
   - ansible-core 2.21 (it wraps the Jinja environment's compile step of this release)
 """
+
+import gc
 
 from ansible.plugins.callback import CallbackBase
 from ansible.utils.display import Display
@@ -71,8 +83,12 @@ class CallbackModule(CallbackBase):
         super().__init__(*args, **kwargs)
         self._cache = template_cache.install()
         self._seen_roles: set[int] = set()
+        template_cache.load_builtin_jinja_plugins()
 
     def v2_playbook_on_play_start(self, play):
+        # The last play's frozen objects back in the collector's reach (its next full
+        # collection frees the cycles among them); each task start freezes again.
+        gc.unfreeze()
         manager = play.get_variable_manager()
         inventory = getattr(manager, "_inventory", None)
         try:
@@ -107,6 +123,9 @@ class CallbackModule(CallbackBase):
         register = getattr(task, "register", None)  # {name: the projection of the result}
         if isinstance(register, dict):
             template_cache.warm_expressions(register.values(), escape_backslashes=True)
+        # What the main process holds now, the workers of this task inherit: out of the
+        # collector's reach, a worker's collection does not walk (and so copy) every page of it.
+        gc.freeze()
 
     def v2_playbook_on_handler_task_start(self, task):
         self.v2_playbook_on_task_start(task, False)

@@ -43,6 +43,7 @@ import jinja2.environment
 
 from ansible._internal._templating import _jinja_bits
 from ansible._internal._templating._engine import TemplateEngine, TemplateOptions
+from ansible.plugins.loader import filter_loader, test_loader
 from ansible.template import is_trusted_as_template
 
 _MEMORY_LIMIT = 4096  # distinct templates kept; a run of site.yml has about 300
@@ -161,6 +162,18 @@ def uninstall() -> None:
 def active() -> CodeCache | None:
     """The cache in use, if any."""
     return _active
+
+
+def load_builtin_jinja_plugins() -> None:
+    """Load Ansible's own filter and test plugins (ansible.builtin's, and the legacy ones in
+    the configured paths) in this process, for the workers to inherit. A worker's templar loads
+    them all at the first filter or test it looks up that no compile in this process looked up
+    (a test named by a string: ``selectattr('key', 'equalto', x)``, ``map('quote')``)."""
+    for loader, name in ((filter_loader, "ansible.builtin.bool"), (test_loader, "ansible.builtin.equalto")):
+        try:
+            loader.get(name)
+        except Exception:  # pylint: disable=broad-exception-caught  # the worker loads them, and says why
+            continue
 
 
 def templates_in(value: Any, found: set[str] | None = None, depth: int = 0) -> set[str]:

@@ -5,6 +5,8 @@ before it does anything, with Ansible's message naming the variable."""
 
 from __future__ import annotations
 
+import gc
+import importlib
 import importlib.util
 import json
 import os
@@ -234,19 +236,25 @@ def test_a_spec_that_does_not_parse_fails_in_the_task_not_in_the_callback(tmp_pa
     assert _in_a_forked_worker(lambda: role_args.role_argspecs(role)).startswith(("ParserError", "ScannerError"))
 
 
+_PLUGIN_UTILS = "ansible_collections.amlhpc.azureml.plugins.plugin_utils"
+
+
+def _callback():
+    """(the template_cache callback module, the role_args and template_cache it calls), imported
+    by their collection names, as Ansible imports them."""
+    import warnings
+
+    from ansible.plugins.loader import init_plugin_loader
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "already configured" where another test did it
+        init_plugin_loader([str(ROOT / ".cache" / "collections")])
+    sys.modules.setdefault(f"{_PLUGIN_UTILS}.role_args", role_args)
+    callback = importlib.import_module("ansible_collections.amlhpc.azureml.plugins.callback.template_cache")
+    return callback, sys.modules[f"{_PLUGIN_UTILS}.role_args"], sys.modules[f"{_PLUGIN_UTILS}.template_cache"]
+
+
 def test_the_template_cache_callback_reads_the_spec_at_the_role_s_first_task(tmp_path):
-    names = {"role_args": role_args}
-    for name in ("template_cache",):
-        path = ROOT / "plugins" / "plugin_utils" / f"{name}.py"
-        spec = importlib.util.spec_from_file_location(f"ansible_collections.amlhpc.azureml.plugins.plugin_utils.{name}", path)
-        names[name] = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = names[name]
-        spec.loader.exec_module(names[name])
-    sys.modules["ansible_collections.amlhpc.azureml.plugins.plugin_utils.role_args"] = role_args
-    spec = importlib.util.spec_from_file_location("amlhpc_test_template_cache_callback",
-                                                  ROOT / "plugins" / "callback" / "template_cache.py")
-    callback = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(callback)
+    callback, args, cache = _callback()
     role, argspec = _role_copy(tmp_path, "gpu_clocks", validate=False)
     role.get_default_vars = role.get_vars = dict
     task = type("Task", (), {"args": {}, "_role": role, "get_vars": dict})()
@@ -254,6 +262,29 @@ def test_the_template_cache_callback_reads_the_spec_at_the_role_s_first_task(tmp
     try:
         plugin.v2_playbook_on_task_start(task, False)
     finally:
-        names["template_cache"].uninstall()
+        cache.uninstall()
+        gc.unfreeze()
     argspec.unlink()
-    assert "main" in role_args.role_argspecs(role)
+    assert "main" in args.role_argspecs(role)
+
+
+def test_the_workers_of_a_task_inherit_the_main_process_objects_frozen():
+    """At each task start the callback freezes what the main process holds (gc.freeze): a
+    worker's collection then does not walk, and copy, the inherited heap."""
+    callback, _args, cache = _callback()
+    held = [["held by the main process", i] for i in range(1000)]  # lists: always tracked
+    ids = {id(d) for d in held}
+    task = type("Task", (), {"args": {}, "_role": None, "get_vars": dict})()
+    plugin = callback.CallbackModule()
+    try:
+        plugin.v2_playbook_on_task_start(task, False)
+        walked = _in_a_forked_worker(lambda: sum(1 for o in gc.get_objects() if id(o) in ids))
+        # The next play's start hands them back to the main process's collector.
+        plugin.v2_playbook_on_play_start(type("Play", (), {"get_variable_manager": lambda self: None,
+                                                           "get_vars": lambda self: {}})())
+        back = sum(1 for o in gc.get_objects() if id(o) in ids)
+    finally:
+        cache.uninstall()
+        gc.unfreeze()
+    assert walked == 0
+    assert back == len(held)

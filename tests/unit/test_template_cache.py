@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -189,3 +190,42 @@ def test_an_expression_and_a_template_of_the_same_text_do_not_share_code(cache):
     assert template_cache.code_key(env, "a", None, None, False, expression=False) != \
         template_cache.code_key(env, "a", None, None, False, expression=True)
     assert render("a") == ("ok", "a") and evaluate("a == 'alpha'") == ("ok", True)
+
+
+_PLUGIN_LOADS = r'''
+import json, os, sys, importlib.util
+from ansible.plugins.loader import PluginLoader, init_plugin_loader
+from ansible.template import Templar, trust_as_template
+init_plugin_loader()
+spec = importlib.util.spec_from_file_location("tc", sys.argv[1])
+tc = importlib.util.module_from_spec(spec); sys.modules["tc"] = tc; spec.loader.exec_module(tc)
+if sys.argv[2] == "load":
+    tc.load_builtin_jinja_plugins()
+read, write = os.pipe()
+pid = os.fork()
+if pid == 0:
+    loads = []
+    original = PluginLoader._load_module_source
+    def counted(self, *args, **kwargs):
+        loads.append(self.type)
+        return original(self, *args, **kwargs)
+    PluginLoader._load_module_source = counted
+    out = Templar(variables={"items": [{"k": 1}, {"k": 2}]}).template(
+        trust_as_template("{{ items | selectattr('k', 'equalto', 2) | map(attribute='k') | list }}"))
+    os.write(write, json.dumps([sorted(set(loads)), out]).encode())
+    os._exit(0)
+os.close(write)
+print(os.fdopen(read).read())
+os.waitpid(pid, 0)
+'''
+
+
+@pytest.mark.parametrize("load", ["load", "none"])
+def test_a_worker_forked_after_the_builtin_plugins_were_loaded_loads_none(load):
+    """A test named by a string (selectattr's 'equalto') is looked up when rendered, not when
+    compiled: a worker loaded all of Ansible's test plugins for it, unless the main process had."""
+    res = subprocess.run([sys.executable, "-c", _PLUGIN_LOADS, str(ROOT / "plugins" / "plugin_utils" / "template_cache.py"),
+                          load], capture_output=True, text=True, timeout=120, check=True)
+    loaded, out = json.loads(res.stdout)
+    assert out == [2]
+    assert loaded == ([] if load == "load" else ["filter", "test"])
