@@ -229,3 +229,40 @@ def test_a_worker_forked_after_the_builtin_plugins_were_loaded_loads_none(load):
     loaded, out = json.loads(res.stdout)
     assert out == [2]
     assert loaded == ([] if load == "load" else ["filter", "test"])
+
+
+def test_a_worker_forked_after_warm_looks_up_none_of_the_filters_and_tests_they_name(cache, monkeypatch):
+    """Ansible looks up a filter or test that is not one of its own (Jinja's ``length``) through
+    the plugin folders, once per Jinja environment, and each worker's templar makes new ones.
+    With the cache, a name is looked up once per process: a worker forked after warm looks up
+    none of the names its templates' code names, and renders them as before. A name given as a
+    string (``map('string')``) is looked up where rendered, once per worker."""
+    from ansible.plugins.loader import Jinja2Loader
+    named = ["{{ items | length }}", "{{ items | first }}", "{{ items | map('string') | join(':') }}",
+             "{{ a is string }}", "{{ (items | last) is divisibleby 3 }}"]
+    template_cache.uninstall()
+    plain = [render(t) for t in named]
+    cache = template_cache.install()
+    template_cache.warm([T(t) for t in named])
+
+    def looked_up():
+        calls = []
+        original = Jinja2Loader.get_with_context
+        Jinja2Loader.get_with_context = lambda self, name, *a, **k: calls.append(name) or original(self, name, *a, **k)
+        try:
+            results = [render(t) for t in named]
+            assert [render(t) for t in named] == results  # a second templar: nothing looked up again
+            return [calls, results]
+        finally:
+            Jinja2Loader.get_with_context = original
+
+    compiled, (calls, results) = in_a_forked_worker(cache, looked_up)
+    assert compiled == 0
+    assert list(calls) == ["string"]
+    assert [tuple(r) for r in results] == plain
+
+
+def test_a_filter_that_is_not_found_is_not_kept(cache):
+    first = render("{{ a | amlhpc_no_such_filter }}")
+    assert first[0] == "error"
+    assert render("{{ a | amlhpc_no_such_filter }}") == first
