@@ -39,6 +39,9 @@ description:
     (each worker's templar makes new ones, and Ansible looked a Jinja filter such as
     C(length), or a collection's, up through the plugin folders each time, about 0.4 ms). The
     names the task's templates name are looked up in the main process while they compile.
+  - The lookup plugins a template names (C(lookup('amlhpc.azureml.blob_sas', ...)), C(query))
+    are loaded in the main process too, without running them; every node's worker that
+    templated the inventory's C(stage_sas) loaded the lookup's code again.
   - It loads Ansible's own filter and test plugins once, in the main process. A worker loads
     them all at its first use of one that no template of the task names (a test named in
     C(selectattr), C(map)), and each loaded them again (4.5 ms of CPU for the SSH trust's task

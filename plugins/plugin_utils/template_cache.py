@@ -28,6 +28,9 @@ of Ansible's own (Jinja's ``length``, a collection's filter) goes through the pl
 each time (about 0.4 ms). :func:`install` also keeps each name's callable for the process
 (:func:`_cached_plugin_getitem`), so the workers inherit the lookups ``warm`` made.
 
+A lookup names its plugin by a string, resolved where the template renders; ``warm`` loads the
+lookup plugins its templates name (:func:`load_lookups`), without running them.
+
 Expressions (``when``, ``changed_when``: Jinja parses them into a syntax tree and compiles
 that) are kept under their source's key too (:func:`warm_expressions` compiles a task's);
 their parse is skipped when their code is there.
@@ -46,11 +49,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 import jinja2.environment
+import jinja2.nodes
 
 from ansible._internal._templating import _jinja_bits
 from ansible._internal._templating._engine import TemplateEngine, TemplateOptions
 from ansible._internal._templating._jinja_plugins import JinjaPluginIntercept
-from ansible.plugins.loader import filter_loader, test_loader
+from ansible.plugins.loader import filter_loader, lookup_loader, test_loader
 from ansible.template import is_trusted_as_template
 
 _MEMORY_LIMIT = 4096  # distinct templates kept; a run of site.yml has about 300
@@ -248,7 +252,34 @@ def warm(templates: Iterable[str], loader: Any = None) -> int:
                 env.compile(source)
         except Exception:  # pylint: disable=broad-exception-caught  # it fails where it is rendered, as before
             continue
+        load_lookups(env, source)
     return cache.compiled - before
+
+
+_LOOKUP_CALLS = frozenset(("lookup", "query", "q"))
+
+
+def load_lookups(env: Any, source: str) -> int:
+    """Load the lookup plugins ``source`` names as ``lookup('name', ...)`` (or ``query``, ``q``)
+    in this process, without running them: the number loaded. A worker that renders the
+    template then finds the plugin's code loaded (the amlhpc.azureml.blob_sas lookup that the
+    inventory's ``stage_sas`` names was imported again in every node's worker). A name that does
+    not load is left to the render, which fails as before."""
+    if "(" not in source or not any(f"{name}(" in source for name in _LOOKUP_CALLS):
+        return 0
+    try:
+        tree = env.parse(source)
+    except Exception:  # pylint: disable=broad-exception-caught  # it fails where it is rendered
+        return 0
+    loaded = 0
+    for call in tree.find_all(jinja2.nodes.Call):
+        if isinstance(call.node, jinja2.nodes.Name) and call.node.name in _LOOKUP_CALLS and call.args \
+                and isinstance(call.args[0], jinja2.nodes.Const) and isinstance(call.args[0].value, str):
+            try:
+                loaded += lookup_loader.get(call.args[0].value, class_only=True) is not None
+            except Exception:  # pylint: disable=broad-exception-caught  # the render fails and says why
+                continue
+    return loaded
 
 
 def warm_expressions(expressions: Iterable[Any], *, escape_backslashes: bool, loader: Any = None) -> int:

@@ -266,3 +266,56 @@ def test_a_filter_that_is_not_found_is_not_kept(cache):
     first = render("{{ a | amlhpc_no_such_filter }}")
     assert first[0] == "error"
     assert render("{{ a | amlhpc_no_such_filter }}") == first
+
+
+_LOOKUP_LOADS = r'''
+import json, os, sys, importlib.util
+from ansible.plugins.loader import PluginLoader, init_plugin_loader
+from ansible.template import Templar, trust_as_template
+init_plugin_loader()
+spec = importlib.util.spec_from_file_location("tc", sys.argv[1])
+tc = importlib.util.module_from_spec(spec); sys.modules["tc"] = tc; spec.loader.exec_module(tc)
+tc.install()
+template = trust_as_template(sys.argv[3])
+if sys.argv[2] == "warm":
+    tc.warm([template, trust_as_template("{{ lookup('amlhpc.no_such.lookup', 'x') }}")])
+read, write = os.pipe()
+pid = os.fork()
+if pid == 0:
+    loads = []
+    original = PluginLoader._load_module_source
+    def counted(self, *args, **kwargs):
+        loads.append(self.type)
+        return original(self, *args, **kwargs)
+    PluginLoader._load_module_source = counted
+    out = Templar(variables={}).template(template)
+    os.write(write, json.dumps([loads, out]).encode())
+    os._exit(0)
+os.close(write)
+print(os.fdopen(read).read())
+os.waitpid(pid, 0)
+'''
+
+
+@pytest.mark.parametrize("warm", ["warm", "none"])
+def test_a_worker_forked_after_warm_finds_the_lookups_its_templates_name_loaded(tmp_path, warm):
+    """``lookup('name', ...)`` names its plugin by a string, loaded where the template renders:
+    each node's worker loaded the plugin's code again (the inventory's stage_sas names
+    amlhpc.azureml.blob_sas). Warm loads it in the main process, without running it."""
+    marker = tmp_path / "ran"
+    template = f"{{{{ lookup('ansible.builtin.pipe', 'touch {marker}; echo ran') }}}}"
+    res = subprocess.run([sys.executable, "-c", _LOOKUP_LOADS, str(ROOT / "plugins" / "plugin_utils" / "template_cache.py"),
+                          warm, template], capture_output=True, text=True, timeout=120, check=True)
+    loaded, out = json.loads(res.stdout)
+    assert out == "ran" and marker.exists()  # the worker ran it
+    assert loaded == ([] if warm == "warm" else ["lookup"])
+
+
+def test_warm_loads_a_lookup_without_running_it(cache, tmp_path):
+    marker = tmp_path / "ran"
+    assert template_cache.warm([T(f"{{{{ lookup('ansible.builtin.pipe', 'touch {marker}') }}}}")]) == 1
+    assert not marker.exists()
+    env = _jinja_bits.AnsibleEnvironment()
+    assert template_cache.load_lookups(env, "{{ query('ansible.builtin.pipe', 'true') }}") == 1
+    assert template_cache.load_lookups(env, "{{ lookup('amlhpc.no_such.lookup', 'x') }}") == 0
+    assert template_cache.load_lookups(env, "{{ lookup(name, 'x') }}") == 0
