@@ -34,7 +34,7 @@ description:
     them, and its collector no longer walks them (a full collection in a worker walked the
     whole inherited heap, about 50 ms of CPU and 4,400 copied pages each time). The main process
     unfreezes them at each play start, so that its own next full collection frees what a play
-    left behind; on a 32-node rerun its memory grew by about 3 MB.
+    left behind. On a 32-node rerun, with the freeze alone, its memory grew by about 3 MB.
   - Each filter and test name is looked up once per process, not once per Jinja environment
     (each worker's templar makes new ones, and Ansible looked a Jinja filter such as
     C(length), or a collection's, up through the plugin folders each time, about 0.4 ms). The
