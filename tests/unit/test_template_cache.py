@@ -192,15 +192,19 @@ def test_an_expression_and_a_template_of_the_same_text_do_not_share_code(cache):
     assert render("a") == ("ok", "a") and evaluate("a == 'alpha'") == ("ok", True)
 
 
-_PLUGIN_LOADS = r'''
+_FORKED_LOADS = r'''
 import json, os, sys, importlib.util
 from ansible.plugins.loader import PluginLoader, init_plugin_loader
 from ansible.template import Templar, trust_as_template
 init_plugin_loader()
 spec = importlib.util.spec_from_file_location("tc", sys.argv[1])
 tc = importlib.util.module_from_spec(spec); sys.modules["tc"] = tc; spec.loader.exec_module(tc)
-if sys.argv[2] == "load":
+prepare, template, variables = sys.argv[2], trust_as_template(sys.argv[3]), json.loads(sys.argv[4])
+if prepare == "load":
     tc.load_builtin_jinja_plugins()
+elif prepare == "warm":
+    tc.install()
+    tc.warm([template, trust_as_template("{{ lookup('amlhpc.no_such.lookup', 'x') }}")])
 read, write = os.pipe()
 pid = os.fork()
 if pid == 0:
@@ -210,8 +214,7 @@ if pid == 0:
         loads.append(self.type)
         return original(self, *args, **kwargs)
     PluginLoader._load_module_source = counted
-    out = Templar(variables={"items": [{"k": 1}, {"k": 2}]}).template(
-        trust_as_template("{{ items | selectattr('k', 'equalto', 2) | map(attribute='k') | list }}"))
+    out = Templar(variables=variables).template(template)
     os.write(write, json.dumps([sorted(set(loads)), out]).encode())
     os._exit(0)
 os.close(write)
@@ -220,13 +223,23 @@ os.waitpid(pid, 0)
 '''
 
 
+def plugin_loads_in_a_forked_worker(prepare: str, template: str, variables: dict | None = None) -> tuple[list, object]:
+    """(the plugin types whose code a worker loaded to render ``template``, what it rendered), in
+    a fresh interpreter whose main process first did ``prepare`` ("load": the builtin Jinja
+    plugins; "warm": the cache installed and the template warmed; "none": nothing)."""
+    res = subprocess.run([sys.executable, "-c", _FORKED_LOADS, str(ROOT / "plugins" / "plugin_utils" / "template_cache.py"),
+                          prepare, template, json.dumps(variables or {})],
+                         capture_output=True, text=True, timeout=120, check=True)
+    loaded, out = json.loads(res.stdout)
+    return loaded, out
+
+
 @pytest.mark.parametrize("load", ["load", "none"])
 def test_a_worker_forked_after_the_builtin_plugins_were_loaded_loads_none(load):
     """A test named by a string (selectattr's 'equalto') is looked up when rendered, not when
     compiled: a worker loaded all of Ansible's test plugins for it, unless the main process had."""
-    res = subprocess.run([sys.executable, "-c", _PLUGIN_LOADS, str(ROOT / "plugins" / "plugin_utils" / "template_cache.py"),
-                          load], capture_output=True, text=True, timeout=120, check=True)
-    loaded, out = json.loads(res.stdout)
+    loaded, out = plugin_loads_in_a_forked_worker(
+        load, "{{ items | selectattr('k', 'equalto', 2) | map(attribute='k') | list }}", {"items": [{"k": 1}, {"k": 2}]})
     assert out == [2]
     assert loaded == ([] if load == "load" else ["filter", "test"])
 
@@ -268,35 +281,6 @@ def test_a_filter_that_is_not_found_is_not_kept(cache):
     assert render("{{ a | amlhpc_no_such_filter }}") == first
 
 
-_LOOKUP_LOADS = r'''
-import json, os, sys, importlib.util
-from ansible.plugins.loader import PluginLoader, init_plugin_loader
-from ansible.template import Templar, trust_as_template
-init_plugin_loader()
-spec = importlib.util.spec_from_file_location("tc", sys.argv[1])
-tc = importlib.util.module_from_spec(spec); sys.modules["tc"] = tc; spec.loader.exec_module(tc)
-tc.install()
-template = trust_as_template(sys.argv[3])
-if sys.argv[2] == "warm":
-    tc.warm([template, trust_as_template("{{ lookup('amlhpc.no_such.lookup', 'x') }}")])
-read, write = os.pipe()
-pid = os.fork()
-if pid == 0:
-    loads = []
-    original = PluginLoader._load_module_source
-    def counted(self, *args, **kwargs):
-        loads.append(self.type)
-        return original(self, *args, **kwargs)
-    PluginLoader._load_module_source = counted
-    out = Templar(variables={}).template(template)
-    os.write(write, json.dumps([loads, out]).encode())
-    os._exit(0)
-os.close(write)
-print(os.fdopen(read).read())
-os.waitpid(pid, 0)
-'''
-
-
 @pytest.mark.parametrize("warm", ["warm", "none"])
 def test_a_worker_forked_after_warm_finds_the_lookups_its_templates_name_loaded(tmp_path, warm):
     """``lookup('name', ...)`` names its plugin by a string, loaded where the template renders:
@@ -304,9 +288,7 @@ def test_a_worker_forked_after_warm_finds_the_lookups_its_templates_name_loaded(
     amlhpc.azureml.blob_sas). Warm loads it in the main process, without running it."""
     marker = tmp_path / "ran"
     template = f"{{{{ lookup('ansible.builtin.pipe', 'touch {marker}; echo ran') }}}}"
-    res = subprocess.run([sys.executable, "-c", _LOOKUP_LOADS, str(ROOT / "plugins" / "plugin_utils" / "template_cache.py"),
-                          warm, template], capture_output=True, text=True, timeout=120, check=True)
-    loaded, out = json.loads(res.stdout)
+    loaded, out = plugin_loads_in_a_forked_worker(warm, template)
     assert out == "ran" and marker.exists()  # the worker ran it
     assert loaded == ([] if warm == "warm" else ["lookup"])
 
