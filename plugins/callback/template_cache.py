@@ -44,8 +44,8 @@ description:
     templated the inventory's C(stage_sas) loaded the lookup's code again.
   - It loads Ansible's own filter and test plugins once, in the main process. A worker loads
     them all at its first use of one that no template of the task names (a test named in
-    C(selectattr), C(map)), and each loaded them again (4.5 ms of CPU for the SSH trust's task
-    per node).
+    C(selectattr), C(map)), and each loaded them again. With this and the freeze above, the
+    SSH trust's task templated its arguments in 3.5 ms of CPU per node instead of 7.9 ms.
   - Templates and conditionals render exactly as before; the cache key holds the source and
     the settings its code depends on (delimiters, whitespace, backslash escaping, code
     generator).
