@@ -13,8 +13,8 @@ script sorts the workers' samples into what a host-task does, first match wins:
   of the run, so this is paid about once per module and run, not per host.
 * task args templating: the task's arguments, every ``{{ }}`` compiled by Jinja in each
   worker (Ansible keeps no compiled templates between workers).
-* role arg check: the role's variables checked against its argument_specs inside the
-  role's task (``plugins/plugin_utils/role_args.py``).
+* role arg check: the role's variables checked against its argument_specs by Ansible's
+  own validate_argument_spec task, in front of the role's tasks.
 * ssh exec: the module's run over the connection, waiting included only as CPU.
 """
 
@@ -27,7 +27,7 @@ import sys
 CATEGORIES = [
     ("build module payload", "_configure_module"),
     ("task args templating", "finalize_task_arg"),
-    ("role arg check", "role_argument_errors"),
+    ("role arg check", "validate_argument_spec"),
     ("ssh exec", "_low_level_execute_command"),
     ("plugin source load", "_load_module_source"),
     ("when", "_resolve_conditional"),

@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import os
 import pkgutil
 import sys
@@ -50,18 +49,6 @@ import amlhpc  # noqa: E402
 sys.modules.setdefault(COLLECTION_NAME, amlhpc)
 for _info in pkgutil.iter_modules(amlhpc.__path__):
     sys.modules.setdefault(f"{COLLECTION_NAME}.{_info.name}", importlib.import_module(f"amlhpc.{_info.name}"))
-
-# plugin_utils/role_args.py imports task_args.py by its collection name; the tests that load
-# role_args from its file find it here. Not where Ansible is absent (the workload's venv) or
-# only its module_utils are there (ansible-test's module_utils context).
-_TASK_ARGS = "ansible_collections.amlhpc.azureml.plugins.plugin_utils.task_args"
-if _TASK_ARGS not in sys.modules:
-    _spec = importlib.util.spec_from_file_location(_TASK_ARGS, ROOT / "plugins" / "plugin_utils" / "task_args.py")
-    sys.modules[_TASK_ARGS] = importlib.util.module_from_spec(_spec)
-    try:
-        _spec.loader.exec_module(sys.modules[_TASK_ARGS])
-    except ImportError:
-        del sys.modules[_TASK_ARGS]
 
 # `ansible-test units` sets Ansible settings of its own in the environment, the conventions of its
 # integration tests (no inventory, an empty configuration, no deprecation warnings, ...). The

@@ -1,26 +1,28 @@
 # Copyright: (c) 2026, amlhpc contributors
 # MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """Action plugin of amlhpc.azureml.azcopy_probe: the stage role's first task on a node. On the
-controller: the role's argument check (plugin_utils/role_args.py) and the stage's inputs (a
-shard in the plan, a SAS with auth sas); then the module on the node (the azcopy probe and the
-install decision, never the shard or a secret); its answers become host variables of the
-play, as ansible.builtin.set_fact makes them (not cached)."""
+controller: the stage's inputs (a shard in the plan, a SAS with auth sas); then the module on
+the node (the azcopy probe and the install decision, never the shard or a secret). The result
+carries the module's answers (``needed``, ``src_kind``) and the node's ``shard``."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible.plugins.action import VariableLayer
+from ansible.plugins.action import ActionBase
 
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_install import stage_input_error
-from ansible_collections.amlhpc.azureml.plugins.plugin_utils.role_args import RoleCheckedAction
 
 
-class ActionModule(RoleCheckedAction):
-    """Check the stage's inputs, then probe azcopy on the node; the answers become host variables."""
+class ActionModule(ActionBase):
+    """Check the stage's inputs, then probe azcopy on the node."""
 
-    def run_checked(self, result: dict[str, Any], task_vars: dict[str, Any] | None) -> dict[str, Any]:
+    TRANSFERS_FILES = False
+
+    def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        del tmp
         args = dict(self._task.args)
         shard = args.pop("shard", None)
         auth = args.get("auth", "sas")
@@ -32,6 +34,5 @@ class ActionModule(RoleCheckedAction):
         result.update(self._execute_module(module_name="amlhpc.azureml.azcopy_probe", module_args=args,
                                            task_vars=task_vars))
         if not result.get("failed"):
-            self.register_host_variables({"stage_shard": shard, "stage_azcopy_needed": result["needed"],
-                                          "stage_azcopy_src_kind": result["src_kind"]}, VariableLayer.EPHEMERAL_FACT)
+            result["shard"] = shard
         return result

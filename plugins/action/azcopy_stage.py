@@ -3,13 +3,10 @@
 """Action plugin for the azcopy_stage module: its arguments carry a secret, so it runs pipelined on
 every connection or not at all (see plugins/plugin_utils/pipelined.py).
 
-As the stage role's one task per node (the module's ``version`` set, the role imported with
-``rolespec_validate: false``), it first does on the controller what the role's separate probe
-task did: the role's argument check (plugins/plugin_utils/role_args.py), then the stage's
-inputs (a shard in the plan, a SAS with auth sas), and a node that fails them is not
-contacted. The module then probes azcopy and stages in one run on the node; its answers
-become the host variables ``stage_shard``, ``stage_azcopy_needed`` and
-``stage_azcopy_src_kind``, as ansible.builtin.set_fact makes them (not cached).
+As the stage role's task per node (the module's ``version`` set), it first checks on the
+controller the stage's inputs (a shard in the plan, a SAS with auth sas), and a node that
+fails them is not contacted. The module then probes azcopy and stages in one run on the node;
+its result says whether the pinned azcopy is still to be installed (``needed``, ``src_kind``).
 
 A rerun reads the node first with one shell command (module_utils/amlhpc/stage_read.py,
 through plugin_utils/node_read.py): ``azcopy --version`` and one digest of the stage folder.
@@ -21,7 +18,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ansible.plugins.action import VariableLayer
+from ansible.plugins.action import ActionBase
 
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_install import stage_input_error
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.stage_read import (
@@ -32,13 +29,16 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.stage_read i
 )
 from ansible_collections.amlhpc.azureml.plugins.plugin_utils.node_read import unchanged_result
 from ansible_collections.amlhpc.azureml.plugins.plugin_utils.pipelined import run_pipelined
-from ansible_collections.amlhpc.azureml.plugins.plugin_utils.role_args import RoleCheckedAction
 
 
-class ActionModule(RoleCheckedAction):
-    """azcopy_stage, pipelined only; with ``version``, the stage role's checks first."""
+class ActionModule(ActionBase):
+    """azcopy_stage, pipelined only; with ``version``, the stage's inputs checked first."""
 
-    def run_checked(self, result: dict[str, Any], task_vars: dict[str, Any] | None) -> dict[str, Any]:
+    TRANSFERS_FILES = False
+
+    def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        del tmp
         args = dict(self._task.args)
         probing = bool(args.get("version"))
         if probing:
@@ -58,7 +58,4 @@ class ActionModule(RoleCheckedAction):
             result.update(unchanged)
         else:
             result = run_pipelined(self, result, task_vars, args)
-        if probing and not result.get("failed") and "needed" in result:
-            self.register_host_variables({"stage_shard": args["shard"], "stage_azcopy_needed": result["needed"],
-                                          "stage_azcopy_src_kind": result["src_kind"]}, VariableLayer.EPHEMERAL_FACT)
         return result

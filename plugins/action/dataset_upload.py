@@ -22,6 +22,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.common.parameters import remove_values
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.arg_secrets import no_log_values
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.dataset_prep import (
     UPLOAD_ARGUMENT_SPEC,
     UPLOAD_MUTUALLY_EXCLUSIVE,
@@ -49,7 +50,7 @@ def answered_here(action: ActionBase, args: dict[str, Any]) -> dict[str, Any] | 
     if answer is None:
         return None
     answer["invocation"] = {"module_args": params}
-    return remove_values(answer, checked._no_log_values)
+    return remove_values(answer, no_log_values(UPLOAD_ARGUMENT_SPEC, params))
 
 
 class ActionModule(ActionBase):

@@ -6,21 +6,18 @@ fsbench.py, standard library only) on the node's Python, without Ansible's modul
 judges the outputs on the controller with the module's own functions, for the module's own
 result. Where the node's Python is not known yet (no interpreter discovered on an earlier
 module run), the mount test's folder is to be created, the arguments or thresholds are refused
-or the command gives no answer, it runs the module instead (one module run). The facts either
-returns become host variables of the play, as ansible.builtin.set_fact does (not cached), so
-that no set_fact task per check and node is needed. Where the play imported the role without
-Ansible's own argument check, it checks the role's variables first (plugin_utils/role_args.py)."""
+or the command gives no answer, it runs the module instead (one module run). Either way the
+result's ``facts`` hold the verdicts; the role's next task sets them for the play."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Optional
 
-from ansible.plugins.action import VariableLayer
+from ansible.plugins.action import ActionBase
 
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc import fsbench, health, health_probe
 from ansible_collections.amlhpc.azureml.plugins.plugin_utils.node_read import python_interpreter, unchanged_result
-from ansible_collections.amlhpc.azureml.plugins.plugin_utils.role_args import RoleCheckedAction
 
 
 def probe_sources() -> list[tuple[str, str]]:
@@ -29,11 +26,14 @@ def probe_sources() -> list[tuple[str, str]]:
             for name, mod in zip(health_probe.MODULE_NAMES, (health, fsbench, health_probe))]
 
 
-class ActionModule(RoleCheckedAction):
-    """Measure the node (its probe as one shell command, else the module); its facts become
-    host variables."""
+class ActionModule(ActionBase):
+    """Measure the node: its probe as one shell command, else the module."""
 
-    def run_checked(self, result: dict[str, Any], task_vars: dict[str, Any] | None) -> dict[str, Any]:
+    TRANSFERS_FILES = False
+
+    def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        del tmp
         interpreter = python_interpreter(self, task_vars or {})
         check_mode = bool(self._task.check_mode)
 
@@ -54,7 +54,4 @@ class ActionModule(RoleCheckedAction):
         else:
             result.update(self._execute_module(module_name="amlhpc.azureml.healthcheck_node",
                                                module_args=self._task.args, task_vars=task_vars))
-        facts = result.get("facts")
-        if isinstance(facts, dict) and not result.get("failed"):
-            self.register_host_variables(facts, VariableLayer.EPHEMERAL_FACT)
         return result

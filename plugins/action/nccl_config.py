@@ -4,17 +4,15 @@
 controller, reads the node with one shell command and, where the module would write nothing,
 returns the module's result for that case without running it (module_utils/amlhpc/nccl_read.py;
 the VM size must be known, as the inventory plugin gives it: the instance metadata is the
-module's to ask); otherwise runs the module on the node (one module run). It makes the facts it returns
-host variables of the play, as ansible.builtin.set_fact does (not cached), so that no
-set_fact task per node is needed. Where the play imported the role without Ansible's own
-argument check, it checks the role's variables first (plugin_utils/role_args.py)."""
+module's to ask); otherwise runs the module on the node (one module run). The facts it finds
+are in the result's ``facts``; the role's next task sets them for the play."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ansible.errors import AnsibleActionFail, AnsibleError
-from ansible.plugins.action import VariableLayer
+from ansible.plugins.action import ActionBase
 
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nccl_read import (
     CONFIG_ARGUMENT_SPEC,
@@ -22,13 +20,16 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nccl_read im
     unchanged_outcome,
 )
 from ansible_collections.amlhpc.azureml.plugins.plugin_utils.node_read import unchanged_result
-from ansible_collections.amlhpc.azureml.plugins.plugin_utils.role_args import RoleCheckedAction
 
 
-class ActionModule(RoleCheckedAction):
-    """Run nccl_config on the node; its facts become host variables."""
+class ActionModule(ActionBase):
+    """Run nccl_config on the node where one read shows something to write."""
 
-    def run_checked(self, result: dict[str, Any], task_vars: dict[str, Any] | None) -> dict[str, Any]:
+    TRANSFERS_FILES = False
+
+    def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        del tmp
         args = dict(self._task.args)
         src = args.get("topo_file_src") or ""
         if src and args.get("topo_file_content") is None:
@@ -48,8 +49,4 @@ class ActionModule(RoleCheckedAction):
         else:
             result.update(self._execute_module(module_name="amlhpc.azureml.nccl_config", module_args=args,
                                                task_vars=task_vars))
-        facts = result.get("facts")
-        self.register_host_variables({}, VariableLayer.CACHEABLE_FACT)  # facts of the play, never cached
-        if isinstance(facts, dict) and not result.get("failed"):
-            self.register_host_variables(facts, VariableLayer.EPHEMERAL_FACT)
         return result

@@ -5,8 +5,7 @@ host-task for the controller. It runs, inside one worker, the module calls the r
 chain ran: the plan (amlhpc.azureml.nvme_raid_info), and only when there is something to
 build or to keep, the build (mdadm, community.general.filesystem, ansible.builtin.lineinfile,
 ansible.posix.mount, ansible.builtin.file, update-initramfs). The decisions are plain
-functions of plugins/module_utils/amlhpc/nvme.py. Where the play imported the role without
-Ansible's own argument check, it checks the role's variables first (plugin_utils/role_args.py).
+functions of plugins/module_utils/amlhpc/nvme.py. The plan is the result's ``state``.
 
 A rerun reads the node first with one shell command (module_utils/amlhpc/nvme_read.py,
 through plugin_utils/node_read.py): where there are no local NVMe disks, or the array and
@@ -20,10 +19,9 @@ from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
-from ansible.plugins.action import VariableLayer
+from ansible.plugins.action import ActionBase
 
 from ansible_collections.amlhpc.azureml.plugins.plugin_utils.node_read import unchanged_result
-from ansible_collections.amlhpc.azureml.plugins.plugin_utils.role_args import RoleCheckedAction
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nvme_read import read_command, unchanged_state
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nvme import (
     mdadm_conf_line,
@@ -47,10 +45,14 @@ ARGUMENT_SPEC = {
 }
 
 
-class ActionModule(RoleCheckedAction):
+class ActionModule(ActionBase):
     """Plan, refuse or build, and keep the array's file system, mount and records."""
 
-    def run_checked(self, result: dict[str, Any], task_vars: dict[str, Any] | None) -> dict[str, Any]:
+    TRANSFERS_FILES = False
+
+    def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        del tmp
         validated = ArgumentSpecValidator(ARGUMENT_SPEC).validate(self._task.args)
         if validated.error_messages:
             raise AnsibleActionFail(f"nvme_raid: {'; '.join(validated.error_messages)}")
@@ -69,8 +71,7 @@ class ActionModule(RoleCheckedAction):
             "Find the local NVMe disks and what they hold", "amlhpc.azureml.nvme_raid_info",
             {k: p[k] for k in PLAN_OPTIONS if p[k] is not None})
         state = {k: v for k, v in state.items() if not k.startswith("_ansible") and k not in ("invocation", "changed")}
-        self.register_host_variables({"nvme_raid_state": state}, VariableLayer.EPHEMERAL_FACT)
-        result.update(action=state["action"], reason=state["reason"], array_device=state.get("array_device"))
+        result.update(state=state, action=state["action"], reason=state["reason"], array_device=state.get("array_device"))
         if state["action"] == "refuse":
             result.update(failed=True, msg=state["reason"])
             return result

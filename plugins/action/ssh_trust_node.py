@@ -20,13 +20,12 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.ssh_trust im
     node_unchanged,
 )
 from ansible_collections.amlhpc.azureml.plugins.plugin_utils.node_read import unchanged_result
-from ansible_collections.amlhpc.azureml.plugins.plugin_utils.task_args import PassedOnArgs
 
 UNCHANGED = {"changed": False, "changed_files": [], "diff": []}
 """The module's result where it writes nothing."""
 
 
-class ActionModule(PassedOnArgs, ActionBase):
+class ActionModule(ActionBase):
     """Read the node's files; run ssh_trust_node only where it would change something."""
 
     TRANSFERS_FILES = False

@@ -25,6 +25,8 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.common.parameters import remove_values
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.arg_secrets import no_log_values
+
 
 def unchanged_result(action: ActionBase, args: Mapping[str, Any], spec: Mapping[str, Any],
                      command: Callable[[dict[str, Any]], Optional[str]],
@@ -54,7 +56,8 @@ def unchanged_result(action: ActionBase, args: Mapping[str, Any], spec: Mapping[
     if result is None:
         return None
     result["invocation"] = {"module_args": params}
-    return remove_values(result, checked._no_log_values)  # pylint: disable=protected-access
+    return remove_values(result, no_log_values(spec, params))
+
 
 
 def python_interpreter(action: ActionBase, task_vars: Mapping[str, Any]) -> Optional[str]:

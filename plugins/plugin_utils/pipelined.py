@@ -44,10 +44,9 @@ def run_pipelined(action: ActionBase, result: dict[str, Any], task_vars: dict[st
         try:
             action._connection.set_option("pipelining", True)
         except (KeyError, AnsibleError):
-            # A connection that declares no option of its own (community.docker's docker)
-            # looks it up in the global config on first use and caches it in _options.
-            action._connection._options["pipelining"] = True
-            action._connection._origins["pipelining"] = "action plugin"
+            # A connection that declares no pipelining option of its own (community.docker's
+            # docker) follows Ansible's setting: ANSIBLE_PIPELINING or ansible_pipelining.
+            pass
     # Mitogen keeps a module's arguments in memory unless async; elsewhere only pipelining does.
     in_memory = not wrap_async if mitogen else action._is_pipelining_enabled("new", wrap_async)
     if not in_memory:
@@ -55,8 +54,10 @@ def run_pipelined(action: ActionBase, result: dict[str, Any], task_vars: dict[st
             f"{action._task.action} carries a secret and runs only pipelined (module and arguments on the interpreter's "
             f"stdin, never in a file): connection {action._connection.transport!r}"
             + (f" with become method {action._play_context.become_method!r}" if action._play_context.become else "")
-            + " cannot pipeline here (async, ANSIBLE_KEEP_REMOTE_FILES, or a become method without "
-            "pipelining such as su). Run it without async, or with become_method sudo.")
+            + " cannot pipeline here (async, ANSIBLE_KEEP_REMOTE_FILES, a become method without "
+            "pipelining such as su, or a connection without a pipelining option of its own while "
+            "ANSIBLE_PIPELINING is off). Run it without async, with become_method sudo, and with "
+            "ansible_pipelining: true for such a connection.")
     result.update(action._execute_module(module_name=action._task.action, module_args=module_args,
                                          task_vars=task_vars, wrap_async=wrap_async))
     return result

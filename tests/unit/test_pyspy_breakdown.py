@@ -16,7 +16,7 @@ LINES = [
     f"{MAIN};StrategyBase._wait_on_pending_results (ansible/plugins/strategy/__init__.py:900) 50\n",
     f"{WORKER};ActionBase._execute_module (ansible/plugins/action/__init__.py:1000);"
     "ActionBase._configure_module (ansible/plugins/action/__init__.py:300);recursive_finder (x.py:1) 6\n",
-    f"{WORKER};RoleCheckedAction.run (role_args.py:70);role_argument_errors (role_args.py:40) 3\n",
+    f"{WORKER};ActionModule.run (ansible/plugins/action/validate_argument_spec.py:70) 3\n",
     f"{WORKER};ActionBase.finalize_task_arg (ansible/plugins/action/__init__.py:400) 2\n",
     f"{WORKER};ActionBase._execute_module (ansible/plugins/action/__init__.py:1000);"
     "ActionBase._low_level_execute_command (ansible/plugins/action/__init__.py:1400) 4\n",

@@ -126,14 +126,17 @@ def test_a_switched_off_role_sends_no_task_to_any_host(tmp_path, check):
                 ran.setdefault(name.split(" : ", 1)[0].removeprefix("amlhpc.azureml."), set()).add(
                     name.split(" : ", 1)[1].split(" - ", 1)[0])
     # A switched-off role ran nothing on a host: no per-host "skipped because ..." task, no
-    # skipped task either. The node roles, beeond and healthcheck check their arguments after
-    # their switch (in their one task per node, or in a check task of their own, run once
-    # where the variables are the cluster's), so switched off they run no host-task at all;
-    # the roles Ansible checks (aml_cluster, local_blob, the stop/reset/teardown entry points)
-    # show their argument check only.
+    # skipped task either. beeond and ssh_trust check their arguments after their switch (a
+    # check task of their own, run once where the variables are the cluster's), so switched off
+    # they run no host-task at all; the roles Ansible checks (the node roles, healthcheck,
+    # aml_cluster, local_blob, the stop/reset/teardown entry points) show their argument check
+    # only, which runs on the controller.
     assert ran == {
+        "nvme_raid": {"Validating arguments against arg spec 'main'"},
+        "nccl": {"Validating arguments against arg spec 'main'"},
+        "healthcheck": {"Validating arguments against arg spec 'main'"},
         "beeond": {"Validating arguments against arg spec 'stop'"},
-        "gpu_clocks": {"Validating arguments against arg spec 'reset'"},
+        "gpu_clocks": {"Validating arguments against arg spec 'main'", "Validating arguments against arg spec 'reset'"},
         "aml_cluster": {"Validating arguments against arg spec 'main'",
                         "Validating arguments against arg spec 'teardown'"},
         "local_blob": {"Validating arguments against arg spec 'main'", "Validating arguments against arg spec 'stop'"}}
