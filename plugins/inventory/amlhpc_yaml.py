@@ -38,7 +38,11 @@ EXAMPLES = r"""
 # enable_plugins = azureml_compute, amlhpc_yaml, host_list
 """
 
+from ansible.errors import AnsibleParserError
 from ansible.plugins.inventory.yaml import InventoryModule as YamlInventoryModule
+from ansible.release import __version__ as ansible_core_version
+
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.core_range import core_floor_error
 
 # Files that belong to another plugin by their name.
 PLUGIN_CONFIG_SUFFIXES = (".azureml_compute.yml", ".azureml_compute.yaml")
@@ -53,3 +57,9 @@ class InventoryModule(YamlInventoryModule):
         if str(path).endswith(PLUGIN_CONFIG_SUFFIXES):
             return False
         return super().verify_file(path)
+
+    def parse(self, inventory, loader, path, cache=True):
+        refused = core_floor_error(ansible_core_version)
+        if refused:
+            raise AnsibleParserError(refused)
+        super().parse(inventory, loader, path, cache)

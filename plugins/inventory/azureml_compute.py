@@ -252,7 +252,9 @@ from typing import Any
 
 from ansible.errors import AnsibleError, AnsibleParserError
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
+from ansible.release import __version__ as ansible_core_version
 
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.core_range import core_floor_error
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_nodes import (
     AmlNodesError,
     ClusterInfo,
@@ -537,6 +539,9 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         self.display.warning(sentence)
 
     def parse(self, inventory, loader, path, cache=True):
+        refused = core_floor_error(ansible_core_version)
+        if refused:
+            raise AnsibleParserError(refused)
         super().parse(inventory, loader, path, cache)
         self._read_config_data(path)
         self._basedir = os.path.dirname(os.path.abspath(path))
