@@ -10,8 +10,9 @@ short_description: AzureML compute cluster (AmlCompute) nodes as hosts
 version_added: "1.0.0"
 description:
   - Turns the nodes of one or more AzureML compute clusters into hosts, from
-    C(AmlCompute.list_nodes()) (azureml-core, SDK v1), C(MLClient.compute.list_nodes())
-    (azure-ai-ml, SDK v2) or a JSON file holding such a payload.
+    C(MLClient.compute.list_nodes()) (azure-ai-ml, SDK v2, the default),
+    C(AmlCompute.list_nodes()) (azureml-core, SDK v1, out of support since 2026-06-30) or a
+    JSON file holding such a payload.
   - Reads configuration files whose names end in C(.azureml_compute.yml) or
     C(.azureml_compute.yaml); any other file is left to other plugins.
   - "Every node goes in group C(aml_nodes) and in C(cluster_<name>) (characters other than
@@ -48,8 +49,8 @@ author:
   - amlhpc contributors (@amlhpc)
 requirements:
   - jmespath (for O(node_filter))
+  - azure-ai-ml and azure-identity (source azure-ai-ml, the default)
   - azureml-core (source azureml-core)
-  - azure-ai-ml and azure-identity (source azure-ai-ml)
 extends_documentation_fragment:
   - amlhpc.azureml.azure_auth
   - constructed
@@ -62,13 +63,15 @@ options:
   source:
     description:
       - Where the nodes come from.
-      - C(azureml-core) uses C(Workspace) and C(AmlCompute(ws, name).list_nodes()).
-      - C(azure-ai-ml) uses C(MLClient.compute.list_nodes(name)). Microsoft ended support for
-        SDK v1 on 2026-06-30.
+      - C(azure-ai-ml) (SDK v2, the default) uses C(MLClient.compute.list_nodes(name)).
+      - "C(azureml-core) (SDK v1) uses C(Workspace) and C(AmlCompute(ws, name).list_nodes()). It is
+        out of support since 2026-06-30 (Microsoft's end of support for SDK v1); it stays here for
+        workspaces that still use it. It was the default before: a file that names no source and
+        is to keep reading through azureml-core says C(source: azureml-core) now."
       - C(nodes_file) reads O(clusters[].nodes_file) (or O(nodes_file)) and calls no SDK.
     type: str
-    default: azureml-core
-    choices: [azureml-core, azure-ai-ml, nodes_file]
+    default: azure-ai-ml
+    choices: [azure-ai-ml, azureml-core, nodes_file]
   subscription_id:
     env:
       - name: AZURE_SUBSCRIPTION_ID
@@ -200,17 +203,16 @@ options:
 
 EXAMPLES = r"""
 ---
-# inventory/prod.azureml_compute.yml: azureml-core, service principal from AZURE_* variables
+# inventory/prod.azureml_compute.yml: azure-ai-ml (SDK v2, the default source), the Azure CLI
+# login (az login); the subscription comes from AZURE_SUBSCRIPTION_ID
 plugin: amlhpc.azureml.azureml_compute
-source: azureml-core
-subscription_id: 00000000-0000-0000-0000-000000000000
 resource_group: rg-hpc
 workspace_name: ws-hpc
-auth_source: env
+auth_source: cli
 clusters: [gpu-a100]
 
 ---
-# azure-ai-ml (SDK v2), a service principal whose secret comes from a lookup, only idle nodes
+# azure-ai-ml, a service principal whose secret comes from a lookup, only idle nodes
 plugin: amlhpc.azureml.azureml_compute
 source: azure-ai-ml
 resource_group: rg-hpc
@@ -230,6 +232,17 @@ cache: true
 cache_plugin: ansible.builtin.jsonfile
 cache_connection: .cache/inventory
 cache_timeout: 300
+
+---
+# Legacy: azureml-core (SDK v1, out of support since 2026-06-30), for a workspace that still
+# uses it; a service principal from the AZURE_* variables
+plugin: amlhpc.azureml.azureml_compute
+source: azureml-core
+subscription_id: 00000000-0000-0000-0000-000000000000
+resource_group: rg-hpc
+workspace_name: ws-hpc
+auth_source: env
+clusters: [gpu-a100]
 
 ---
 # A saved list_nodes() payload (air-gapped, tests, local clusters)

@@ -24,13 +24,14 @@ description:
   - A cluster that exists with another VM size, VM priority, admin user, SSH key or remote
     login setting is refused (AmlCompute cannot change them in place); the module never
     deletes a cluster.
-  - Works through azureml-core (SDK v1) or azure-ai-ml (SDK v2), with the same
-    authentication options as the azureml_compute inventory plugin.
+  - Works through azure-ai-ml (SDK v2, the default) or azureml-core (SDK v1, out of support
+    since 2026-06-30), with the same authentication options as the azureml_compute inventory
+    plugin.
 version_added: "1.0.0"
 author:
   - amlhpc contributors (@amlhpc)
 requirements:
-  - azureml-core (O(sdk=azureml-core)) or azure-ai-ml and azure-identity (O(sdk=azure-ai-ml))
+  - azure-ai-ml and azure-identity (O(sdk=azure-ai-ml), the default) or azureml-core (O(sdk=azureml-core))
 attributes:
   platform:
     platforms: posix
@@ -52,10 +53,14 @@ options:
     default: present
     choices: [present, scaled_to_zero]
   sdk:
-    description: Which Azure ML SDK to use.
+    description:
+      - Which Azure ML SDK to use. C(azure-ai-ml) - SDK v2, the default.
+      - C(azureml-core) - SDK v1, out of support since 2026-06-30 (Microsoft's end of support for
+        SDK v1); kept for workspaces that still use it. It was the default before, so a task that
+        names no sdk and is to keep working through azureml-core says so now.
     type: str
-    default: azureml-core
-    choices: [azureml-core, azure-ai-ml]
+    default: azure-ai-ml
+    choices: [azure-ai-ml, azureml-core]
   resource_group:
     required: true
   workspace_name:
@@ -337,7 +342,8 @@ def main() -> None:
         argument_spec=dict(
             name=dict(type="str", required=True),
             state=dict(type="str", default="present", choices=["present", "scaled_to_zero"]),
-            sdk=dict(type="str", default="azureml-core", choices=["azureml-core", "azure-ai-ml"]),
+            # azure-ai-ml (SDK v2) by default: azureml-core (SDK v1) is out of support since 2026-06-30.
+            sdk=dict(type="str", default="azure-ai-ml", choices=["azure-ai-ml", "azureml-core"]),
             **auth_argument_spec(workspace_required=True),
             vm_size=dict(type="str"),
             min_nodes=dict(type="int"),

@@ -19,17 +19,19 @@ description:
   - The AzureML backends connect to the workspace as the inventory plugin
     P(amlhpc.azureml.azureml_compute#inventory) and M(amlhpc.azureml.aml_compute_cluster) do
     (the same O(auth_source) rules, environment variables and error messages).
-  - C(azureml_core) (SDK v1) - an C(Environment) from the project's Dockerfile, a
-    C(ScriptRunConfig) with C(MpiConfiguration) (nodes x processes per node) and docker run
-    arguments that bind the BeeOND mount into the container (C(-v /mnt/scratch:/data)).
-  - C(azure_ai_ml) (SDK v2) - a C(command) job with C(MpiDistribution), an environment built
-    from the Dockerfile's folder, C(resources.instance_count), C(docker_args) and C(shm_size).
+  - C(azure_ai_ml) (SDK v2, the default) - a C(command) job with C(MpiDistribution), an
+    environment built from the Dockerfile's folder, C(resources.instance_count), C(docker_args)
+    (docker run arguments that bind the BeeOND mount into the container, C(-v /mnt/scratch:/data))
+    and C(shm_size).
+  - C(azureml_core) (SDK v1, out of support since 2026-06-30; kept for workspaces that still use
+    it) - an C(Environment) from the project's Dockerfile, a C(ScriptRunConfig) with
+    C(MpiConfiguration) (nodes x processes per node) and the same docker run arguments.
   - C(local) - the same training script with torchrun and the workload venv's Python on the
     control host; writes only under O(output_dir); needs no root.
-  - The staging SAS never appears in arguments or variables. azureml_core stores it in the
+  - The staging SAS never appears in arguments or variables. azure_ai_ml reads it in the job
+    from O(sas_keyvault_url) with its managed identity; azureml_core stores it in the
     workspace's default Key Vault under O(sas_secret_name) (the job reads it with
-    C(Run.get_secret)); azure_ai_ml reads it in the job from O(sas_keyvault_url) with its
-    managed identity; local passes it in the child processes' environment.
+    C(Run.get_secret)); local passes it in the child processes' environment.
   - A run is submitted once per O(name). Running the task again reports the existing run
     (changed=false) while it is queued, running or completed. After a failed or cancelled run
     it submits a new attempt under a new name (C(<name>-r2), C(<name>-r3), ...), as an AzureML v2
@@ -68,10 +70,16 @@ extends_documentation_fragment:
   - ansible.builtin.action_common_attributes.flow
 options:
   backend:
-    description: Where the job runs.
+    description:
+      - Where the job runs.
+      - C(azure_ai_ml) - azure-ai-ml (SDK v2), the default.
+      - C(azureml_core) - azureml-core (SDK v1), out of support since 2026-06-30 (Microsoft's end of
+        support for SDK v1); kept for workspaces that still use it. It was the default before, so a
+        task that names no backend and is to keep submitting through azureml-core says so now.
+      - C(local) - torchrun on the control host.
     type: str
-    choices: [azureml_core, azure_ai_ml, local]
-    default: azureml_core
+    choices: [azure_ai_ml, azureml_core, local]
+    default: azure_ai_ml
   name:
     description: Run name (v2 job name, v1 tag C(amlhpc_run), local outputs subfolder).
     type: str
@@ -149,7 +157,7 @@ options:
     description: SAS token for staging; stored as a secret, never passed in plain text.
     type: str
   sas_secret_name:
-    description: Workspace Key Vault secret name holding the SAS (azureml_core).
+    description: Workspace Key Vault secret name holding the SAS (azureml_core, SDK v1).
     type: str
   sas_keyvault_url:
     description: C(https://VAULT.vault.azure.net/NAME) of the SAS secret (azure_ai_ml).
@@ -218,7 +226,27 @@ author:
 """
 
 EXAMPLES = r"""
-- name: Job | Train CosmoFlow on 4 NDv4 nodes
+- name: Job | Train CosmoFlow on 4 NDv4 nodes (azure-ai-ml, the default backend)
+  amlhpc.azureml.aml_job:
+    name: cosmoflow-4x8
+    subscription_id: "{{ aml_subscription_id }}"
+    resource_group: "{{ aml_resource_group }}"
+    workspace_name: "{{ aml_workspace }}"
+    compute: gpu
+    node_count: 4
+    process_count_per_node: 8
+    source_dir: "{{ playbook_dir }}/../workload"
+    packages: ["{{ playbook_dir }}/../plugins/module_utils/amlhpc"]
+    dockerfile: "{{ playbook_dir }}/../workload/Dockerfile"
+    account: mydatasets
+    container: cosmoflow
+    stage_dir: /data/cosmoflow
+    # The job's managed identity reads the SAS from this Key Vault secret.
+    sas_keyvault_url: https://kv-hpc.vault.azure.net/cosmoflow-sas
+    train_args: {epochs: 64, batch_size: 4, amp: bf16}
+    download_dir: "{{ playbook_dir }}/../outputs/cosmoflow-4x8"
+
+- name: Job | Legacy - the same on a workspace that still uses azureml-core (SDK v1, out of support since 2026-06-30)
   amlhpc.azureml.aml_job:
     backend: azureml_core
     name: cosmoflow-4x8
@@ -234,6 +262,7 @@ EXAMPLES = r"""
     account: mydatasets
     container: cosmoflow
     stage_dir: /data/cosmoflow
+    # Stored in the workspace's default Key Vault under this name; the job reads it back.
     sas: "{{ cosmoflow_sas }}"
     sas_secret_name: cosmoflow-sas
     train_args: {epochs: 64, batch_size: 4, amp: bf16}

@@ -83,3 +83,33 @@ def test_plugin_inventory_through_the_validate_play(tmp_path):
     left_out = play("-i", str(_plugin_inventory(tmp_path, nodes)), "playbooks/validate.yml")
     assert left_out.returncode == 0 and "inventory OK: 3 node(s)" in left_out.stdout
     assert f"{nodes[1]['nodeId']} (unusable)" in left_out.stderr + left_out.stdout
+
+
+def _module_run(res: subprocess.CompletedProcess, task: str) -> dict:
+    import json
+    data = json.loads(res.stdout[res.stdout.index("\n{") + 1:])  # after -vvv's lines
+    (result,) = [t["hosts"]["localhost"] for p in data["plays"] for t in p["tasks"] if task in t["task"]["name"]]
+    return result
+
+
+def test_the_role_manages_the_cluster_through_azure_ai_ml_by_default(tmp_path):
+    """azureml-core (SDK v1) is out of support since 2026-06-30: with aml_cluster_sdk not set,
+    the cluster play and the teardown ask aml_compute_cluster for azure-ai-ml. A service
+    principal without its secret stops the module before it connects to anything."""
+    import os
+    key = tmp_path / "id.pub"
+    key.write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFAKE amlhpc@controller\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AZURE_")}
+    env.update(ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_CALLBACKS_ENABLED="ansible.builtin.junit",
+               JUNIT_OUTPUT_DIR=str(tmp_path / "junit"), ANSIBLE_INJECT_INVOCATION="true")
+    extra = ["-e", "aml_cluster_manage=true", "-e", "aml_cluster_name=gpu", "-e", "aml_cluster_resource_group=rg-hpc",
+             "-e", "aml_cluster_workspace_name=ws-hpc", "-e", f"aml_cluster_ssh_public_key_file={key}",
+             "-e", "aml_cluster_auth_source=service_principal", "-e", "aml_cluster_client_id=app"]
+    for playbook, task in (("playbooks/cluster.yml", "at a fixed size with SSH access"),
+                           ("playbooks/cluster_teardown.yml", "Scale the cluster to 0")):
+        res = subprocess.run([ANSIBLE_PLAYBOOK, playbook, "--check", "-vvv", *extra], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=180, check=False)
+        assert res.returncode != 0, res.stdout[-3000:]
+        result = _module_run(res, task)
+        assert result["invocation"]["module_args"]["sdk"] == "azure-ai-ml", result
+        assert "auth_source service_principal needs" in result["msg"], result

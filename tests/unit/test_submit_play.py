@@ -69,7 +69,7 @@ def test_the_backend_is_the_role_variable_not_a_profile(tmp_path):
     # A user's inventory with nothing set: the production backend, which needs its workspace.
     res = play(tmp_path, "-i", str(user_inventory(tmp_path)))
     assert res.returncode != 0
-    assert ("backend azureml_core needs subscription_id, resource_group, workspace_name (subscription_id may "
+    assert ("backend azure_ai_ml needs subscription_id, resource_group, workspace_name (subscription_id may "
             "also come from AZURE_SUBSCRIPTION_ID)") in res.stdout
     # The same inventory asking for the local backend: torchrun here, on the cluster's one node.
     data = tmp_path / "data"
@@ -79,6 +79,18 @@ def test_the_backend_is_the_role_variable_not_a_profile(tmp_path):
     result = job(res)
     assert result["run_id"] == "cosmoflow" and result["spec"]["command"][1] == "-m"
     assert result["spec"]["command"][result["spec"]["command"].index("--data-dir") + 1] == str(data)
+
+
+def test_a_user_inventory_submits_through_azure_ai_ml_by_default(tmp_path):
+    """azureml-core (SDK v1) is out of support since 2026-06-30: an inventory that does not set
+    submit_backend asks aml_job for the azure-ai-ml backend (which, with no workspace set, names
+    what it needs before it connects to anything)."""
+    res = play(tmp_path, "-i", str(user_inventory(tmp_path)))
+    assert res.returncode != 0
+    result = job(res)
+    assert result["invocation"]["module_args"]["backend"] == "azure_ai_ml"
+    assert result["msg"] == ("backend azure_ai_ml needs subscription_id, resource_group, workspace_name "
+                             "(subscription_id may also come from AZURE_SUBSCRIPTION_ID)")
 
 
 def test_the_old_aml_job_names_still_work_and_are_named_for_renaming(tmp_path):

@@ -20,7 +20,8 @@ from .job_runs import RECORD, finish, read_record, recorded_result
 from .job_spec import JobRequest, build_spec, leaks
 
 ARGUMENT_SPEC: dict[str, dict[str, Any]] = dict(
-    backend=dict(type="str", default="azureml_core", choices=["azureml_core", "azure_ai_ml", "local"]),
+    # azure_ai_ml (SDK v2) by default: azureml-core (SDK v1) is out of support since 2026-06-30.
+    backend=dict(type="str", default="azure_ai_ml", choices=["azure_ai_ml", "azureml_core", "local"]),
     name=dict(type="str", required=True),
     experiment=dict(type="str", default="cosmoflow"),
     **auth_argument_spec(),

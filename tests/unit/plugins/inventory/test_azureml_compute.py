@@ -213,6 +213,28 @@ def test_v2_reader_still_works_when_the_sdk_is_fixed():
                                            "runId": "run-1"}
 
 
+def test_a_config_without_source_reads_the_nodes_through_azure_ai_ml(tmp_path, monkeypatch, world):
+    """SDK v1 (azureml-core) is out of support since 2026-06-30: a fresh inventory file that
+    names no source goes through azure-ai-ml's MLClient, and never through azureml-core's
+    Workspace / AmlCompute (both SDKs are faked over one world; their calls are counted apart)."""
+    world.add("gpu", make_nodes(3, "gpu"), admin_user="hpcadmin")
+    install_v1(monkeypatch, world)
+    install_v2(monkeypatch, world)
+    config = sdk_config("azure-ai-ml", clusters=["gpu"])
+    del config["source"]
+    inv = load(write_config(tmp_path, config))
+    assert world.calls["v2 MLClient"] == 1 and world.calls["v2 POST listNodes"] == 1
+    assert [k for k, n in world.calls.items() if k.startswith("v1 ") and n] == []
+    assert type(world.credentials[0]).__name__ == "AzureCliCredential"
+    expected = {n["port"]: n for n in make_nodes(3, "gpu")}
+    for rank in range(3):
+        v = hv(inv, f"gpu-{rank}")
+        # The public IP and NAT port of each node, as v2's listNodes payload gives them.
+        assert (v["ansible_host"], v["ansible_port"]) == ("20.84.17.201", 50000 + rank)
+        assert (v["aml_public_ip"], v["aml_public_port"]) == ("20.84.17.201", 50000 + rank)
+        assert v["aml_node_id"] == expected[50000 + rank]["nodeId"] and v["ansible_user"] == "hpcadmin"
+
+
 @pytest.mark.parametrize("source", SDKS)
 def test_several_clusters_in_one_file(tmp_path, monkeypatch, world, source):
     world.add("gpu", make_nodes(3, "gpu"))

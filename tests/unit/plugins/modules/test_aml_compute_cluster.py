@@ -73,6 +73,20 @@ def test_creates_a_fixed_size_cluster_then_changes_nothing(capsys, monkeypatch, 
         assert world.waits == [30]
 
 
+def test_without_sdk_the_cluster_is_made_through_azure_ai_ml(capsys, monkeypatch, world):
+    """azureml-core (SDK v1) is out of support since 2026-06-30: a task that names no sdk goes
+    through azure-ai-ml (both SDKs are faked over one world; their calls are counted apart)."""
+    install_v1(monkeypatch, world)
+    install_v2(monkeypatch, world)
+    params = args("azure-ai-ml")
+    del params["sdk"]
+    out = run(capsys, params)
+    assert out["changed"] is True and out["action"] == "create", out
+    assert world.calls["v2 PUT compute"] == 1
+    assert [k for k, n in world.calls.items() if k.startswith("v1 ") and n] == []
+    assert world.clusters["gpu"]["compute"]["properties"]["properties"]["scaleSettings"]["maxNodeCount"] == 4
+
+
 @pytest.mark.parametrize("sdk", SDKS)
 def test_creates_the_cluster_with_a_user_assigned_identity(capsys, monkeypatch, world, sdk):
     install(monkeypatch, world, sdk)

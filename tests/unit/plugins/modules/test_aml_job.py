@@ -297,6 +297,20 @@ def test_v2_submit_builds_the_command_job_streams_and_downloads(capsys, tmp_path
     assert again["changed"] is False and len(jobs.created) == 1
 
 
+def test_without_a_backend_the_job_goes_through_azure_ai_ml(v1, capsys, tmp_path, monkeypatch):
+    """azureml-core (SDK v1) is out of support since 2026-06-30: a task that names no backend
+    submits an azure-ai-ml command job, and azureml-core's Experiment sees nothing."""
+    monkeypatch.chdir(tmp_path)
+    jobs = FakeJobs(tmp_path)
+    built = fake_ml_client(monkeypatch, jobs)
+    args = module_args(tmp_path)
+    del args["backend"]
+    out = run_module(capsys, args)
+    assert out["changed"] is True and out["spec"]["backend"] == "azure_ai_ml", out
+    assert len(built) == 1 and [job.name for job, _unused in jobs.created] == ["cf-4x8"]
+    assert v1.submitted == [] and v1.secrets == {}
+
+
 def test_v2_failed_job_is_resubmitted_under_a_new_name(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     jobs = FakeJobs(tmp_path)
