@@ -191,9 +191,10 @@ def print_phases(argv: list[str], project: Path, env: dict, label: str, size: in
 
 
 def repeat_rounds(args: argparse.Namespace, project: Path, argv: list[str], env: dict, label: str,
-                  run_pssh) -> None:
+                  run_pssh) -> dict[str, float]:
     """--repeat: rounds of second runs (this tree, then --compare's) and a pssh run, on the
-    same nodes, one after the other; each tree's wall ratio to the pssh run of its round."""
+    same nodes, one after the other; each tree's wall ratio to the pssh run of its round.
+    Returns each tree's median controller CPU over the rounds."""
     trees = [("this tree", project)]
     if args.compare:
         other = Path(args.compare).resolve()
@@ -202,6 +203,7 @@ def repeat_rounds(args: argparse.Namespace, project: Path, argv: list[str], env:
         if warm.returncode != 0:
             sys.exit(f"--compare {other}: the run failed:\n{warm.stdout[-3000:]}")
     ratios: dict[str, list[float]] = {name: [] for name, _tree in trees}
+    cpus: dict[str, list[float]] = {name: [] for name, _tree in trees}
     pwalls = []
     print(f"      {args.repeat} rounds, alternating on the same nodes (load average at the start "
           f"{os.getloadavg()[0]:.1f}):", flush=True)
@@ -215,6 +217,7 @@ def repeat_rounds(args: argparse.Namespace, project: Path, argv: list[str], env:
                 sys.exit(f"round {i + 1}, {name}: the run failed:\n{m.stdout[-3000:]}")
             changed = sum(c.get("changed", 0) for c in recap(m.stdout).values())
             walls[name] = m.wall
+            cpus[name].append(m.cpu)
             nodes = f"{after - before:.1f} s" if None not in (before, after) else "-"
             print(f"      round {i + 1} {name:<14} wall {m.wall:6.1f} s  controller CPU {m.cpu:6.1f} s  nodes' CPU "
                   f"{nodes:>7}  changed {changed}", flush=True)
@@ -228,7 +231,9 @@ def repeat_rounds(args: argparse.Namespace, project: Path, argv: list[str], env:
     for name, rs in ratios.items():
         print(f"      {name}: wall ratio to pssh median {statistics.median(rs):.2f}x, range {min(rs):.2f}-{max(rs):.2f}x "
               f"over {len(rs)} rounds (pssh wall median {statistics.median(pwalls):.1f} s, range "
-              f"{min(pwalls):.1f}-{max(pwalls):.1f} s)", flush=True)
+              f"{min(pwalls):.1f}-{max(pwalls):.1f} s); controller CPU median {statistics.median(cpus[name]):.1f} s, "
+              f"range {min(cpus[name]):.1f}-{max(cpus[name]):.1f} s", flush=True)
+    return {name: statistics.median(c) for name, c in cpus.items()}
 
 
 def main() -> int:
@@ -294,6 +299,7 @@ def main() -> int:
             f"{'ms/task':>7} {'changed':>7} | {'pssh wall':>9} {'pssh CPU':>8} {'CPU ratio':>9}")
     print(head)
     rows: dict[str, list[tuple[int, float, float]]] = {"first": [], "second": []}
+    rounds: dict[str, list[tuple[int, float]]] = {}  # --repeat: each tree's (size, median rerun CPU)
     for size in sizes:
         with tempfile.TemporaryDirectory(prefix="amlhpc-bench-") as tmp:
             tmp_path = Path(tmp)
@@ -379,7 +385,8 @@ def main() -> int:
                         if args.pyspy:
                             print(textwrap.indent(pyspy_breakdown.report(str(raw)), "      "), flush=True)
                 if args.repeat:
-                    repeat_rounds(args, project, argv, run_env, label, run_pssh)
+                    for name, cpu in repeat_rounds(args, project, argv, run_env, label, run_pssh).items():
+                        rounds.setdefault(name, []).append((size, cpu))
             finally:
                 if site is not None:
                     site.close()
@@ -392,6 +399,11 @@ def main() -> int:
         print(f"{run} run: marginal controller CPU {slope:.2f} s per added node (fixed {b:.1f} s); "
               f"{PROJECTED_NODES} nodes: {projected / 60:.1f} CPU min, at best {projected / PROJECTED_CORES / 60:.1f} min "
               f"of wall time on a {PROJECTED_CORES}-core controller")
+    for name, points in rounds.items():
+        if len(points) > 1:
+            b, slope = fit([float(n) for n, _ in points], [c for _, c in points])
+            print(f"rerun rounds, {name}: marginal controller CPU {slope:.2f} s per added node (fixed {b:.1f} s), "
+                  f"from the median of {args.repeat} rounds at {', '.join(str(n) for n, _ in points)} nodes")
     return 0
 
 
