@@ -107,4 +107,4 @@ bench: setup  ## Benchmarks under bench/ (print numbers); parallel-ssh and mitog
 	@for b in bench/*_bench.py bench/shard_imbalance.py; do echo "=== $$b"; $(VENV)/bin/python $$b || exit 1; done
 
 clean:  ## Remove venvs, tools and caches
-	rm -rf .venv .venv-lint .venv-workload .venv-bench .tools .cache .scratch
+	rm -rf .venv .venv-lint .venv-workload .venv-bench .venv-core218 .tools .cache .scratch
