@@ -11,7 +11,7 @@ from pathlib import Path
 
 import ansible.module_utils
 import pytest
-from ansible.module_utils.testing import patch_module_args
+from ansible_compat import patch_module_args
 
 ROOT = Path(__file__).resolve().parents[4]
 if str(ROOT / "plugins" / "module_utils") not in ansible.module_utils.__path__:
