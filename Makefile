@@ -18,7 +18,7 @@ export ANSIBLE_INVENTORY_UNPARSED_FAILED := true
 MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
 .PHONY: help setup setup-test run teardown test test-unit lint test-sanity test-collection \
-        test-ansible-units test-ansible-integration test-integration test-molecule test-vm test-workload test-ee bench clean image
+        test-oldest-core test-ansible-units test-ansible-integration test-integration test-molecule test-vm test-workload test-ee bench clean image
 
 help:  ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -38,11 +38,12 @@ run: setup  ## Run site.yml on the embedded local default (inventory/local/)
 teardown: setup  ## Undo a run (playbooks/teardown.yml)
 	$(ANSIBLE)/ansible-playbook playbooks/teardown.yml $(ARGS)
 
-test: setup-test  ## Every test tier: unit, workload, lint, sanity, ansible-test units and integration, collection, integration, molecule, vm
+test: setup-test  ## Every test tier: unit, workload, lint, sanity, oldest core, ansible-test units and integration, collection, integration, molecule, vm
 	$(MAKE) --no-print-directory test-unit
 	$(MAKE) --no-print-directory test-workload
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory test-sanity
+	$(MAKE) --no-print-directory test-oldest-core
 	$(MAKE) --no-print-directory test-ansible-units
 	$(MAKE) --no-print-directory test-ansible-integration
 	$(MAKE) --no-print-directory test-collection
@@ -67,6 +68,11 @@ test-sanity: setup  ## ansible-test sanity, every test, Python 3.12, on the coll
 	@.ci/sysdeps sanity
 	@.ci/bootstrap sanity
 	.ci/sanity
+
+test-oldest-core: setup  ## ansible-core 2.18, the oldest supported (.venv-core218): unit tests, the local default, the version-sensitive sanity tests
+	@.ci/sysdeps sanity
+	@.ci/bootstrap core218
+	.ci/oldest-core
 
 test-ansible-units: setup  ## ansible-test units: tests/unit as a collection's CI runs them (its venv, its three contexts)
 	@.ci/bootstrap sanity
@@ -107,4 +113,4 @@ bench: setup  ## Benchmarks under bench/ (print numbers); parallel-ssh and mitog
 	@for b in bench/*_bench.py bench/shard_imbalance.py; do echo "=== $$b"; $(VENV)/bin/python $$b || exit 1; done
 
 clean:  ## Remove venvs, tools and caches
-	rm -rf .venv .venv-lint .venv-workload .venv-bench .tools .cache .scratch
+	rm -rf .venv .venv-lint .venv-workload .venv-bench .venv-core218 .tools .cache .scratch

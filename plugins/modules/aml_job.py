@@ -348,6 +348,7 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.job_spec imp
     JobSpecError,
     build_spec,
     leaks,
+    sas_like_values,
     snapshot_source,
 )
 
@@ -407,6 +408,9 @@ def main() -> None:
     recorded = recorded_answer(p, module.check_mode, os.environ)
     if recorded:
         module.exit_json(**recorded)
+    # A SAS in the plain arguments is refused below; the result's invocation must not show it back
+    # (ansible-core 2.18 prints the invocation at -vvv).
+    module.no_log_values.update(sas_like_values(p["train_args"], p["environment_variables"]))
     try:
         req = request_from(p)
         spec = build_spec(req, p["python"] or "python")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -171,3 +172,16 @@ def test_ansible_test_units_installs_what_make_test_unit_has():
     assert {name: units[name] for name in runtime if name in units} == runtime
     extra = {name: version for name, version in units.items() if name not in runtime}
     assert extra == {name: test[name] for name in ("hypothesis", "mitogen")}
+
+
+def test_the_oldest_core_venv_has_the_oldest_supported_core_and_the_unit_test_pins():
+    """requirements-core218.txt (.venv-core218, make test-oldest-core): an exact `ansible` 11
+    bundle (ansible-core 2.18, the floor of meta/runtime.yml's requires_ansible), and besides it
+    tests/unit/requirements.txt's pins (the runtime's less the bundle) and requirements-test.txt's
+    pytest, so the unit tests and the local default run there as in .venv."""
+    lines = [line.split("#", 1)[0].strip() for line in (ROOT / "requirements-core218.txt").read_text().splitlines()]
+    lines = [line for line in lines if line]
+    assert "-r tests/unit/requirements.txt" in lines
+    pins = dict(line.split("==", 1) for line in lines if "==" in line)
+    assert re.fullmatch(r"11\.\d+\.\d+", pins.pop("ansible"))
+    assert pins == {"pytest": _pins(ROOT / "requirements-test.txt")["pytest"]}

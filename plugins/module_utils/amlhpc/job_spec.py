@@ -181,6 +181,13 @@ def _check(req: JobRequest) -> None:
                                "a secret, never in plain arguments or variables")
 
 
+def sas_like_values(*options: Mapping[str, Any] | None) -> list[str]:
+    """The string values of ``options`` (train_args, environment_variables) that _check refuses as
+    SAS tokens: the module marks them no_log, so its refusal does not show them back."""
+    return [value for opts in options for value in (opts or {}).values()
+            if isinstance(value, str) and _SAS_LIKE.search(value)]
+
+
 def sas_reference(req: JobRequest) -> str:
     if req.backend == "azureml_core":
         return f"aml-secret:{req.sas_secret_name}"

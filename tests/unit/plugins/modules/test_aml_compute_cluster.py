@@ -9,7 +9,7 @@ from pathlib import Path
 
 import ansible.module_utils
 import pytest
-from ansible.module_utils.testing import patch_module_args
+from ansible_compat import patch_module_args
 
 from azureml_fakes import FAKE_KEY, RG, SUB, WS, World, install_v1, install_v2, make_nodes
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import ansible.module_utils
 import pytest
-from ansible.module_utils.testing import patch_module_args
+from ansible_compat import patch_module_args
 
 ROOT = Path(__file__).resolve().parents[4]
 if str(ROOT / "plugins" / "module_utils") not in ansible.module_utils.__path__:
@@ -552,3 +552,15 @@ def test_v1_rerun_after_a_completed_download_asks_the_workspace_nothing(v1, caps
     again = run_module(capsys, module_args(tmp_path))
     assert again["changed"] is False and again["run_id"] == first["run_id"], again
     assert again["metrics"] == first["metrics"] and len(v1.submitted) == 1
+
+
+@pytest.mark.parametrize("where", ["train_args", "environment_variables"])
+def test_a_sas_in_plain_arguments_is_refused_and_not_shown_back(capsys, tmp_path, where):
+    """A SAS token put in train_args or environment_variables (not sas, which is no_log) is refused,
+    and the refusal does not show it either: the module's result carries its invocation, which
+    ansible-core 2.18 prints at -vvv (tests/unit/test_no_log_failures.py runs the play)."""
+    secret = "sp=r&sig=FAKEsignatureNOTREAL0123456789abcdef"
+    out = run_module(capsys, module_args(tmp_path, sas=None, **{where: {"token": secret}}))
+    assert out["failed"] is True
+    assert out["msg"].startswith("token looks like a SAS token; pass the token as sas (no_log)"), out
+    assert "FAKEsignature" not in json.dumps(out)

@@ -10,7 +10,7 @@ import pytest
 
 import ansible.module_utils
 from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
+from ansible_compat import patch_module_args
 
 ROOT = Path(__file__).resolve().parents[4]
 MODULE_UTILS = ROOT / "plugins" / "module_utils"

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
+from ansible_compat import patch_module_args
 
 ROOT = Path(__file__).resolve().parents[4]
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
+from ansible_compat import patch_module_args
 
 import amlhpc
 import amlhpc.fsbench

@@ -7,7 +7,7 @@ import json
 
 import azcopy_probe
 import pytest
-from ansible.module_utils.testing import patch_module_args
+from ansible_compat import patch_module_args
 
 
 def run(args: dict, capsys) -> dict:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import ansible.module_utils
 import pytest
-from ansible.module_utils.testing import patch_module_args
+from ansible_compat import patch_module_args
 
 ROOT = Path(__file__).resolve().parents[4]
 # What AnsiballZ does for a module: the project's module_utils under ansible.module_utils.

@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
+from ansible_compat import patch_module_args
 
 ROOT = Path(__file__).resolve().parents[4]
 FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-smi"

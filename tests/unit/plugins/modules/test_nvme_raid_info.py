@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
+from ansible_compat import patch_module_args
 
 ROOT = Path(__file__).resolve().parents[4]
 DATA = ROOT / "tests" / "unit" / "plugins" / "module_utils" / "data" / "nvme"
