@@ -69,9 +69,10 @@ test-sanity: setup  ## ansible-test sanity, every test, Python 3.12, on the coll
 	@.ci/bootstrap sanity
 	.ci/sanity
 
-test-oldest-core: setup  ## ansible-core 2.18, the oldest supported (.venv-core218): unit tests, the local default, the version-sensitive sanity tests
+test-oldest-core: setup  ## ansible-core 2.18, the oldest supported (.venv-core218): unit tests, the local default, the version-sensitive sanity tests; 2.17 refused
 	@.ci/sysdeps sanity
 	@.ci/bootstrap core218
+	@.ci/bootstrap core217
 	.ci/oldest-core
 
 test-ansible-units: setup  ## ansible-test units: tests/unit as a collection's CI runs them (its venv, its three contexts)
@@ -113,4 +114,4 @@ bench: setup  ## Benchmarks under bench/ (print numbers); parallel-ssh and mitog
 	@for b in bench/*_bench.py bench/shard_imbalance.py; do echo "=== $$b"; $(VENV)/bin/python $$b || exit 1; done
 
 clean:  ## Remove venvs, tools and caches
-	rm -rf .venv .venv-lint .venv-workload .venv-bench .venv-core218 .tools .cache .scratch
+	rm -rf .venv .venv-lint .venv-workload .venv-bench .venv-core218 .venv-core217 .tools .cache .scratch
