@@ -59,7 +59,6 @@ def unchanged_result(action: ActionBase, args: Mapping[str, Any], spec: Mapping[
     return remove_values(result, no_log_values(spec, params))
 
 
-
 def python_interpreter(action: ActionBase, task_vars: Mapping[str, Any]) -> Optional[str]:
     """The node's Python as a module run of this task would use it, where it is known without
     asking the node: ``ansible_python_interpreter`` set to a plain path, else the interpreter
