@@ -17,7 +17,13 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_files
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_model import predict, rates_from
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_sas import check_sas, redact
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.blob_listing import ListingError, identity_credential, list_blobs
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.shards import MODES, ShardError, plan_shards, plan_summary
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.shards import (
+    MODES,
+    ShardError,
+    empty_source_error,
+    plan_shards,
+    plan_summary,
+)
 
 SAS_ARGV_WARNING = ("stage_auth is 'sas': azcopy takes a SAS only in its command line, so the token is readable "
                     "by local users of every node through ps while the stage runs. Use stage_auth: "
@@ -33,6 +39,7 @@ _ARGS = {
     "model": {"type": "dict", "default": {}},
     "list": {"type": "bool", "default": True},
     "allow_idle": {"type": "bool", "default": False},
+    "allow_empty": {"type": "bool", "default": False},
 }
 
 
@@ -86,6 +93,9 @@ class ActionModule(ActionBase):
                 listing = list_blobs(args["account_url"], args["container"], args["prefix"], credential=credential)
             except (ListingError, ValueError) as exc:
                 raise AnsibleActionFail(redact(str(exc), secrets)) from None
+            refused = empty_source_error(listing, args["container"], args["prefix"], args["allow_empty"])
+            if refused:
+                raise AnsibleActionFail(refused)
         try:
             shards = plan_shards(hosts, mode, listing, allow_idle=args["allow_idle"])
         except ShardError as exc:

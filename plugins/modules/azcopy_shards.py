@@ -73,6 +73,14 @@ options:
     description: In suffix mode with more than 64 hosts, leave hosts 64 and up without data instead of failing.
     type: bool
     default: false
+  allow_empty:
+    description:
+      - Accept a listing with no blob under O(prefix). Without it such a plan is refused, naming
+        the container and the prefix, since every shard would be empty and a stage with
+        pruning would remove every staged file.
+    type: bool
+    default: false
+    version_added: "2.0.0"
 notes:
   - Action plugin; runs on the controller. Check mode runs it as usual (it changes nothing).
 seealso:

@@ -57,7 +57,16 @@ def test_stage_playbook_stages_reruns_clean_and_never_shows_the_sas(azurite, pb_
     second = run_playbook("playbooks/stage.yml", extra, env)
     assert second.returncode == 0, second.stdout[-3000:]
     assert recap(second.stdout)["changed"] == 0
-    for out in (check, first, second):
+
+    # A prefix typo with pruning on: the plan is refused in one sentence, nothing is removed.
+    typo = run_playbook("playbooks/stage.yml", {**extra, "stage_prefix": "nothing-here", "stage_prune": True}, env)
+    said = " ".join(typo.stdout.split())
+    assert typo.returncode != 0, typo.stdout[-3000:]
+    assert (f"container '{pb_dataset.container}' has no blobs under prefix 'nothing-here', so every node's shard "
+            "would be empty and nothing was staged or removed: check stage_container and stage_prefix, or set "
+            "stage_allow_empty: true if an empty data set is what you mean.") in said, typo.stdout[-3000:]
+    assert sorted(assert_identical_subset(stage_dir, pb_dataset)) == pb_dataset.names
+    for out in (check, first, second, typo):
         assert signature not in out.stdout + out.stderr
 
 

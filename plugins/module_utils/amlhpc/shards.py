@@ -217,6 +217,18 @@ def plan_shards(hosts: Sequence[str], mode: str = "suffix", blobs: Sequence[Blob
     return shards
 
 
+def empty_source_error(listed: Sequence[Blob] | None, container: str, prefix: str,
+                       allow_empty: bool = False) -> str | None:
+    """One sentence refusing a listing with no blob (a prefix or container typo would make every
+    node's shard empty, and a stage with prune would then remove everything staged), unless
+    ``allow_empty`` says an empty data set is meant; None otherwise, and where nothing was listed."""
+    if listed is None or listed or allow_empty:
+        return None
+    return (f"container {container!r} has no blobs under prefix {prefix!r}, so every node's shard would be empty "
+            "and nothing was staged or removed: check stage_container and stage_prefix, or set "
+            "stage_allow_empty: true if an empty data set is what you mean.")
+
+
 def imbalance(values: Sequence[int | float]) -> float:
     """max / mean of the values (1.0 is perfect); 1.0 for all zeros."""
     if not values:

@@ -10,6 +10,7 @@ from amlhpc.shards import (
     SUFFIXES,
     Blob,
     ShardError,
+    empty_source_error,
     imbalance,
     include_pattern,
     list_of_files,
@@ -177,3 +178,16 @@ def test_fast_loads_match_the_planner(blobs, n):
     shards = plan_shards([f"h{i}" for i in range(n)], "balanced", blobs)
     sizes = sorted((b.size for b in blobs), reverse=True)
     assert balanced_loads(sizes, n) == [s.bytes for s in shards]
+
+
+def test_an_empty_listing_is_refused_naming_the_container_and_prefix():
+    msg = empty_source_error([], "cosmoflow", "nothing-here")
+    assert msg.startswith("container 'cosmoflow' has no blobs under prefix 'nothing-here', ")
+    assert "nothing was staged or removed" in msg and "stage_allow_empty: true" in msg
+    assert msg.count(". ") == 0 and msg.endswith(".")
+
+
+def test_an_empty_listing_passes_when_meant_and_so_do_a_listing_with_blobs_and_no_listing():
+    assert empty_source_error([], "cosmoflow", "p", allow_empty=True) is None
+    assert empty_source_error([Blob("a_000.tfrecord", 1)], "cosmoflow", "p") is None
+    assert empty_source_error(None, "cosmoflow", "p") is None
