@@ -63,6 +63,15 @@ def test_health_checks_as_the_admin_user(tmp_path):
             "healthcheck_fs_file_size_mb": 4,
         }
         inv = user_inventory(twin, tmp_path / "inventory", "hc", group_vars)
+        # Check mode on nodes where nothing was done yet runs through and says what it would do
+        # (the head's .ssh folder and key included), and changes nothing.
+        check = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), "site.yml", "--tags", "ssh_trust,healthcheck",
+                                "--check", "--diff"], cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
+        (tmp_path / "check.log").write_text(check.stdout + check.stderr)
+        assert check.returncode == 0, check.stdout[-6000:] + check.stderr[-2000:]
+        assert re.search(r"hc-0: would generate a \w+ key at /root/\.ssh/id_\w+ \(its folder /root/\.ssh is made first\)",
+                         check.stdout), check.stdout[-6000:]
+        assert twin.exec(twin.nodes[0], "test", "-e", "/root/.ssh").returncode != 0  # nothing made
         res = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), "site.yml", "--tags", "ssh_trust,healthcheck"],
                              cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
         out = res.stdout
