@@ -264,3 +264,27 @@ def test_a_shared_stage_keeps_every_file_when_the_nodes_change(azurite, pb_datas
     for host in ("aml-0", "aml-1"):
         assert host_recap(second.stdout, host)["changed"] == 0, second.stdout[-3000:]
     assert "handed to other nodes" not in second.stdout
+
+
+def test_the_report_names_every_node_when_one_node_installs_azcopy(azurite, pb_dataset, tmp_path):
+    """A node without the pinned azcopy gets it from the controller (a bare binary) and then
+    stages; the per-node report still runs once, after the install, with every node's line
+    and the SAS warning (before, both of its imports were skipped on such a run)."""
+    inv, extra, env = two_nodes(azurite, pb_dataset, tmp_path)
+    data = json.loads(inv.read_text())
+    data["all"]["children"]["aml_nodes"]["hosts"]["local-1"].update(
+        stage_azcopy_install=True, stage_azcopy_src=str(ROOT / ".tools" / "bin" / "azcopy"),
+        stage_azcopy_install_dir=str(tmp_path / "opt-azcopy"), stage_azcopy_path=str(tmp_path / "bin" / "azcopy"),
+        stage_azcopy_packages=[])
+    inv.write_text(json.dumps(data))
+    (tmp_path / "bin").mkdir()
+    out = run_playbook("playbooks/stage.yml", extra, env, "-i", str(inv))
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    assert (tmp_path / "bin" / "azcopy").is_symlink()
+    blocks = [b.split("\nPLAY RECAP")[0] for b in out.stdout.split("\nTASK [")
+              if b.startswith("amlhpc.azureml.stage : Stage | Report every node's stage]")]
+    ran = [b for b in blocks if "ok: [" in b]
+    assert len(blocks) == 2 and len(ran) == 1, blocks
+    report = ran[0]
+    for i in range(2):
+        assert re.search(rf"local-{i}: \d+ files, \d+ fetched", report), report
