@@ -171,8 +171,10 @@ options:
         on without a prompt. On every read, each node's endpoint (C([address]:port)) not known
         yet is scanned with C(ssh-keyscan) and recorded with the node's C(nodeId); when
         AmlCompute replaced a node (same endpoint, another C(nodeId)) its old keys are dropped,
-        the new node's scanned, and a warning names the node; endpoints gone from the cluster
-        are dropped. A key that changes while the C(nodeId) stays is refused by ssh.
+        the new node's scanned, and a warning names the node. A key that changes while the
+        C(nodeId) stays is refused by ssh. An endpoint missing from a read (an empty or partial
+        node list, such as a cluster scaled to 0 or a transient answer) keeps its pinned keys,
+        so the same C(nodeId) coming back with another key is refused as well.
       - Every host gets C(ansible_ssh_common_args) C(-o UserKnownHostsFile=<file>
         -o StrictHostKeyChecking=yes) (ssh never asks, it refuses an unknown key) and
         C(aml_known_hosts_file). Put ssh options of your own in O(ssh_common_args).
@@ -287,7 +289,6 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.known_hosts 
     Endpoint,
     NodeRecord,
     close_masters,
-    endpoint_pattern,
     patterns_in,
     plan_known_hosts,
     replaced_warning,
@@ -400,7 +401,6 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         excluded = self.get_option("exclude_states") or []
         strict = self.get_option("strict")
         endpoints: list[Endpoint] = []
-        alive: list[str] = []
         for config in configs:
             name = config["name"]
             fetched = data["clusters"].get(name)
@@ -422,14 +422,6 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             if dropped:
                 self.display.warning(left_out_warning(name, dropped))
             kept = apply_filter(kept, predicate)
-            kept_ids = {n.node_id for n in kept}
-            # Nodes that exist but are left out keep their known_hosts entries.
-            if self.get_option("use_private_ip"):
-                alive.extend(endpoint_pattern(n.private_ip, self.get_option("ssh_port")) for n in nodes
-                             if n.node_id not in kept_ids)
-            else:
-                alive.extend(endpoint_pattern(n.public_ip, n.port) for n in nodes
-                             if n.node_id not in kept_ids and n.public_ip)
             if not kept:
                 self._empty(none_left(name, len(nodes)))
                 continue
@@ -458,7 +450,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 self._add_host_to_composed_groups(self.get_option("groups"), hostvars, host.name, strict=strict)
                 self._add_host_to_keyed_groups(self.get_option("keyed_groups"), hostvars, host.name, strict=strict)
 
-        self._follow_nodes(endpoints, alive, [c["name"] for c in configs])
+        self._follow_nodes(endpoints)
 
     # Known hosts and cached facts, tied to node ids ---------------------------------------
     def _known_hosts_file(self) -> str:
@@ -470,14 +462,14 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         base = os.path.dirname(os.path.abspath(constants.CONFIG_FILE)) if constants.CONFIG_FILE else self._basedir
         return os.path.join(base, ".cache", "known_hosts")
 
-    def _follow_nodes(self, endpoints: list[Endpoint], alive: list[str], clusters: list[str]) -> None:
+    def _follow_nodes(self, endpoints: list[Endpoint]) -> None:
         """Bring the known_hosts file and the fact cache in line with the nodes read now."""
         path = self._known_hosts_file()
         with NodeRecord(path).locked() as record:
             text = None
             moved: list[Endpoint] = []
             if self.get_option("known_hosts"):
-                text, moved = self._update_known_hosts(record, path, endpoints, alive, clusters)
+                text, moved = self._update_known_hosts(record, path, endpoints)
             current = {e.host: e.node_id for e in endpoints}
             stale = stale_fact_hosts(current, record.hosts)
             if stale:
@@ -505,14 +497,13 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             self.display.v(f"cluster '{endpoint.cluster}': closed the kept ssh connection to {endpoint.pattern}, "
                            f"which now stands for {endpoint.host} (node id {endpoint.node_id})")
 
-    def _update_known_hosts(self, record: NodeRecord, path: str, endpoints: list[Endpoint], alive: list[str],
-                            clusters: list[str]) -> tuple[str, list[Endpoint]]:
-        plan = plan_known_hosts(endpoints, record.endpoints, patterns_in(record.text), clusters, alive)
+    def _update_known_hosts(self, record: NodeRecord, path: str, endpoints: list[Endpoint]) -> tuple[str, list[Endpoint]]:
+        """Scan new endpoints, replace those with another node id; pin the rest, also those this
+        read did not list (module_utils/amlhpc/known_hosts.py)."""
+        plan = plan_known_hosts(endpoints, record.endpoints, patterns_in(record.text))
         scanned = scan_keys(plan.to_scan, timeout=self.get_option("known_hosts_scan_timeout"))
-        drop = set(plan.remove) | {e.pattern for e, _unused, _unused in plan.replaced}
+        drop = {e.pattern for e, _unused, _unused in plan.replaced}
         add: list[str] = []
-        for pattern in plan.remove:
-            record.endpoints.pop(pattern, None)
         for endpoint, old_id, old_host in plan.replaced:
             self.display.warning(replaced_warning(endpoint, old_id, old_host, path))
             record.endpoints.pop(endpoint.pattern, None)

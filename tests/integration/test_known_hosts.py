@@ -39,9 +39,11 @@ def cluster(tmp_path):
         c.stop()
 
 
-def write_inventory(tmp_path: Path, cluster: Twin, node_ids: dict[int, str] | None = None) -> Path:
-    """The twin's list_nodes(); ``node_ids`` (slot -> id) makes a node claim another id."""
-    payload = cluster.list_nodes()
+def write_inventory(tmp_path: Path, cluster: Twin, node_ids: dict[int, str] | None = None,
+                    empty: bool = False) -> Path:
+    """The twin's list_nodes(); ``node_ids`` (slot -> id) makes a node claim another id;
+    ``empty``: the answer AmlCompute gives for a cluster scaled to 0, or a transient one."""
+    payload = [] if empty else cluster.list_nodes()
     for node, record in zip(cluster.nodes, payload):
         record["nodeId"] = (node_ids or {}).get(node.slot, record["nodeId"])
     inv = tmp_path / "inventory"
@@ -96,8 +98,24 @@ def test_host_keys_follow_the_nodes_with_checking_on(tmp_path, cluster):
     assert third.returncode != 0, out
     assert "kh-0 | SUCCESS" in out and "kh-1 | UNREACHABLE" in out, out
     # OpenSSH's words, or Ansible's when Mitogen for Ansible runs the connection.
-    assert any(said in out for said in ("REMOTE HOST IDENTIFICATION HAS CHANGED", "Host key verification failed",
-                                        "SSH reported an unrecognized or mismatching host key")), out
+    refusals = ("REMOTE HOST IDENTIFICATION HAS CHANGED", "Host key verification failed",
+                "SSH reported an unrecognized or mismatching host key")
+    assert any(said in out for said in refusals), out
+
+    # A read that lists no node at all (a cluster scaled to 0, a transient answer) forgets no
+    # pinned key: after it, the same key change under the same node id is refused still.
+    pinned = known.read_text()
+    empty = subprocess.run([ANSIBLE.replace("/ansible", "/ansible-inventory"), "-i",
+                            str(write_inventory(tmp_path, cluster, empty=True)), "--list"], cwd=ROOT,
+                           env=ansible_env(tmp_path), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                           timeout=180, check=False)
+    assert "has no nodes" in " ".join((empty.stdout + empty.stderr).split()), empty.stdout + empty.stderr
+    assert known.read_text() == pinned
+    fourth = ping(tmp_path, write_inventory(tmp_path, cluster, {newer.slot: new.node_id}))
+    out = fourth.stdout + fourth.stderr
+    assert fourth.returncode != 0 and "kh-0 | SUCCESS" in out and "kh-1 | UNREACHABLE" in out, out
+    assert any(said in out for said in refusals), out
+    assert known.read_text() == pinned
 
 
 def masters_for(control_dir: Path) -> list[int]:

@@ -16,7 +16,10 @@ which node id each ``[address]:port`` entry belongs to. On every read of the clu
   dropped, the new node's scanned, and a warning names the node;
 * an endpoint with the same node id keeps its keys untouched, so a key that changes while
   the node id stays is refused by ``ssh`` (that is what a man in the middle looks like);
-* endpoints of a cluster that are gone from its node list are dropped.
+* an endpoint missing from a read keeps its keys and its node id: a listing that is empty or
+  partial (a cluster scaled to 0, a transient answer) forgets no pinned key, so the same node
+  id coming back with another key is refused all the same. Only another node id at the
+  endpoint (AmlCompute's replacement, above) drops them.
 
 The same record ties cached facts to node ids: a host name (``<cluster>-<rank>``) whose node
 id changed had its cached facts gathered on another machine, so they are dropped.
@@ -67,7 +70,6 @@ class KnownHostsPlan:
     replaced: list[tuple[Endpoint, str, str]] = field(default_factory=list)
     adopt: list[Endpoint] = field(default_factory=list)
     keep: list[Endpoint] = field(default_factory=list)
-    remove: list[str] = field(default_factory=list)
 
     @property
     def to_scan(self) -> list[Endpoint]:
@@ -80,22 +82,18 @@ def endpoint_pattern(address: str, port: int) -> str:
 
 
 def plan_known_hosts(endpoints: Iterable[Endpoint], recorded: Mapping[str, Mapping[str, Any]],
-                     present: Iterable[str], clusters: Iterable[str],
-                     alive: Iterable[str] = ()) -> KnownHostsPlan:
-    """Which known_hosts entries to scan, replace, adopt, keep and remove.
+                     present: Iterable[str]) -> KnownHostsPlan:
+    """Which known_hosts entries to scan, replace, adopt and keep. Entries of endpoints not in
+    ``endpoints`` are left as they are (module docstring).
 
     ``endpoints``: the nodes the inventory will connect to. ``recorded``: pattern ->
     ``{"node_id", "cluster", "host"}`` from the last read. ``present``: the patterns that have
-    lines in the known_hosts file. ``clusters``: the clusters read now (records of other
-    clusters are left alone). ``alive``: patterns of nodes that exist but are left out of the
-    inventory (their state, ``node_filter``): their entries stay.
+    lines in the known_hosts file.
     """
     present = set(present)
     plan = KnownHostsPlan()
-    current = set(alive)
     for endpoint in endpoints:
         pattern = endpoint.pattern
-        current.add(pattern)
         record = recorded.get(pattern)
         if record is None:
             # Keys without a record (written by hand, or before this feature): trusted as they
@@ -107,8 +105,6 @@ def plan_known_hosts(endpoints: Iterable[Endpoint], recorded: Mapping[str, Mappi
             plan.scan.append(endpoint)  # the lines were deleted: read them again
         else:
             plan.keep.append(endpoint)
-    wanted = set(clusters)
-    plan.remove = sorted(p for p, r in recorded.items() if r.get("cluster") in wanted and p not in current)
     return plan
 
 

@@ -31,39 +31,44 @@ def test_patterns_follow_ssh():
 
 
 def test_first_read_scans_every_node():
-    plan = plan_known_hosts([ep(50000, "a"), ep(50001, "b")], {}, set(), ["gpu"])
+    plan = plan_known_hosts([ep(50000, "a"), ep(50001, "b")], {}, set())
     assert [e.node_id for e in plan.to_scan] == ["a", "b"]
-    assert not plan.replaced and not plan.keep and not plan.remove
+    assert not plan.replaced and not plan.keep
 
 
 def test_same_node_id_keeps_its_keys_and_is_not_scanned_again():
     recorded = {f"[{IP}]:50000": rec("a", "gpu-0"), f"[{IP}]:50001": rec("b", "gpu-1")}
     present = {f"[{IP}]:50000", f"[{IP}]:50001"}
-    plan = plan_known_hosts([ep(50000, "a"), ep(50001, "b")], recorded, present, ["gpu"])
+    plan = plan_known_hosts([ep(50000, "a"), ep(50001, "b")], recorded, present)
     assert plan.to_scan == [] and [e.node_id for e in plan.keep] == ["a", "b"]
 
 
 def test_a_replaced_node_is_rescanned_and_named():
     recorded = {f"[{IP}]:50000": rec("a", "gpu-0"), f"[{IP}]:50001": rec("b", "gpu-1")}
     present = set(recorded)
-    plan = plan_known_hosts([ep(50000, "a"), ep(50001, "b2")], recorded, present, ["gpu"])
+    plan = plan_known_hosts([ep(50000, "a"), ep(50001, "b2")], recorded, present)
     assert [(e.node_id, old, host) for e, old, host in plan.replaced] == [("b2", "b", "gpu-1")]
     assert [e.node_id for e in plan.to_scan] == ["b2"]
     text = replaced_warning(plan.replaced[0][0], "b", "gpu-1", "/p/known_hosts")
     assert "node gpu-1 at [20.84.17.201]:50001 was replaced by AmlCompute (node id b -> b2)" in text
 
 
-def test_gone_nodes_are_removed_but_left_out_and_other_clusters_stay():
-    recorded = {f"[{IP}]:50000": rec("a", "gpu-0"), f"[{IP}]:50001": rec("b", "gpu-1"),
-                f"[{IP}]:50002": rec("c", "gpu-2"), f"[{IP}]:51000": rec("x", "cpu-0", "cpu")}
-    present = set(recorded)
-    plan = plan_known_hosts([ep(50000, "a")], recorded, present, ["gpu"], alive=[f"[{IP}]:50002"])
-    assert plan.remove == [f"[{IP}]:50001"]
+def test_endpoints_missing_from_a_read_keep_their_keys_and_node_ids():
+    """An empty or partial listing (a cluster scaled to 0, a transient answer) unpins nothing:
+    the endpoints it does not list are neither scanned, replaced nor dropped."""
+    recorded = {f"[{IP}]:50000": rec("a", "gpu-0"), f"[{IP}]:50001": rec("b", "gpu-1")}
+    for listed in ([], [ep(50000, "a")]):
+        plan = plan_known_hosts(listed, recorded, set(recorded))
+        assert not plan.scan and not plan.replaced and not plan.adopt
+        assert [e.node_id for e in plan.keep] == [e.node_id for e in listed]
+    # ... and when node b comes back at its port, it is kept (ssh checks its pinned key), not scanned.
+    plan = plan_known_hosts([ep(50000, "a"), ep(50001, "b")], recorded, set(recorded))
+    assert [e.node_id for e in plan.keep] == ["a", "b"] and not plan.to_scan
 
 
 def test_lines_without_a_record_are_adopted_and_deleted_lines_rescanned():
     plan = plan_known_hosts([ep(50000, "a"), ep(50001, "b")], {f"[{IP}]:50001": rec("b", "gpu-1")},
-                            {f"[{IP}]:50000"}, ["gpu"])
+                            {f"[{IP}]:50000"})
     assert [e.node_id for e in plan.adopt] == ["a"]
     assert [e.node_id for e in plan.scan] == ["b"]
 
