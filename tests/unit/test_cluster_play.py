@@ -115,3 +115,18 @@ def test_the_role_manages_the_cluster_through_azure_ai_ml_by_default(tmp_path):
         result = _module_run(res, task)
         assert result["invocation"]["module_args"]["sdk"] == "azure-ai-ml", result
         assert "auth_source service_principal needs" in result["msg"], result
+
+
+def test_an_empty_plugin_inventory_names_its_file_and_the_fix_that_applies(tmp_path):
+    """-i is already a *.azureml_compute.yml file whose cluster lists no node: the run stops
+    naming that file, and names playbooks/cluster.yml only where aml_cluster_manage lets it act."""
+    path = _plugin_inventory(tmp_path, [], allow_empty=True)
+    off = play("-i", str(path), "playbooks/validate.yml", "-e", "aml_cluster_manage=false")
+    said = squashed(off.stdout + off.stderr)
+    assert off.returncode != 0, said[-3000:]
+    assert squashed(f"the inventory {path} lists no usable node") in said, said[-3000:]
+    assert squashed("point -i at") not in said
+    assert squashed("aml_cluster_manage is false, so nothing here scales it: scale the cluster up in AzureML") in said
+    on = play("-i", str(path), "playbooks/validate.yml", "-e", "aml_cluster_manage=true")
+    assert on.returncode != 0
+    assert squashed("playbooks/cluster.yml creates or scales the cluster") in squashed(on.stdout + on.stderr)

@@ -364,8 +364,8 @@ def cluster_not_created(cluster: str, workspace: str) -> str:
 
 def no_nodes(cluster: str) -> str:
     """The warning for a cluster without nodes (scaled to 0; the inventory reads as empty)."""
-    return (f"cluster '{cluster}' has no nodes: playbooks/cluster.yml scales it up (site.yml runs it first) "
-            "and waits until its nodes are idle")
+    return (f"cluster '{cluster}' has no nodes: with aml_cluster_manage true, playbooks/cluster.yml scales it up "
+            "(site.yml runs it first) and waits until its nodes are idle; otherwise scale it up in AzureML")
 
 
 def none_left(cluster: str, total: int) -> str:

@@ -24,16 +24,37 @@ def _nodes_by_cluster(nodes: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapp
     return dict(clusters)
 
 
-def inventory_problems(nodes: Iterable[Mapping[str, Any]], beeond_enabled: bool = False) -> list[str]:
+PLUGIN_SUFFIXES = (".azureml_compute.yml", ".azureml_compute.yaml")
+
+
+def no_nodes_problem(sources: Iterable[str] = (), cluster_manage: bool = False) -> str:
+    """The sentence for an inventory without cluster nodes, naming the fix that applies: an
+    azureml_compute source that lists none (a cluster scaled to 0 or not created, nodes left
+    out) is scaled by playbooks/cluster.yml only where aml_cluster_manage is true."""
+    ours = [str(s) for s in sources if str(s).endswith(PLUGIN_SUFFIXES)]
+    if not ours:
+        return ("the inventory has no hosts in group 'aml_nodes': point -i at a "
+                "*.azureml_compute.yml file or at inventory/local")
+    where = f"the inventory {', '.join(ours)} lists no usable node (its warnings above say which cluster and why)"
+    if cluster_manage:
+        return (f"{where}: playbooks/cluster.yml creates or scales the cluster (site.yml runs it first, tag "
+                "cluster), so run it without skipping that tag, or check the plugin's clusters and node_filter")
+    return (f"{where}: aml_cluster_manage is false, so nothing here scales it: scale the cluster up in AzureML, "
+            "or set aml_cluster_manage: true to let playbooks/cluster.yml do it")
+
+
+def inventory_problems(nodes: Iterable[Mapping[str, Any]], beeond_enabled: bool = False,
+                       sources: Iterable[str] = (), cluster_manage: bool = False) -> list[str]:
     """Return a sentence for each thing wrong with the cluster nodes of an inventory.
 
     ``nodes`` holds one mapping per host: its hostvars plus ``inventory_hostname``.
+    ``sources`` (the inventory sources, ``ansible_inventory_sources``) and ``cluster_manage``
+    (``aml_cluster_manage``) choose the fix named when there are none.
     """
     problems: list[str] = []
     nodes = list(nodes)
     if not nodes:
-        return ["the inventory has no hosts in group 'aml_nodes': point -i at a "
-                "*.azureml_compute.yml file or at inventory/local"]
+        return [no_nodes_problem(sources, cluster_manage)]
     for cluster, members in sorted(_nodes_by_cluster(nodes).items()):
         names = sorted(str(m["inventory_hostname"]) for m in members)
         if not cluster:

@@ -496,8 +496,8 @@ def test_cluster_without_nodes(tmp_path, monkeypatch, world, warnings, source):
     fake(monkeypatch, world, source)
     data = parse(write_config(tmp_path, sdk_config(source, clusters=["gpu"])))
     assert not data.hosts
-    assert warnings == ["cluster 'gpu' has no nodes: playbooks/cluster.yml scales it up (site.yml runs it first) "
-                        "and waits until its nodes are idle"]
+    assert warnings == ["cluster 'gpu' has no nodes: with aml_cluster_manage true, playbooks/cluster.yml scales it up "
+                        "(site.yml runs it first) and waits until its nodes are idle; otherwise scale it up in AzureML"]
 
 
 def test_every_node_filtered_out(tmp_path):

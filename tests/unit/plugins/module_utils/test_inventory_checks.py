@@ -18,6 +18,17 @@ def test_empty_inventory_names_the_fix():
     assert "aml_nodes" in problem and "-i" in problem
 
 
+def test_an_empty_azureml_compute_inventory_names_the_fix_that_applies():
+    """-i is already a *.azureml_compute.yml file: the sentence names it instead of asking for
+    one, and names cluster.yml as the fix only where aml_cluster_manage lets it act."""
+    src = "/p/inventory/gpu.azureml_compute.yml"
+    (off,) = inventory_problems([], sources=["/p/inventory/local", src], cluster_manage=False)
+    assert off.startswith(f"the inventory {src} lists no usable node (its warnings above say which cluster and why): ")
+    assert "aml_cluster_manage is false" in off and "scale the cluster up in AzureML" in off and "point -i" not in off
+    (on,) = inventory_problems([], sources=[src], cluster_manage=True)
+    assert "playbooks/cluster.yml creates or scales the cluster" in on and "aml_cluster_manage is false" not in on
+
+
 def test_rank_gap_is_reported():
     nodes = [node("a", 0, "10.0.0.4"), node("b", 2, "10.0.0.5")]
     (problem,) = inventory_problems(nodes)
