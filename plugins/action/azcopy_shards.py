@@ -16,7 +16,12 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_cmd i
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_files import NameSet
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_model import predict, rates_from
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_sas import check_sas, redact
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.blob_listing import ListingError, identity_credential, list_blobs
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.blob_listing import (
+    ContainerMissing,
+    ListingError,
+    identity_credential,
+    list_blobs,
+)
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.shards import (
     MODES,
     ShardError,
@@ -74,6 +79,7 @@ class ActionModule(ActionBase):
         if auth == "sas":
             warnings.append(SAS_ARGV_WARNING)
         listing = None
+        no_container = False
         if args["list"] or mode == "balanced":
             missing = [k for k in ("account_url", "container") if not args[k]]
             if missing:
@@ -91,11 +97,19 @@ class ActionModule(ActionBase):
                                                      tenant_id=args["tenant_id"], client_id=args["client_id"],
                                                      client_secret=args["client_secret"] or "")
                 listing = list_blobs(args["account_url"], args["container"], args["prefix"], credential=credential)
+            except ContainerMissing as exc:
+                if not self._task.check_mode:
+                    raise AnsibleActionFail(str(exc)) from None
+                # check mode: a run would make and fill it first (prepare_dataset) or stop here
+                warnings.append(f"check mode: {exc}: no shard to plan yet")
+                listing, no_container = [], True
             except (ListingError, ValueError) as exc:
                 raise AnsibleActionFail(redact(str(exc), secrets)) from None
-            refused = empty_source_error(listing, args["container"], args["prefix"], args["allow_empty"])
-            if refused:
+            refused = empty_source_error(listing, args["container"], args["prefix"], args["allow_empty"] or no_container)
+            if refused and not self._task.check_mode:
                 raise AnsibleActionFail(refused)
+            if refused:  # check mode removes nothing; the data set may be uploaded by this run first
+                warnings.append(f"check mode: {refused}")
         try:
             shards = plan_shards(hosts, mode, listing, allow_idle=args["allow_idle"])
         except ShardError as exc:
@@ -109,7 +123,7 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail(str(exc)) from None
         plan["prediction"] = (predict([s.bytes for s in shards], [s.raw_bytes for s in shards], rates)
                               if listing is not None else {})
-        if listing is not None and not listing:
+        if listing is not None and not listing and args["allow_empty"]:
             warnings.append(f"container {args['container']!r} has no blobs under prefix {args['prefix']!r}: "
                             "every shard is empty")
         if plan["idle_hosts"] and listing:

@@ -144,6 +144,16 @@ def test_site_on_the_twin(twin, gateway_azurite, tmp_path):
         return subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), "site.yml"], cwd=ROOT, env=twin_env(state),
                               capture_output=True, text=True, timeout=1800, check=False)
 
+    # Check mode on nodes where nothing was done yet runs through, says what it would do, and
+    # changes nothing on the nodes (no stage folder, no head key).
+    check = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), "site.yml", "--check", "--diff"], cwd=ROOT,
+                           env=twin_env(state), capture_output=True, text=True, timeout=1800, check=False)
+    (tmp_path / "check.log").write_text(check.stdout + check.stderr)
+    assert check.returncode == 0, check.stdout[-8000:] + check.stderr[-2000:]
+    assert "would generate" in check.stdout, check.stdout[-8000:]
+    for node in twin.nodes:
+        assert twin.exec(node, "test", "-e", "/root/.ssh").returncode != 0
+
     first = run()
     (tmp_path / "first.log").write_text(first.stdout + first.stderr)
     assert first.returncode == 0, first.stdout[-8000:] + first.stderr[-2000:]

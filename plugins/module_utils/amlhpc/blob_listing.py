@@ -31,6 +31,10 @@ class ListingError(RuntimeError):
     """The listing failed; the message is a sentence a person can act on (no secrets)."""
 
 
+class ContainerMissing(ListingError):
+    """The container is not there (yet): prepare_dataset creates it in a real run."""
+
+
 def sdk_available() -> bool:
     try:
         import azure.storage.blob  # noqa: F401  # pylint: disable=unused-import,import-outside-toplevel
@@ -130,7 +134,7 @@ def list_blobs(account_url: str, container: str, prefix: str = "", credential: A
             raise ListingError(f"listing container {container!r} at {account_url} failed (HTTP {exc.status}): "
                                f"{exc}") from None
         if listed is None:
-            raise ListingError(f"container {container!r} does not exist at {account_url}")
+            raise ContainerMissing(f"container {container!r} does not exist at {account_url}")
         return [blob_from(b.name, b.size, b.content_encoding, b.metadata, prefix) for b in listed]
     try:
         from azure.core.exceptions import (  # noqa: PLC0415
@@ -150,7 +154,7 @@ def list_blobs(account_url: str, container: str, prefix: str = "", credential: A
                 for p in client.list_blobs(name_starts_with=normalize_prefix(prefix) or None, include=["metadata"])]
     except HttpResponseError as exc:
         if isinstance(exc, ResourceNotFoundError) or exc.status_code == 404:
-            raise ListingError(f"container {container!r} does not exist at {account_url}") from exc
+            raise ContainerMissing(f"container {container!r} does not exist at {account_url}") from exc
         if isinstance(exc, ClientAuthenticationError) or exc.status_code == 403:
             raise ListingError(_refused(container, account_url)) from exc
         raise ListingError(f"listing container {container!r} at {account_url} failed (HTTP {exc.status_code}): "
@@ -158,7 +162,7 @@ def list_blobs(account_url: str, container: str, prefix: str = "", credential: A
     except ClientAuthenticationError as exc:
         raise ListingError(_refused(container, account_url)) from exc
     except ResourceNotFoundError as exc:
-        raise ListingError(f"container {container!r} does not exist at {account_url}") from exc
+        raise ContainerMissing(f"container {container!r} does not exist at {account_url}") from exc
     except AzureError as exc:
         raise ListingError(f"listing container {container!r} at {account_url} failed: "
                            f"{_first_line(exc, secrets)}") from exc
