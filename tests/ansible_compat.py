@@ -12,7 +12,9 @@ import json
 import typing as t
 from unittest import mock
 
-from ansible.release import __version__ as _core_version
+# ansible.module_utils, not ansible.release: ansible-test units runs module tests with only the
+# target side of ansible-core importable.
+from ansible.module_utils.ansible_release import __version__ as _core_version
 
 # (major, minor) of the ansible-core the tests run on, for the few facts that differ by core.
 CORE = tuple(int(part) for part in _core_version.split(".")[:2])
