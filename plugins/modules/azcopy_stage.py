@@ -249,6 +249,12 @@ fetched:
   description: Files fetched in this run (missing, new or wrong ones).
   returned: success
   type: int
+fetched_files:
+  description: Up to five of the files fetched in this run, by their staged names (RV(fetched) counts them all).
+  returned: success
+  type: list
+  elements: str
+  version_added: "2.0.0"
 repaired:
   description: Up to five files that were on disk but wrong, each C(name (why)); why is C(size N, plan M) or C(checksum).
   returned: success
@@ -283,6 +289,12 @@ removed:
   description: Files removed in this run (gone ones with O(prune=true), and handed ones).
   returned: success
   type: int
+removed_files:
+  description: Up to five of the files removed in this run (pruned, or handed to other nodes; RV(removed) counts them all).
+  returned: success
+  type: list
+  elements: str
+  version_added: "2.0.0"
 verify:
   description: The check made, C(size) or C(checksum).
   returned: success

@@ -71,6 +71,7 @@ def test_bad_files_are_fetched_again_one_by_one_and_named(azurite, azcopy, datas
 
     by_size = _stage(azurite, azcopy, dataset, stage_dir, sas)
     assert by_size["changed"] and by_size["fetched"] == 2  # size cannot see the garbled file
+    assert by_size["fetched_files"] == sorted([f"train/{truncated}", f"train/{deleted}"])
     assert by_size["repaired"] == [f"train/{truncated} (size 100, plan {size})"]
     assert by_size["bytes_over_wire"] <= 2 * wire_per_file  # not the whole shard again
     assert (train / garbled).read_bytes() == b"\0" * size
@@ -100,6 +101,7 @@ def test_new_blobs_are_staged_and_gone_ones_reported_then_pruned(azurite, azcopy
 
     rerun = _stage(azurite, azcopy, dataset, stage_dir, sas)
     assert rerun["changed"] and rerun["fetched"] == 1 and rerun["files"] == 64
+    assert rerun["fetched_files"] == ["train/run7-sample_005.tfrecord"] and rerun["removed_files"] == []
     assert (stage_dir / "train" / "run7-sample_005.tfrecord").read_bytes() == extra_raw.read_bytes()
     assert rerun["gone"] == [gone] and rerun["gone_count"] == 1 and rerun["removed"] == 0
     assert (stage_dir / gone).exists()  # reported, kept
@@ -109,6 +111,7 @@ def test_new_blobs_are_staged_and_gone_ones_reported_then_pruned(azurite, azcopy
 
     pruned = _stage(azurite, azcopy, dataset, stage_dir, sas, prune=True)
     assert pruned["changed"] and pruned["removed"] == 1 and pruned["fetched"] == 0
+    assert pruned["removed_files"] == [gone] and pruned["fetched_files"] == []
     assert not (stage_dir / gone).exists()
     final = _stage(azurite, azcopy, dataset, stage_dir, sas, prune=True)
     assert not final["changed"] and final["gone_count"] == 0

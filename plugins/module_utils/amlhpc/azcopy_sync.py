@@ -233,6 +233,11 @@ def _cleanup_staging(stage_dir: str, staging: str) -> None:
         pass
 
 
+NAMED = 5
+"""How many names of the fetched, repaired, gone, handed and removed files a result carries
+(with the count of each): the report's line names them, and the rest as "and N more"."""
+
+
 def stage_result(files: Mapping[str, int], *, seconds: float, verify: str, progress: list[dict[str, Any]],
                  **kw: Any) -> dict[str, Any]:
     """A stage's result (see :func:`stage_shard`) for ``files`` (this shard on disk, name:
@@ -242,8 +247,8 @@ def stage_result(files: Mapping[str, int], *, seconds: float, verify: str, progr
     out = {"files": len(files), "bytes": sum(files.values()), "bytes_over_wire": wire,
            "seconds": round(seconds, 3),
            "throughput_mb_s": round(wire / seconds / 1e6, 3) if seconds > 0 and wire else 0.0,
-           "fetched": 0, "repaired": [], "repaired_count": 0, "gone": [], "gone_count": 0,
-           "handed": [], "handed_count": 0, "removed": 0,
+           "fetched": 0, "fetched_files": [], "repaired": [], "repaired_count": 0, "gone": [], "gone_count": 0,
+           "handed": [], "handed_count": 0, "removed": 0, "removed_files": [],
            "skipped_existing": 0, "azcopy_runs": 0, "verify": verify, "progress": progress,
            "fetched_planned_bytes": None, "fetched_planned_raw_bytes": None}
     out.update(kw)
@@ -332,10 +337,10 @@ def stage_shard(*, azcopy: str, source_url: str, sas: str = "", stage_dir: str, 
                              f"{shown(f'{n} ({w})' for n, w in still.items())}. The blob's metadata may not match "
                              "its content: run prepare_dataset again, then the stage.")
         _cleanup_staging(stage_dir, staging)
-    removed = 0
-    for name in handed + (gone if prune else []):
+    removed_files = handed + (gone if prune else [])
+    for name in removed_files:
         os.unlink(os.path.join(stage_dir, name))
-        removed += 1
+    removed = len(removed_files)
     if not shared:  # every earlier file of this folder has been sorted out above, under this rank
         for other in _manifest_ranks(stage_dir):
             if other != rank:
@@ -351,9 +356,10 @@ def stage_shard(*, azcopy: str, source_url: str, sas: str = "", stage_dir: str, 
     fetched = [e for e in expected if e.blob in bad]
     planned_wire = sum(e.size for e in fetched) if all(e.size is not None for e in fetched) else None
     planned_raw = sum(e.raw_size for e in fetched) if all(e.raw_size is not None for e in fetched) else None
-    return done(files, fetched=len(bad), repaired=repaired[:5], repaired_count=len(repaired),
+    return done(files, fetched=len(bad), fetched_files=[e.staged_name(decompress) for e in fetched][:NAMED],
+                repaired=repaired[:NAMED], repaired_count=len(repaired), removed_files=removed_files[:NAMED],
                 fetched_planned_bytes=planned_wire, fetched_planned_raw_bytes=planned_raw,
-                gone=gone[:5], gone_count=len(gone), handed=handed[:5], handed_count=len(handed), removed=removed,
+                gone=gone[:NAMED], gone_count=len(gone), handed=handed[:NAMED], handed_count=len(handed), removed=removed,
                 skipped_existing=len(expected) - len(bad) + (result.skipped if result else 0),
                 bytes_over_wire=result.bytes_over_wire if result else 0, azcopy_runs=1 if result else 0)
 
@@ -388,5 +394,5 @@ def _stage_unlisted(*, azcopy: str, source_url: str, sas: str, stage_dir: str, r
                          f"but {len(files)} are in {stage_dir}. Rerun the stage.")
     _write_json_atomic(_manifest_path(stage_dir, rank), {"key": key, "files": files})
     _cleanup_staging(stage_dir, staging)
-    return done(files, fetched=result.completed, skipped_existing=result.skipped,
+    return done(files, fetched=result.completed, fetched_files=sorted(moved)[:NAMED], skipped_existing=result.skipped,
                 bytes_over_wire=result.bytes_over_wire, azcopy_runs=1)

@@ -98,6 +98,10 @@ def summary_line(result: Mapping[str, Any]) -> str:
             f"{result['seconds']:g} s measured")
     if pred:
         text += f", {pred['seconds']:g} s predicted ({pred['bottleneck']})"
+    if result.get("fetched_files"):
+        text += "; fetched: " + ", ".join(result["fetched_files"]) + (
+            f" and {result['fetched'] - len(result['fetched_files'])} more"
+            if result["fetched"] > len(result["fetched_files"]) else "")
     if result.get("repaired"):
         text += "; repaired: " + ", ".join(result["repaired"]) + (
             f" and {result['repaired_count'] - len(result['repaired'])} more"
@@ -107,6 +111,10 @@ def summary_line(result: Mapping[str, Any]) -> str:
             f" and {result['gone_count'] - len(result['gone'])} more" if result["gone_count"] > len(result["gone"]) else "")
     if result.get("handed_count"):
         text += f"; {result['handed_count']} handed to other nodes (removed)"
+    if result.get("removed_files"):
+        text += "; removed: " + ", ".join(result["removed_files"]) + (
+            f" and {result['removed'] - len(result['removed_files'])} more"
+            if result["removed"] > len(result["removed_files"]) else "")
     return text
 
 
