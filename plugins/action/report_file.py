@@ -12,12 +12,13 @@ from typing import Any
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.report_file import write_page
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.report_file import point_link, write_page
 
 _ARGS = {
     "dest": {"type": "path", "required": True},
     "content": {"type": "str", "required": True},
     "mode": {"type": "raw", "default": "0644"},
+    "link": {"type": "path"},
 }
 _LOCAL = ("local", "ansible.builtin.local")
 
@@ -53,5 +54,11 @@ class ActionModule(ActionBase):
                                  check_mode=bool(self._task.check_mode))
         except OSError as exc:
             raise AnsibleActionFail(f"report_file: cannot write {args['dest']}: {exc}") from exc
+        if args["link"]:
+            try:
+                outcome["linked"] = point_link(args["link"], args["dest"], check_mode=bool(self._task.check_mode))
+            except OSError as exc:
+                raise AnsibleActionFail(f"report_file: cannot point {args['link']} at {args['dest']}: {exc}") from exc
+            outcome["link"] = args["link"]
         result.update(outcome)
         return result

@@ -43,6 +43,12 @@ options:
     description: The page's mode, octal (C('0644')).
     type: raw
     default: "0644"
+  link:
+    description:
+      - A stable path made a symbolic link to O(dest) (relative where O(dest) is beside or below
+        it), replacing what is there atomically: the latest of several pages, each kept.
+    type: path
+    version_added: "2.0.0"
 """
 
 EXAMPLES = r"""
@@ -65,5 +71,13 @@ size:
 created_dir:
   description: Whether the folder was made (or would be, in check mode).
   returned: always
+  type: bool
+link:
+  description: O(link), where given.
+  returned: when O(link) is set
+  type: str
+linked:
+  description: Whether O(link) was pointed at O(dest) in this run (or would be, in check mode).
+  returned: when O(link) is set
   type: bool
 """

@@ -67,3 +67,33 @@ def test_the_page_is_refused_off_the_controller(tmp_path):
     assert res.returncode != 0
     assert "report_file writes on the controller" in res.stdout and "connection is 'ssh'" in res.stdout, res.stdout
     assert not (tmp_path / "r.html").exists()
+
+
+def test_each_invocation_keeps_its_page_and_report_html_points_at_the_latest(tmp_path):
+    """A partial run (--tags stage) writes a page of its own: the whole run's page stays, and
+    the stable path report.html follows the latest."""
+    project = tmp_path / "project"
+    project.mkdir()
+    inv = tmp_path / "inv.yml"
+    inv.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}},
+        "vars": {"amlhpc_project_dir": str(project), "local_blob_enabled": False}}}))
+
+    def play(*args: str) -> subprocess.CompletedProcess:
+        res = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), str(ROOT / "playbooks" / "report.yml"), *args],
+                             cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+        return res
+
+    run_dir = project / "outputs" / "cosmoflow"
+    whole = play()
+    partial = play("--tags", "stage")
+    pages = sorted(p.name for p in (run_dir / "reports").iterdir())
+    assert len(pages) == 2 and pages[0].endswith("-all.html") != pages[1].endswith("-all.html"), pages
+    (whole_page,) = [p for p in pages if p.endswith("-all.html")]
+    (partial_page,) = [p for p in pages if p.endswith("-stage.html")]
+    assert (run_dir / "report.html").is_symlink()
+    assert (run_dir / "report.html").resolve() == (run_dir / "reports" / partial_page).resolve()
+    assert f"report: {run_dir}/report.html (this run: reports/{whole_page})" in whole.stdout
+    assert f"(this run: reports/{partial_page})" in partial.stdout
+    assert (run_dir / "reports" / whole_page).read_text().startswith("<!DOCTYPE html>")

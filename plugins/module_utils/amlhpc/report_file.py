@@ -45,3 +45,27 @@ def write_page(dest: str, content: str, mode: int = 0o644, dir_mode: int = 0o755
             os.unlink(tmp)
         raise
     return result
+
+
+def point_link(link: str, target: str, check_mode: bool = False) -> bool:
+    """Make ``link`` a symbolic link to ``target`` (relative to the link's folder where the
+    target is beside or below it), replacing what is there (an older run's page, a link)
+    atomically; True where it changed (or would, in check mode)."""
+    folder = os.path.dirname(os.path.abspath(link))
+    rel = os.path.relpath(os.path.abspath(target), folder)
+    value = rel if not rel.startswith("..") else os.path.abspath(target)
+    if os.path.islink(link) and os.readlink(link) == value:
+        return False
+    if check_mode:
+        return True
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, f".link-{os.getpid()}-{os.path.basename(link)}")
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    os.symlink(value, tmp)
+    try:
+        os.replace(tmp, link)
+    except OSError:
+        os.unlink(tmp)
+        raise
+    return True

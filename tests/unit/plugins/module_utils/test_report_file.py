@@ -50,3 +50,18 @@ def test_a_failed_write_leaves_no_temporary_file(tmp_path):
     with pytest.raises(OSError):
         write_page(str(dest), "a")
     assert [p.name for p in tmp_path.iterdir()] == ["report.html"]
+
+
+def test_the_link_points_at_the_latest_page_relative_and_replaces_a_page_there(tmp_path):
+    from amlhpc.report_file import point_link
+    link = tmp_path / "run" / "report.html"
+    link.parent.mkdir()
+    link.write_text("an older run's page, a file")
+    first = tmp_path / "run" / "reports" / "1-all.html"
+    assert point_link(str(link), str(first), check_mode=True) and not link.is_symlink()
+    assert point_link(str(link), str(first))
+    assert link.is_symlink() and str(link.readlink()) == "reports/1-all.html"
+    assert not point_link(str(link), str(first))
+    assert point_link(str(link), str(tmp_path / "run" / "reports" / "2-stage.html"))
+    assert str(link.readlink()) == "reports/2-stage.html"
+    assert [p.name for p in link.parent.iterdir() if p.name.startswith(".link-")] == []
