@@ -167,9 +167,18 @@ options:
     type: bool
     default: true
   prune:
-    description: Remove staged files whose blob is gone (default is to report them).
+    description:
+      - Remove staged files whose blob is gone (default is to report them).
+      - Where that would be most (more than half) of the data files staged in O(dest), the run is
+        refused with a sentence naming the source, and nothing is fetched or removed (a wrong
+        O(prefix) or O(container) looks like that), unless O(prune_most=true).
     type: bool
     default: false
+  prune_most:
+    description: With O(prune), also remove the gone files where they are most of the folder's.
+    type: bool
+    default: false
+    version_added: "2.0.0"
   decompress:
     description: Decompress blobs whose Content-Encoding is gzip while downloading.
     type: bool
@@ -372,6 +381,7 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy impor
     blob_url,
     check_sas,
     plan_sync,
+    prune_refusal,
     redact,
     shard_is_staged,
     stage_shard,
@@ -462,6 +472,10 @@ def main() -> None:
             module.exit_json(changed=not staged or folder is not None, sas_warnings=warnings, **probed, **extra)
         todo = plan_sync(stage_dir=p["dest"], rank=rank, expected=expected, decompress=p["decompress"],
                          verify=p["verify"], suffixes=_suffixes(shard), known=known, shared=p["shared"])
+        present = len(todo["gone"]) + len(expected) - sum(1 for why in todo["fetch"].values() if why == "missing")
+        refused = p["prune"] and not p["prune_most"] and prune_refusal(todo["gone"], present, source, f"node {rank}")
+        if refused:
+            module.fail_json(msg=refused, sas_warnings=warnings)
         module.exit_json(changed=bool(todo["fetch"]) or bool(p["prune"] and todo["gone"]) or bool(todo["handed"])
                          or folder is not None,
                          would_fetch=len(todo["fetch"]), gone=todo["gone"][:5], gone_count=len(todo["gone"]),
@@ -472,8 +486,8 @@ def main() -> None:
             azcopy=p["azcopy"], source_url=source, sas=sas, stage_dir=p["dest"], rank=rank,
             expected=expected, decompress=p["decompress"], cap_mbps=p["cap_mbps"] or None,
             timeout=p["timeout"] or None, node=f"node {rank}", progress_file=p["progress_file"] or None,
-            verify=p["verify"], prune=p["prune"], suffixes=_suffixes(shard), known=known, shared=p["shared"],
-            auth=p["auth"],
+            verify=p["verify"], prune=p["prune"], prune_most=p["prune_most"], suffixes=_suffixes(shard), known=known,
+            shared=p["shared"], auth=p["auth"],
             auth_options=auth_options, **shard_args)
         result["prediction"] = prediction_for(result, p["model"])
     except (StageError, OSError, ValueError) as exc:

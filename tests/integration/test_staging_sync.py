@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from staging_helpers import ROOT, WORKLOAD, assert_identical_subset, staged_files, upload_dataset
 
+from amlhpc.azcopy import StageError
 from amlhpc.blob_listing import list_blobs
 from amlhpc.cosmoflow_data import generate
 
@@ -116,6 +117,27 @@ def test_new_blobs_are_staged_and_gone_ones_reported_then_pruned(azurite, azcopy
     final = _stage(azurite, azcopy, dataset, stage_dir, sas, prune=True)
     assert not final["changed"] and final["gone_count"] == 0
     assert len(staged_files(stage_dir)) == 64
+
+
+def test_a_prune_that_would_remove_most_of_the_stage_is_refused(azurite, azcopy, dataset, tmp_path):
+    """Most blobs gone from the source (what a wrong prefix or container looks like): prune is
+    refused in one sentence naming the source, and nothing is fetched or removed, unless
+    prune_most says those files are to go."""
+    sas = azurite.container_sas(dataset.container, "rl")
+    stage_dir = tmp_path / "stage"
+    assert _stage(azurite, azcopy, dataset, stage_dir, sas)["files"] == 64
+    container = azurite.service().get_container_client(dataset.container)
+    for name in dataset.names[:40]:
+        container.delete_blob(f"{dataset.prefix}/{name}.gz")
+    with pytest.raises(StageError) as refused:
+        _stage(azurite, azcopy, dataset, stage_dir, sas, prune=True)
+    said = str(refused.value)
+    assert said.startswith("node 0: stage_prune would remove 40 of the 64 files staged here, whose blobs ")
+    assert f"/{dataset.container}/{dataset.prefix}" in said and "nothing was fetched or removed" in said
+    assert "stage_prune_most: true" in said and "sig=" not in said
+    assert len(staged_files(stage_dir)) == 64
+    pruned = _stage(azurite, azcopy, dataset, stage_dir, sas, prune=True, prune_most=True)
+    assert pruned["removed"] == 40 and len(staged_files(stage_dir)) == 24
 
 
 def test_progress_series_and_prediction_are_in_the_result(azurite, azcopy, dataset, tmp_path):

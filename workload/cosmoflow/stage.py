@@ -66,7 +66,8 @@ def stage_for_this_node(*, account_url: str, container: str, stage_dir: str, sas
                         progress: Callable[[dict[str, Any]], None] | None = None, auth: str = "sas",
                         msi_client_id: str = "", tenant_id: str = "", client_id: str = "",
                         client_secret: str = "", verify: str = "size", prune: bool = False,
-                        shared: bool = True, env: dict[str, str] | None = None) -> dict[str, Any]:
+                        shared: bool = True, env: dict[str, str] | None = None,
+                        prune_most: bool = False) -> dict[str, Any]:
     """Stage node ``node_rank``'s shard (of ``num_nodes``) into ``stage_dir``; resumable.
 
     ``auth`` as the Ansible stage: ``sas`` (``sas`` is in azcopy's argv while it runs),
@@ -128,7 +129,7 @@ def stage_for_this_node(*, account_url: str, container: str, stage_dir: str, sas
             kwargs = {"blobs": []}
     return stage_shard(azcopy=azcopy, source_url=source, sas=sas, stage_dir=stage_dir, rank=node_rank,
                        expected=expected, decompress=True, cap_mbps=cap_mbps, progress=progress,
-                       node=f"node {node_rank}", verify=verify, prune=prune, shared=shared,
+                       node=f"node {node_rank}", verify=verify, prune=prune, prune_most=prune_most, shared=shared,
                        known={b.name for b in listing} if listing is not None else None,
                        suffixes=shard.suffixes if shard_mode == "suffix" else None, auth=auth,
                        auth_options=auth_options, env=env, **kwargs)

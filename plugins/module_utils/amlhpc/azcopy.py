@@ -47,7 +47,7 @@ from .azcopy_progress import (  # noqa: F401
     run_azcopy,
 )
 from .azcopy_sas import SAS_PERMISSION_NAMES, SasCheck, check_sas, parse_sas, redact  # noqa: F401
-from .azcopy_sync import StageError, find_strays, plan_sync, shard_is_staged, stage_shard, survey  # noqa: F401
+from .azcopy_sync import StageError, find_strays, plan_sync, prune_refusal, shard_is_staged, stage_shard, survey  # noqa: F401
 
 # What the workload, the modules and the tests import from here.
 __all__ = [
@@ -85,6 +85,7 @@ __all__ = [
     "StageError",
     "find_strays",
     "plan_sync",
+    "prune_refusal",
     "shard_is_staged",
     "stage_shard",
     "survey",

@@ -261,6 +261,17 @@ def manifest_text(files: Mapping[str, int], key: str = "listed") -> str:
     return json.dumps({"key": key, "files": dict(files)}, indent=1, sort_keys=True)
 
 
+def prune_refusal(gone: Sequence[str], present: int, source_url: str, node: str) -> str | None:
+    """One sentence refusing a prune that would remove most (more than half) of the ``present``
+    data files staged in the folder, since their blobs are ``gone`` from ``source_url``: what a
+    wrong prefix or container looks like. None where fewer would go."""
+    if not gone or 2 * len(gone) <= present:
+        return None
+    return (f"{node}: stage_prune would remove {len(gone)} of the {present} files staged here, whose blobs "
+            f"{source_url} no longer lists ({shown(gone)}), so nothing was fetched or removed: check "
+            "stage_container and stage_prefix, or set stage_prune_most: true if those files are to go.")
+
+
 def stage_shard(*, azcopy: str, source_url: str, sas: str = "", stage_dir: str, rank: int,
                 include_pattern: str | None = None, blobs: Sequence[str] | None = None,
                 expected: Sequence[ExpectedFile] | None = None, decompress: bool = True,
@@ -268,7 +279,8 @@ def stage_shard(*, azcopy: str, source_url: str, sas: str = "", stage_dir: str, 
                 env: Mapping[str, str] | None = None, timeout: float | None = None,
                 node: str | None = None, progress_file: str | None = None, verify: str = "size",
                 prune: bool = False, suffixes: Sequence[int] | None = None, known: Container[str] | None = None,
-                shared: bool = True, auth: str = "sas", auth_options: Mapping[str, str] | None = None) -> dict[str, Any]:
+                shared: bool = True, auth: str = "sas", auth_options: Mapping[str, str] | None = None,
+                prune_most: bool = False) -> dict[str, Any]:
     """Stage one node's shard into ``stage_dir`` (see the module docstring). Resumable.
 
     Give ``include_pattern`` (suffix mode) or ``blobs`` (names relative to ``source_url``,
@@ -311,6 +323,11 @@ def stage_shard(*, azcopy: str, source_url: str, sas: str = "", stage_dir: str, 
     bad = survey(stage_dir, expected, decompress, verify)
     gone, handed = find_strays(stage_dir, rank, expected, decompress, suffixes=suffixes, known=known,
                                shared=shared)
+    if prune and not prune_most:
+        refused = prune_refusal(gone, len(gone) + sum(1 for e in expected if bad.get(e.blob) != "missing"),
+                                source_url, node)
+        if refused:
+            raise StageError(refused)
     repaired = [f"{e.staged_name(decompress)} ({bad[e.blob]})" for e in expected
                 if e.blob in bad and bad[e.blob] != "missing"]
     result = None

@@ -57,6 +57,7 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "shared": {"type": "bool", "default": True},
     "verify": {"type": "str", "default": "size", "choices": list(VERIFY_MODES)},
     "prune": {"type": "bool", "default": False},
+    "prune_most": {"type": "bool", "default": False},
     "decompress": {"type": "bool", "default": True},
     "cap_mbps": {"type": "float", "default": 0},
     "timeout": {"type": "int", "default": 0},
