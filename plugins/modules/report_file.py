@@ -46,7 +46,7 @@ options:
   link:
     description:
       - A stable path made a symbolic link to O(dest) (relative where O(dest) is beside or below
-        it), replacing what is there atomically: the latest of several pages, each kept.
+        it), replacing what is there atomically, so that it always leads to the latest of several pages.
     type: path
     version_added: "2.0.0"
 """

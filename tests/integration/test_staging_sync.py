@@ -16,6 +16,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -138,6 +139,67 @@ def test_a_prune_that_would_remove_most_of_the_stage_is_refused(azurite, azcopy,
     assert len(staged_files(stage_dir)) == 64
     pruned = _stage(azurite, azcopy, dataset, stage_dir, sas, prune=True, prune_most=True)
     assert pruned["removed"] == 40 and len(staged_files(stage_dir)) == 24
+
+
+def test_a_second_stage_into_the_same_folder_is_refused_naming_the_first(azurite, azcopy, dataset, tmp_path):
+    """One stage per shard and folder at a time: while another process holds the folder's lock
+    (a run still going, or one that was interrupted and goes on on the node), the next stage is
+    refused naming it, and touches nothing; once it has ended the next stage runs."""
+    sas = azurite.container_sas(dataset.container, "rl")
+    stage_dir = tmp_path / "stage"
+    (stage_dir / ".amlhpc-staged").mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import fcntl, json, os, sys, time
+        fd = os.open({str(stage_dir / ".amlhpc-staged" / "0.lock")!r}, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, json.dumps({{"pid": os.getpid(), "host": "node-7", "since": "2026-11-27T01:02:03Z"}}).encode())
+        print("held", flush=True)
+        time.sleep(120)
+        """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(StageError) as refused:
+            _stage(azurite, azcopy, dataset, stage_dir, sas)
+        assert str(refused.value) == (
+            f"node 0: another stage is running in {stage_dir} (pid {holder.pid} on node-7, since "
+            "2026-11-27T01:02:03Z), for instance one of a run that was interrupted: wait for it to end, or stop "
+            "it (kill that pid; its azcopy ends with it), then rerun, which resumes where it stopped.")
+        assert staged_files(stage_dir) == {}
+    finally:
+        holder.kill()
+        holder.wait()
+    assert _stage(azurite, azcopy, dataset, stage_dir, sas)["files"] == 64
+
+
+def test_azcopy_ends_with_the_stage_that_started_it(tmp_path):
+    """A stage killed while azcopy runs (an interrupted run) takes its azcopy with it: the child
+    gets SIGTERM when its parent ends, so no copy with a SAS in its argv goes on alone."""
+    marker = tmp_path / "child.pid"
+    stage = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT / "plugins" / "module_utils")!r})
+        from amlhpc.azcopy_progress import run_azcopy
+        run_azcopy(["sh", "-c", "echo $$ > {marker}; exec sleep 120"], env={{"PATH": "/usr/bin:/bin"}})
+        """)])
+    try:
+        for _ in range(100):
+            if marker.exists() and marker.read_text().strip():
+                break
+            time.sleep(0.1)
+        child = int(marker.read_text())
+        os.kill(child, 0)  # running
+    finally:
+        stage.kill()
+        stage.wait()
+    for _ in range(50):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(child, 9)
+        raise AssertionError("the child outlived the stage that started it")
 
 
 def test_progress_series_and_prediction_are_in_the_result(azurite, azcopy, dataset, tmp_path):

@@ -7,7 +7,9 @@ Standard library only.
 
 from __future__ import annotations
 
+import ctypes
 import json
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -119,6 +121,16 @@ class JobResult:
                 and not self.errors)
 
 
+def _end_with_parent() -> None:
+    """In azcopy's process, before it starts (Linux): SIGTERM when the stage that started it
+    ends, however it ends, so that an interrupted stage's azcopy (with a SAS in its argv) does
+    not go on alone. Elsewhere nothing."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def run_azcopy(cmd: Sequence[str], env: Mapping[str, str], *, secrets: Iterable[str] = (),
                progress: Callable[[dict[str, Any]], None] | None = None,
                timeout: float | None = None) -> JobResult:
@@ -128,7 +140,8 @@ def run_azcopy(cmd: Sequence[str], env: Mapping[str, str], *, secrets: Iterable[
     # Streams azcopy's JSON progress line by line, which run_command cannot; no module here.
     proc = subprocess.Popen(list(cmd),  # pylint: disable=ansible-bad-function
                             env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, text=True, bufsize=1)
+                            stdin=subprocess.DEVNULL, text=True, bufsize=1,
+                            preexec_fn=_end_with_parent)  # pylint: disable=subprocess-popen-preexec-fn
     result = JobResult(returncode=-1)
     try:
         if proc.stdout is None:  # stdout=PIPE above

@@ -41,13 +41,16 @@ that is removed afterwards, and every message goes through ``redact``.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Callable, Container, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from .azcopy_cmd import copy_download_command, with_auth_env
@@ -261,6 +264,47 @@ def manifest_text(files: Mapping[str, int], key: str = "listed") -> str:
     return json.dumps({"key": key, "files": dict(files)}, indent=1, sort_keys=True)
 
 
+@contextmanager
+def stage_lock(stage_dir: str, rank: int, node: str):
+    """Hold the lock of this rank's stage in the folder, ``<stage_dir>/.amlhpc-staged/<rank>.lock``
+    (per rank: on shared storage every node stages into one folder), or raise StageError naming
+    its holder: two runs never stage one shard into one folder at once, and the stage of an
+    interrupted run, still running on the node, is found and named by the next one. The file
+    holds the stage's pid, host and start; the kernel drops the lock (flock) when the holder
+    ends, however it ends."""
+    path = os.path.join(stage_dir, MANIFEST_DIRNAME, f"{rank}.lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StageError(holder_refusal(node, stage_dir, _read_holder(fd))) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                 "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}).encode())
+        yield
+    finally:
+        os.close(fd)  # closing it drops the lock
+
+
+def _read_holder(fd: int) -> dict[str, Any]:
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        data = json.loads(os.read(fd, 4096).decode() or "{}")
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def holder_refusal(node: str, stage_dir: str, holder: Mapping[str, Any]) -> str:
+    """One sentence for a stage folder another stage holds, naming that stage."""
+    who = (f"pid {holder.get('pid')} on {holder.get('host')}, since {holder.get('since')}" if holder.get("pid")
+           else "a process that has not said which")
+    return (f"{node}: another stage is running in {stage_dir} ({who}), for instance one of a run that was "
+            "interrupted: wait for it to end, or stop it (kill that pid; its azcopy ends with it), then rerun, "
+            "which resumes where it stopped.")
+
+
 def prune_refusal(gone: Sequence[str], present: int, source_url: str, node: str) -> str | None:
     """One sentence refusing a prune that would remove most (more than half) of the ``present``
     data files staged in the folder, since their blobs are ``gone`` from ``source_url``: what a
@@ -314,71 +358,73 @@ def stage_shard(*, azcopy: str, source_url: str, sas: str = "", stage_dir: str, 
     def done(files: dict[str, int], **kw: Any) -> dict[str, Any]:
         return stage_result(files, seconds=time.monotonic() - started, verify=verify, progress=series.series(), **kw)
 
-    if expected is None:
-        return _stage_unlisted(azcopy=azcopy, source_url=source_url, sas=sas, stage_dir=stage_dir, rank=rank,
-                               staging=staging, include_pattern=include_pattern, blobs=blobs, decompress=decompress,
-                               cap_mbps=cap_mbps, env=base_env, auth=auth, auth_options=auth_options,
-                               timeout=timeout, node=node, on_progress=on_progress, done=done)
+    os.makedirs(os.path.join(stage_dir, MANIFEST_DIRNAME), exist_ok=True)
+    with stage_lock(stage_dir, rank, node):
+        if expected is None:
+            return _stage_unlisted(azcopy=azcopy, source_url=source_url, sas=sas, stage_dir=stage_dir, rank=rank,
+                                   staging=staging, include_pattern=include_pattern, blobs=blobs, decompress=decompress,
+                                   cap_mbps=cap_mbps, env=base_env, auth=auth, auth_options=auth_options,
+                                   timeout=timeout, node=node, on_progress=on_progress, done=done)
 
-    bad = survey(stage_dir, expected, decompress, verify)
-    gone, handed = find_strays(stage_dir, rank, expected, decompress, suffixes=suffixes, known=known,
-                               shared=shared)
-    if prune and not prune_most:
-        refused = prune_refusal(gone, len(gone) + sum(1 for e in expected if bad.get(e.blob) != "missing"),
-                                source_url, node)
-        if refused:
-            raise StageError(refused)
-    repaired = [f"{e.staged_name(decompress)} ({bad[e.blob]})" for e in expected
-                if e.blob in bad and bad[e.blob] != "missing"]
-    result = None
-    if bad:
-        for e in expected:  # a wrong file goes before its replacement is fetched
-            if e.blob in bad and bad[e.blob] != "missing":
-                path = locate(stage_dir, e, decompress)
-                if path:
-                    os.unlink(path)
-        # A whole shard in suffix mode goes by its pattern: azcopy enumerates a --list-of-files
-        # entry by entry, 2.6x slower for 192 small files here.
-        whole = include_pattern is not None and len(bad) == len(expected)
-        result = _run_copy(azcopy=azcopy, source_url=source_url, sas=sas, staging=staging,
-                           include_pattern=include_pattern if whole else None,
-                           blobs=None if whole else [e.blob for e in expected if e.blob in bad], decompress=decompress,
-                           cap_mbps=cap_mbps, env=base_env, auth=auth, auth_options=auth_options,
-                           timeout=timeout, node=node, on_progress=on_progress)
-        finalize(staging, stage_dir, decompress)
-        still = {e.staged_name(decompress): check_file(stage_dir, e, decompress, verify)
-                 for e in expected if e.blob in bad}
-        still = {n: why for n, why in still.items() if why is not None}
-        if still:
-            raise StageError(f"{node}: {len(still)} file(s) are still wrong after fetching them again: "
-                             f"{shown(f'{n} ({w})' for n, w in still.items())}. The blob's metadata may not match "
-                             "its content: run prepare_dataset again, then the stage.")
-        _cleanup_staging(stage_dir, staging)
-    removed_files = handed + (gone if prune else [])
-    for name in removed_files:
-        os.unlink(os.path.join(stage_dir, name))
-    removed = len(removed_files)
-    if not shared:  # every earlier file of this folder has been sorted out above, under this rank
-        for other in _manifest_ranks(stage_dir):
-            if other != rank:
-                os.unlink(_manifest_path(stage_dir, other))
-    files = {}
-    for e in expected:
-        path = locate(stage_dir, e, decompress)
-        if path is not None:
-            files[os.path.relpath(path, stage_dir).replace(os.sep, "/")] = os.path.getsize(path)
-    # Files reported gone but kept stay in the manifest, so the next run reports them again.
-    kept = {n: os.path.getsize(os.path.join(stage_dir, n)) for n in gone if not prune}
-    _write_json_atomic(_manifest_path(stage_dir, rank), {"key": "listed", "files": {**files, **kept}})
-    fetched = [e for e in expected if e.blob in bad]
-    planned_wire = sum(e.size for e in fetched) if all(e.size is not None for e in fetched) else None
-    planned_raw = sum(e.raw_size for e in fetched) if all(e.raw_size is not None for e in fetched) else None
-    return done(files, fetched=len(bad), fetched_files=[e.staged_name(decompress) for e in fetched][:NAMED],
-                repaired=repaired[:NAMED], repaired_count=len(repaired), removed_files=removed_files[:NAMED],
-                fetched_planned_bytes=planned_wire, fetched_planned_raw_bytes=planned_raw,
-                gone=gone[:NAMED], gone_count=len(gone), handed=handed[:NAMED], handed_count=len(handed), removed=removed,
-                skipped_existing=len(expected) - len(bad) + (result.skipped if result else 0),
-                bytes_over_wire=result.bytes_over_wire if result else 0, azcopy_runs=1 if result else 0)
+        bad = survey(stage_dir, expected, decompress, verify)
+        gone, handed = find_strays(stage_dir, rank, expected, decompress, suffixes=suffixes, known=known,
+                                   shared=shared)
+        if prune and not prune_most:
+            refused = prune_refusal(gone, len(gone) + sum(1 for e in expected if bad.get(e.blob) != "missing"),
+                                    source_url, node)
+            if refused:
+                raise StageError(refused)
+        repaired = [f"{e.staged_name(decompress)} ({bad[e.blob]})" for e in expected
+                    if e.blob in bad and bad[e.blob] != "missing"]
+        result = None
+        if bad:
+            for e in expected:  # a wrong file goes before its replacement is fetched
+                if e.blob in bad and bad[e.blob] != "missing":
+                    path = locate(stage_dir, e, decompress)
+                    if path:
+                        os.unlink(path)
+            # A whole shard in suffix mode goes by its pattern: azcopy enumerates a --list-of-files
+            # entry by entry, 2.6x slower for 192 small files here.
+            whole = include_pattern is not None and len(bad) == len(expected)
+            result = _run_copy(azcopy=azcopy, source_url=source_url, sas=sas, staging=staging,
+                               include_pattern=include_pattern if whole else None,
+                               blobs=None if whole else [e.blob for e in expected if e.blob in bad], decompress=decompress,
+                               cap_mbps=cap_mbps, env=base_env, auth=auth, auth_options=auth_options,
+                               timeout=timeout, node=node, on_progress=on_progress)
+            finalize(staging, stage_dir, decompress)
+            still = {e.staged_name(decompress): check_file(stage_dir, e, decompress, verify)
+                     for e in expected if e.blob in bad}
+            still = {n: why for n, why in still.items() if why is not None}
+            if still:
+                raise StageError(f"{node}: {len(still)} file(s) are still wrong after fetching them again: "
+                                 f"{shown(f'{n} ({w})' for n, w in still.items())}. The blob's metadata may not match "
+                                 "its content: run prepare_dataset again, then the stage.")
+            _cleanup_staging(stage_dir, staging)
+        removed_files = handed + (gone if prune else [])
+        for name in removed_files:
+            os.unlink(os.path.join(stage_dir, name))
+        removed = len(removed_files)
+        if not shared:  # every earlier file of this folder has been sorted out above, under this rank
+            for other in _manifest_ranks(stage_dir):
+                if other != rank:
+                    os.unlink(_manifest_path(stage_dir, other))
+        files = {}
+        for e in expected:
+            path = locate(stage_dir, e, decompress)
+            if path is not None:
+                files[os.path.relpath(path, stage_dir).replace(os.sep, "/")] = os.path.getsize(path)
+        # Files reported gone but kept stay in the manifest, so the next run reports them again.
+        kept = {n: os.path.getsize(os.path.join(stage_dir, n)) for n in gone if not prune}
+        _write_json_atomic(_manifest_path(stage_dir, rank), {"key": "listed", "files": {**files, **kept}})
+        fetched = [e for e in expected if e.blob in bad]
+        planned_wire = sum(e.size for e in fetched) if all(e.size is not None for e in fetched) else None
+        planned_raw = sum(e.raw_size for e in fetched) if all(e.raw_size is not None for e in fetched) else None
+        return done(files, fetched=len(bad), fetched_files=[e.staged_name(decompress) for e in fetched][:NAMED],
+                    repaired=repaired[:NAMED], repaired_count=len(repaired), removed_files=removed_files[:NAMED],
+                    fetched_planned_bytes=planned_wire, fetched_planned_raw_bytes=planned_raw,
+                    gone=gone[:NAMED], gone_count=len(gone), handed=handed[:NAMED], handed_count=len(handed), removed=removed,
+                    skipped_existing=len(expected) - len(bad) + (result.skipped if result else 0),
+                    bytes_over_wire=result.bytes_over_wire if result else 0, azcopy_runs=1 if result else 0)
 
 
 def _stage_unlisted(*, azcopy: str, source_url: str, sas: str, stage_dir: str, rank: int, staging: str,

@@ -144,10 +144,11 @@ def read_command(p: Mapping[str, Any]) -> Optional[str]:
         steps.append(
             f'o=$(mktemp) && e=$(mktemp) && {{ {shlex.quote(p["azcopy"])} --version >"$o" 2>"$e"; '
             f'echo "{MARK} probe $?"; base64 -w0 <"$o"; echo; base64 -w0 <"$e"; echo; rm -f "$o" "$e"; }}')
-    # Every entry but the progress file a fetch leaves: d PATH for a folder, f SIZE PATH for a file.
+    # Every entry but the progress file a fetch leaves and the stages' locks: d PATH for a
+    # folder, f SIZE PATH for a file.
     steps.append(
         f'echo "{MARK} list $(cd {dest} 2>/dev/null && find . -mindepth 1 '
-        f"! -path './{MANIFEST_DIRNAME}/*.progress.json' "
+        f"! -path './{MANIFEST_DIRNAME}/*.progress.json' ! -path './{MANIFEST_DIRNAME}/*.lock' "
         "\\( -type d -printf 'd %P\\n' -o -type f -printf 'f %s %P\\n' -o -printf 'o %P\\n' \\) "
         '| sort | sha256sum)"')
     steps.append(f'echo "{MARK} manifest $(sha256sum <{manifest} 2>/dev/null)"')
