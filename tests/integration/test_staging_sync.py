@@ -182,7 +182,7 @@ def test_azcopy_ends_with_the_stage_that_started_it(tmp_path):
         run_azcopy(["sh", "-c", "echo $$ > {marker}; exec sleep 120"], env={{"PATH": "/usr/bin:/bin"}})
         """)])
     try:
-        for _ in range(100):
+        for _attempt in range(100):
             if marker.exists() and marker.read_text().strip():
                 break
             time.sleep(0.1)
@@ -191,7 +191,7 @@ def test_azcopy_ends_with_the_stage_that_started_it(tmp_path):
     finally:
         stage.kill()
         stage.wait()
-    for _ in range(50):
+    for _attempt in range(50):
         try:
             os.kill(child, 0)
         except ProcessLookupError:
