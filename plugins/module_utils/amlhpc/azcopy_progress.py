@@ -189,8 +189,16 @@ def run_azcopy(cmd: Sequence[str], env: Mapping[str, str], *, secrets: Iterable[
     return result
 
 
+RESUMES = "A rerun of the stage resumes where this one stopped: the files already whole are kept."
+
+
 def explain_failure(result: JobResult) -> str:
-    """One or two sentences on why an azcopy job failed (no secrets)."""
+    """One or two sentences on why an azcopy job failed (no secrets), and that a rerun, once the
+    cause is fixed, resumes (:data:`RESUMES`)."""
+    return f"{_cause(result)} {RESUMES}"
+
+
+def _cause(result: JobResult) -> str:
     text = " ".join(result.errors)
     codes = {t.get("error") for t in result.failed_transfers}
     if "AuthorizationFailure" in text or "AuthenticationFailed" in text or "403" in codes or " 403" in text:
@@ -200,10 +208,9 @@ def explain_failure(result: JobResult) -> str:
     if "404" in codes or "ContainerNotFound" in text or "ResourceNotFound" in text:
         return "azcopy did not find the container or prefix (HTTP 404): check the account URL, container and prefix."
     if "connection refused" in text.lower() or "no such host" in text.lower() or "dial tcp" in text.lower():
-        return "azcopy could not reach the storage endpoint: check the account URL and the network, then rerun."
+        return "azcopy could not reach the storage endpoint: check the account URL and the network."
     if result.failed:
         shown = ", ".join(f"{t['src'].rsplit('/', 1)[-1]} ({t['error']})" for t in result.failed_transfers[:3])
-        return (f"azcopy could not copy {result.failed} of {result.total} file(s){': ' + shown if shown else ''}; "
-                "rerun to fetch the rest (finished files are kept).")
+        return f"azcopy could not copy {result.failed} of {result.total} file(s){': ' + shown if shown else ''}."
     first = result.errors[0].splitlines()[0] if result.errors else f"exit status {result.returncode}"
-    return f"azcopy failed ({result.status or 'no job status'}): {first}"
+    return f"azcopy failed ({result.status or 'no job status'}): {first}."

@@ -121,6 +121,11 @@ def test_explain_failure_names_the_cause():
     partial = JobResult(returncode=1, status="CompletedWithErrors", total=5, failed=2,
                         failed_transfers=[{"src": "http://x/c/a_000.tfrecord.gz", "error": "500"}])
     assert explain_failure(partial).startswith("azcopy could not copy 2 of 5 file(s): a_000.tfrecord.gz (500)")
+    # every failure, whatever its cause, says that a rerun resumes
+    other = JobResult(returncode=2, status="Failed", errors=["some error"])
+    for result in (forbidden, partial, other):
+        assert explain_failure(result).endswith(
+            " A rerun of the stage resumes where this one stopped: the files already whole are kept.")
 
 
 def test_is_gzip_file_tells_gzip_from_tfrecord(tmp_path):
