@@ -105,7 +105,9 @@ class ActionModule(ActionBase):
                 listing, no_container = [], True
             except (ListingError, ValueError) as exc:
                 raise AnsibleActionFail(redact(str(exc), secrets)) from None
-            refused = empty_source_error(listing, args["container"], args["prefix"], args["allow_empty"] or no_container)
+            # (a missing container, in check mode, was warned about just above)
+            refused = None if no_container else empty_source_error(listing, args["container"], args["prefix"],
+                                                                   args["allow_empty"])
             if refused and not self._task.check_mode:
                 raise AnsibleActionFail(refused)
             if refused:  # check mode removes nothing; the data set may be uploaded by this run first

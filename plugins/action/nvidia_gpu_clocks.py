@@ -1,9 +1,10 @@
 # Copyright: (c) 2026, amlhpc contributors
 # MIT License (see LICENSE or https://opensource.org/licenses/MIT)
-"""Action plugin of amlhpc.azureml.nvidia_gpu_clocks. It reads the GPUs with one shell command, no Python on the node, and where nothing is to
-change returns the module's own result for that case (module_utils/amlhpc/gpu_clocks.py);
-otherwise, or when the read is not what it expects, the module runs, reads again on the node
-and acts. A rerun so costs the node a shell command instead of a module run."""
+"""Action plugin of amlhpc.azureml.nvidia_gpu_clocks. It reads the GPUs with one shell command,
+no Python on the node, and where nothing is to change returns the module's own result for that
+case (module_utils/amlhpc/gpu_clocks.py); otherwise, or when the read is not what it expects,
+the module runs, reads again on the node and acts. A rerun so costs the node a shell command
+instead of a module run."""
 
 from __future__ import annotations
 

@@ -472,8 +472,8 @@ def main() -> None:
             module.exit_json(changed=not staged or folder is not None, sas_warnings=warnings, **probed, **extra)
         todo = plan_sync(stage_dir=p["dest"], rank=rank, expected=expected, decompress=p["decompress"],
                          verify=p["verify"], suffixes=_suffixes(shard), known=known, shared=p["shared"])
-        present = len(todo["gone"]) + len(expected) - sum(1 for why in todo["fetch"].values() if why == "missing")
-        refused = p["prune"] and not p["prune_most"] and prune_refusal(todo["gone"], present, source, f"node {rank}")
+        refused = p["prune"] and not p["prune_most"] and prune_refusal(todo["gone"], expected, todo["fetch"], source,
+                                                                       f"node {rank}")
         if refused:
             module.fail_json(msg=refused, sas_warnings=warnings)
         module.exit_json(changed=bool(todo["fetch"]) or bool(p["prune"] and todo["gone"]) or bool(todo["handed"])

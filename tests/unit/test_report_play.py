@@ -16,6 +16,17 @@ ROOT = Path(__file__).resolve().parents[2]
 ANSIBLE_PLAYBOOK = ansible_cli("ansible-playbook")
 
 
+def _project(tmp_path: Path) -> tuple[Path, Path]:
+    """A project folder of a user's and an inventory of the controller only that points at it."""
+    project = tmp_path / "project"
+    project.mkdir()
+    inv = tmp_path / "inv.yml"
+    inv.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}},
+        "vars": {"amlhpc_project_dir": str(project), "local_blob_enabled": False}}}))
+    return project, inv
+
+
 def test_a_run_without_a_job_writes_its_report_into_the_project_folder(tmp_path):
     project = tmp_path / "project"
     project.mkdir()
@@ -34,12 +45,7 @@ def test_a_run_without_a_job_writes_its_report_into_the_project_folder(tmp_path)
 
 
 def test_the_page_is_written_by_the_action_with_no_module_run_and_not_in_check_mode(tmp_path):
-    project = tmp_path / "project"
-    project.mkdir()
-    inv = tmp_path / "inv.yml"
-    inv.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
-        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}},
-        "vars": {"amlhpc_project_dir": str(project), "local_blob_enabled": False}}}))
+    project, inv = _project(tmp_path)
 
     def play(*args: str) -> subprocess.CompletedProcess:
         res = subprocess.run([ANSIBLE_PLAYBOOK, "-vvv", "-i", str(inv), str(ROOT / "playbooks" / "report.yml"), *args],
@@ -72,12 +78,7 @@ def test_the_page_is_refused_off_the_controller(tmp_path):
 def test_each_invocation_keeps_its_page_and_report_html_points_at_the_latest(tmp_path):
     """A partial run (--tags stage) writes a page of its own: the whole run's page stays, and
     the stable path report.html follows the latest."""
-    project = tmp_path / "project"
-    project.mkdir()
-    inv = tmp_path / "inv.yml"
-    inv.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
-        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}},
-        "vars": {"amlhpc_project_dir": str(project), "local_blob_enabled": False}}}))
+    project, inv = _project(tmp_path)
 
     def play(*args: str) -> subprocess.CompletedProcess:
         res = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), str(ROOT / "playbooks" / "report.yml"), *args],

@@ -305,10 +305,13 @@ def holder_refusal(node: str, stage_dir: str, holder: Mapping[str, Any]) -> str:
             "which resumes where it stopped.")
 
 
-def prune_refusal(gone: Sequence[str], present: int, source_url: str, node: str) -> str | None:
-    """One sentence refusing a prune that would remove most (more than half) of the ``present``
-    data files staged in the folder, since their blobs are ``gone`` from ``source_url``: what a
-    wrong prefix or container looks like. None where fewer would go."""
+def prune_refusal(gone: Sequence[str], expected: Sequence[ExpectedFile], bad: Mapping[str, str], source_url: str,
+                  node: str) -> str | None:
+    """One sentence refusing a prune that would remove most (more than half) of the data files
+    staged in the folder (the ``gone`` ones, and the planned ones that :func:`survey` did not
+    find ``missing`` in ``bad``), since their blobs are gone from ``source_url``: what a wrong
+    prefix or container looks like. None where fewer would go."""
+    present = len(gone) + sum(1 for e in expected if bad.get(e.blob) != "missing")
     if not gone or 2 * len(gone) <= present:
         return None
     return (f"{node}: stage_prune would remove {len(gone)} of the {present} files staged here, whose blobs "
@@ -370,8 +373,7 @@ def stage_shard(*, azcopy: str, source_url: str, sas: str = "", stage_dir: str, 
         gone, handed = find_strays(stage_dir, rank, expected, decompress, suffixes=suffixes, known=known,
                                    shared=shared)
         if prune and not prune_most:
-            refused = prune_refusal(gone, len(gone) + sum(1 for e in expected if bad.get(e.blob) != "missing"),
-                                    source_url, node)
+            refused = prune_refusal(gone, expected, bad, source_url, node)
             if refused:
                 raise StageError(refused)
         repaired = [f"{e.staged_name(decompress)} ({bad[e.blob]})" for e in expected

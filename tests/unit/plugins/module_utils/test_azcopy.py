@@ -191,11 +191,14 @@ def test_account_name_from_every_url_style():
 
 
 def test_a_prune_of_most_of_the_staged_files_is_refused_naming_the_source():
-    from amlhpc.azcopy import prune_refusal
+    from amlhpc.azcopy import ExpectedFile, prune_refusal
     gone = [f"train/f{i}.tfrecord" for i in range(6)]
-    said = prune_refusal(gone, 10, "https://acct.blob.core.windows.net/cosmoflow/v07", "node 3")
+    # 4 planned files on disk (one of them wrong, still staged) and 2 missing: 6 gone of 10 staged
+    expected = [ExpectedFile(f"train/k{i}.tfrecord.gz", 1, True) for i in range(6)]
+    bad = {expected[0].blob: "size 9, plan 1", expected[4].blob: "missing", expected[5].blob: "missing"}
+    said = prune_refusal(gone, expected, bad, "https://acct.blob.core.windows.net/cosmoflow/v07", "node 3")
     assert said.startswith("node 3: stage_prune would remove 6 of the 10 files staged here, whose blobs "
                            "https://acct.blob.core.windows.net/cosmoflow/v07 no longer lists (train/f0.tfrecord, ")
     assert "and 1 more), so nothing was fetched or removed" in said and said.endswith("if those files are to go.")
-    assert prune_refusal(gone[:5], 10, "u", "n") is None  # half is not most
-    assert prune_refusal([], 0, "u", "n") is None
+    assert prune_refusal(gone[:4], expected, bad, "u", "n") is None  # half is not most
+    assert prune_refusal([], [], {}, "u", "n") is None
