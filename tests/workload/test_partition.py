@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from cosmoflow.partition import check_partition, partition_problem
+from cosmoflow.partition import check_partition, fixed_subset, partition_problem, subset_quota
 
 FILES = [f"univ_{i:03d}.tfrecord" for i in range(12)]
 
@@ -46,8 +46,9 @@ def test_node_scope_ranks_of_one_node_must_agree():
     assert "rank 1 (node 0) lacks 1: univ_005.tfrecord" in problem
 
 
-def run_ranks(lists, nodes, scope):
-    """check_partition on len(lists) threads with a real all-gather between them."""
+def run_ranks(lists, nodes, scope, check=None):
+    """check_partition (or ``check(names, node, local_rank, gather)``) on len(lists) threads
+    with a real all-gather between them."""
     world = len(lists)
     slots, barrier, results = [None] * world, threading.Barrier(world), [None] * world
     local = [sum(1 for r in range(rank) if nodes[r] == nodes[rank]) for rank in range(world)]
@@ -62,7 +63,10 @@ def run_ranks(lists, nodes, scope):
         return gather
 
     def body(rank):
-        results[rank] = check_partition("train", lists[rank], scope, nodes[rank], local[rank], gather_for(rank))
+        if check is None:
+            results[rank] = check_partition("train", lists[rank], scope, nodes[rank], local[rank], gather_for(rank))
+        else:
+            results[rank] = check(lists[rank], nodes[rank], local[rank], gather_for(rank))
 
     threads = [threading.Thread(target=body, args=(r,)) for r in range(world)]
     for t in threads:
@@ -92,3 +96,59 @@ def test_one_file_on_two_nodes_is_found_by_the_hashes():
     lists = [shards[0] + [FILES[1]]] * 2 + [shards[1]] * 2
     results = run_ranks(lists, [0, 0, 1, 1], "node")
     assert "1 file(s) are on several nodes: univ_001.tfrecord (e.g. on nodes 0, 1)" in results[0]
+
+
+# Issue 36, item 4: node shards of unequal size are refused (the reference reads as many files
+# on every node), and --n-train/--n-valid pick one fixed subset, the first files by name.
+
+def test_unequal_node_shards_are_refused_naming_the_files_per_node():
+    shards = [FILES[k::5] for k in range(5)]  # 3, 3, 2, 2, 2 files
+    nodes = [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
+    results = run_ranks([shards[n] for n in nodes], nodes, "node",
+                        lambda names, node, _unused, gather: fixed_subset("train", names, "node", node, 0, 1, gather))
+    assert len({r[1] for r in results}) == 1
+    files, problem = results[0]
+    assert files == [] and problem == (
+        "train: data scope node reads the same number of files on every node, but the shards differ "
+        "(3 files on nodes 0, 1; 2 on nodes 2, 3, 4); stage shards of one size, or give --n-train a multiple "
+        "of 5 up to 10.")
+
+
+def test_equal_node_shards_are_read_whole():
+    shards = node_shards(3)
+    nodes = [0, 0, 1, 1, 2, 2]
+    results = run_ranks([list(reversed(shards[n])) for n in nodes], nodes, "node",
+                        lambda names, node, _unused, gather: fixed_subset("train", names, "node", node, 0, 1, gather))
+    assert [r[0] for r in results] == [shards[n] for n in nodes] and all(r[1] is None for r in results)
+
+
+def test_n_train_takes_the_first_files_of_each_node_by_name():
+    shards = [FILES[k::5] for k in range(5)]
+    nodes = [0, 1, 2, 3, 4]
+    results = run_ranks([shards[n] for n in nodes], nodes, "node",
+                        lambda names, node, _unused, gather: fixed_subset("train", names, "node", node, 10, 1, gather))
+    assert [r for r in results] == [(shards[n][:2], None) for n in nodes]
+    (files, problem), = run_ranks([["/d/train/" + f for f in reversed(FILES)]], [0], "global",
+                                  lambda names, node, _unused, gather: fixed_subset("train", names, "global", node, 4,
+                                                                                    1, gather))
+    assert files == ["/d/train/" + f for f in FILES[:4]] and problem is None
+
+
+@pytest.mark.parametrize(("counts", "scope", "limit", "records", "expected"), [
+    ({0: 12}, "global", 0, 1, (12, None)),
+    ({0: 12}, "global", 8, 4, (2, None)),
+    ({0: 12}, "global", 6, 4, (0, "train: --n-train 6 is not a whole number of 4-record files; give a multiple of 4.")),
+    ({0: 12}, "global", 16, 1, (0, "train: --n-train 16 needs 16 files, but the data set holds 12; "
+                                   "give --n-train at most 12.")),
+    ({0: 4, 1: 4, 2: 3}, "node", 9, 1, (3, None)),
+    ({0: 4, 1: 4, 2: 3}, "node", 10, 1, (0, "train: --n-train 10 is not a whole number of 1-record files on each "
+                                            "of 3 nodes; give a multiple of 3.")),
+    ({0: 4, 1: 4, 2: 3}, "node", 12, 1, (0, "train: --n-train 12 needs 4 files on each of 3 nodes, but the nodes "
+                                            "hold 4 files on nodes 0, 1; 3 on node 2; give --n-train at most 9.")),
+])
+def test_subset_quota(counts, scope, limit, records, expected):
+    assert subset_quota("train", counts, scope, limit, records) == expected
+
+
+def test_the_validation_limit_is_named_by_its_flag():
+    assert "--n-valid 5" in subset_quota("validation", {0: 2, 1: 2}, "node", 5)[1]

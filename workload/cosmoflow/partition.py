@@ -25,6 +25,7 @@ A file that is on no node at all cannot be seen from the nodes' lists; that is f
 from __future__ import annotations
 
 import hashlib
+import os
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -121,3 +122,66 @@ def check_partition(split: str, names: Sequence[str], scope: str, node: int, loc
     lists = gather(names)  # something is wrong: now the names, to say which
     return partition_problem(split, lists, nodes, scope) or (
         f"{split}: the ranks' file lists do not form a partition in data scope {scope} (hash collision?).")
+
+
+FLAGS = {"train": "--n-train", "validation": "--n-valid"}
+
+
+def _holdings(counts: dict[int, int]) -> str:
+    """'43 files on nodes 0, 1; 42 on node 2' (largest first)."""
+    by_count: dict[int, list[int]] = defaultdict(list)
+    for node, count in sorted(counts.items()):
+        by_count[count].append(node)
+    parts = []
+    for i, (count, nodes) in enumerate(sorted(by_count.items(), reverse=True)):
+        shown = ", ".join(map(str, nodes[:SHOW])) + (f" and {len(nodes) - SHOW} more" if len(nodes) > SHOW else "")
+        parts.append(f"{count}{' files' if i == 0 else ''} on node{'s' if len(nodes) > 1 else ''} {shown}")
+    return "; ".join(parts)
+
+
+def subset_quota(split: str, counts: dict[int, int], scope: str, limit: int,
+                 records_per_file: int = 1) -> tuple[int, str | None]:
+    """(files each node reads, None), or (0, the sentence saying why not).
+
+    ``counts`` maps each node to the files it holds (global scope: one entry, the whole data
+    set). As in the reference (mlcommons/hpc cosmoflow/data/cosmo.py ``construct_dataset``),
+    ``limit`` samples are whole files, split evenly over the nodes' file sets; with no limit
+    (0) every file is read, which in node scope needs shards of one size."""
+    if scope not in SCOPES:
+        raise ValueError(f"data scope must be one of {SCOPES}, got {scope!r}")
+    flag = FLAGS.get(split, f"the {split} limit")
+    groups = len(counts) if scope == "node" else 1
+    unit = records_per_file * groups
+    smallest = min(counts.values())
+    if not limit:
+        if scope == "node" and len(set(counts.values())) > 1:
+            return 0, (f"{split}: data scope node reads the same number of files on every node, but the "
+                       f"shards differ ({_holdings(counts)}); stage shards of one size, or give {flag} a "
+                       f"multiple of {unit} up to {smallest * unit}.")
+        return smallest, None
+    if limit % unit:
+        where = f" on each of {groups} nodes" if scope == "node" else ""
+        return 0, (f"{split}: {flag} {limit} is not a whole number of {records_per_file}-record files{where}; "
+                   f"give a multiple of {unit}.")
+    quota = limit // unit
+    if quota > smallest:
+        held = f"the nodes hold {_holdings(counts)}" if scope == "node" else f"the data set holds {smallest}"
+        each = f" on each of {groups} nodes" if scope == "node" else ""
+        return 0, (f"{split}: {flag} {limit} needs {quota} files{each}, but {held}; "
+                   f"give {flag} at most {smallest * unit}.")
+    return quota, None
+
+
+def fixed_subset(split: str, files: Sequence[str], scope: str, node: int, limit: int, records_per_file: int,
+                 gather: Gather) -> tuple[list[str], str | None]:
+    """Collective: the files this rank's node reads, the same every epoch (the first of its
+    files by name, as many as :func:`subset_quota` allows), or ([], the sentence of
+    :func:`subset_quota`, the same on every rank). Run after :func:`check_partition`, so the
+    ranks of one node hold the same files."""
+    counts: dict[int, int] = {}
+    for n, count in gather((node, len(files))):
+        counts[n if scope == "node" else 0] = count
+    quota, problem = subset_quota(split, counts, scope, limit, records_per_file)
+    if problem:
+        return [], problem
+    return sorted(files, key=os.path.basename)[:quota], None
