@@ -42,7 +42,7 @@ from cosmoflow import data as cdata
 from cosmoflow import dist as cdist
 from cosmoflow.mlperf import MLLog
 from cosmoflow.model import SHAPES, CosmoFlow, ModelConfig, parameter_count
-from cosmoflow.partition import check_partition
+from cosmoflow.partition import check_partition, fixed_subset
 from cosmoflow.sas import resolve_sas, scrub
 from cosmoflow.schedule import KerasSGD, learning_rate, parse_decay
 
@@ -63,8 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--records-per-file", type=int, default=1)
     d.add_argument("--no-log1p", dest="apply_log", action="store_false",
                    help="feed raw counts instead of log1p(counts)")
-    d.add_argument("--n-train", type=int, default=0, help="use at most this many training samples (0: all)")
-    d.add_argument("--n-valid", type=int, default=0, help="use at most this many validation samples (0: all)")
+    d.add_argument("--n-train", type=int, default=0,
+                   help="train on this many samples (0: all), the same every epoch: the first files by name, "
+                        "split evenly over the nodes in node scope (the reference's rule)")
+    d.add_argument("--n-valid", type=int, default=0, help="validate on this many samples (0: all), as --n-train")
     d.add_argument("--workers", type=int, default=None,
                    help="DataLoader worker processes per rank (default: from the node's cores per rank)")
     d.add_argument("--prefetch-factor", type=int, default=None, help="batches in flight per worker (default: "
@@ -92,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--fc2-size", type=int, default=64)
     m.add_argument("--dropout", type=float, default=0.5)
     t = p.add_argument_group("training")
-    t.add_argument("--epochs", type=int, default=64)
+    t.add_argument("--epochs", type=int, default=128, help="the reference's n_epochs (configs/cosmo.yaml)")
     t.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0: no limit)")
     t.add_argument("--batch-size", type=int, default=4, help="samples per rank and step")
     t.add_argument("--lr", type=float, default=0.001, help="base learning rate for --base-batch-size")
@@ -216,6 +218,10 @@ def loaders(args: argparse.Namespace, data_dir: str, layout: cdist.Layout, devic
                                   layout.node_rank, layout.local_rank, _all_gather)
         if problem:
             raise SystemExit(problem)
+        files, problem = fixed_subset(split, files, args.data_scope, layout.node_rank, limit, args.records_per_file,
+                                      _all_gather)
+        if problem:
+            raise SystemExit(problem)
         ds = cdata.CosmoFlowDataset(files, args.cube, args.channels, args.apply_log, args.records_per_file)
         size = min(len(ds), limit) if limit else len(ds)
         per_rank = torch.tensor([size // shards], dtype=torch.int64, device=device)
@@ -332,8 +338,12 @@ def _train(args: argparse.Namespace, layout: cdist.Layout, device: torch.device,
     for key, value in (("submission_benchmark", "cosmoflow"), ("submission_org", args.mlperf_org),
                        ("submission_division", "closed"), ("submission_status", args.mlperf_status),
                        ("submission_platform", args.mlperf_platform), ("number_of_nodes", layout.num_nodes),
-                       ("accelerators_per_node", layout.local_world_size if device.type == "cuda" else 0)):
+                       ("accelerators_per_node", layout.local_world_size if device.type == "cuda" else 0),
+                       ("number_of_ranks", layout.world_size), ("seed", args.seed)):
         mllog.event(key, value)
+    # As the reference: init ends here, staging and data loading run inside the timed run.
+    mllog.end("init_stop")
+    mllog.start("run_start")
     if args.account:
         mllog.start("staging_start")
     data_dir = stage(args, layout, device, rec)
@@ -384,8 +394,6 @@ def _train(args: argparse.Namespace, layout: cdist.Layout, device: torch.device,
     rec.record("config", step, params=parameter_count(model), world_size=layout.world_size,
                num_nodes=layout.num_nodes, global_batch=global_batch, peak_lr=peak_lr, model=config.to_dict(),
                loader=plan.__dict__)
-    mllog.end("init_stop")
-    mllog.start("run_start")
     summary: dict[str, Any] = {}
     done = False
     for epoch in range(start_epoch, args.epochs):
