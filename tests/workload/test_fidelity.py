@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 import types
 
 import pytest
-from conftest import TINY_MODEL
+from conftest import TINY_MODEL, WORKLOAD, free_port
 from cosmoflow import train
 from cosmoflow.schedule import parse_decay
 
@@ -87,3 +88,57 @@ def test_n_train_reads_one_fixed_subset_the_first_files_by_name(tiny_data, tmp_p
                        "--output-dir", str(out), *args]) == 0
     events = [e for e in mllog_events(out) if e["key"] in ("train_samples", "eval_samples")]
     assert [(e["key"], e["value"]) for e in events] == [("train_samples", 32), ("eval_samples", 16)]
+
+
+def _can_unshare() -> bool:
+    try:
+        proc = subprocess.run(["unshare", "--uts", "true"], capture_output=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return proc.returncode == 0
+
+
+def _two_nodes(data_dirs, out, *extra):
+    """Two processes, each on a node of its own: its own hostname (a UTS namespace, so the
+    ranks' all-gathered hostnames make two nodes) and its own data folder, started the way
+    mpirun starts them (OpenMPI variables); the network is the machine's."""
+    port, procs = free_port(), []
+    for rank, data_dir in enumerate(data_dirs):
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_", "MASTER_", "OMPI_", "PMI_"))}
+        env |= {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "OMPI_COMM_WORLD_RANK": str(rank),
+                "OMPI_COMM_WORLD_SIZE": str(len(data_dirs)), "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+                "OMPI_COMM_WORLD_LOCAL_SIZE": "1", "AZ_BATCH_MASTER_NODE": f"127.0.0.1:{port}"}
+        cmd = [sys.executable, str(WORKLOAD / "train.py"), "--data-dir", str(data_dir),
+               "--data-scope", "node", "--batch-size", "4", "--output-dir", str(out / str(rank)),
+               *TINY_MODEL, *extra]
+        procs.append(subprocess.Popen(["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"',
+                                       f"wfid-node{rank}", *cmd],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outputs = [p.communicate(timeout=240)[0] for p in procs]
+    return [p.returncode for p in procs], outputs
+
+
+@pytest.mark.skipif(not _can_unshare(), reason="needs unshare --uts (root) to give each process a hostname")
+def test_unequal_node_shards_are_refused_and_n_train_reads_them_evenly(tiny_data, tmp_path):
+    """Node 0 holds 34 training files, node 1 30: today's code cut both to 30 without a word."""
+    shards = [tmp_path / "node0", tmp_path / "node1"]
+    train_files = sorted((tiny_data / "train").iterdir())
+    valid_files = sorted((tiny_data / "validation").iterdir())
+    for shard, train_part, valid_part in zip(shards, (train_files[:34], train_files[34:]),
+                                             (valid_files[:16], valid_files[16:])):
+        for split, part in (("train", train_part), ("validation", valid_part)):
+            (shard / split).mkdir(parents=True)
+            for f in part:
+                (shard / split / f.name).symlink_to(f)
+    codes, outputs = _two_nodes(shards, tmp_path / "refused", "--epochs", "1")
+    sentence = ("train: data scope node reads the same number of files on every node, but the shards differ "
+                "(34 files on node 0; 30 on node 1); stage shards of one size, or give --n-train a "
+                "multiple of 2 up to 60.")
+    assert codes[0] != 0 and codes[1] != 0
+    for output in outputs:
+        assert "2 process(es) on 2 node(s)" in outputs[0] and sentence in output, output[-3000:]
+    codes, outputs = _two_nodes(shards, tmp_path / "even", "--epochs", "1", "--n-train", "60")
+    assert codes == [0, 0], "\n".join(o[-3000:] for o in outputs)
+    summary = json.loads((tmp_path / "even" / "0" / "summary.json").read_text())
+    assert summary["num_nodes"] == 2 and summary["step"] == 30 // 4

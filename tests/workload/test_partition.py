@@ -64,7 +64,8 @@ def run_ranks(lists, nodes, scope, check=None):
 
     def body(rank):
         if check is None:
-            results[rank] = check_partition("train", lists[rank], scope, nodes[rank], local[rank], gather_for(rank))
+            results[rank] = check_partition("train", lists[rank], scope, nodes[rank], local[rank],
+                                            gather_for(rank))
         else:
             results[rank] = check(lists[rank], nodes[rank], local[rank], gather_for(rank))
 
@@ -101,11 +102,16 @@ def test_one_file_on_two_nodes_is_found_by_the_hashes():
 # Issue 36, item 4: node shards of unequal size are refused (the reference reads as many files
 # on every node), and --n-train/--n-valid pick one fixed subset, the first files by name.
 
+def subset(scope, limit):
+    """fixed_subset as run_ranks' check."""
+    return lambda names, node, _unused, gather: fixed_subset("train", names, scope, node, limit, 1, gather)
+
+
 def test_unequal_node_shards_are_refused_naming_the_files_per_node():
     shards = [FILES[k::5] for k in range(5)]  # 3, 3, 2, 2, 2 files
     nodes = [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
     results = run_ranks([shards[n] for n in nodes], nodes, "node",
-                        lambda names, node, _unused, gather: fixed_subset("train", names, "node", node, 0, 1, gather))
+                        subset("node", 0))
     assert len({r[1] for r in results}) == 1
     files, problem = results[0]
     assert files == [] and problem == (
@@ -118,7 +124,7 @@ def test_equal_node_shards_are_read_whole():
     shards = node_shards(3)
     nodes = [0, 0, 1, 1, 2, 2]
     results = run_ranks([list(reversed(shards[n])) for n in nodes], nodes, "node",
-                        lambda names, node, _unused, gather: fixed_subset("train", names, "node", node, 0, 1, gather))
+                        subset("node", 0))
     assert [r[0] for r in results] == [shards[n] for n in nodes] and all(r[1] is None for r in results)
 
 
@@ -126,25 +132,26 @@ def test_n_train_takes_the_first_files_of_each_node_by_name():
     shards = [FILES[k::5] for k in range(5)]
     nodes = [0, 1, 2, 3, 4]
     results = run_ranks([shards[n] for n in nodes], nodes, "node",
-                        lambda names, node, _unused, gather: fixed_subset("train", names, "node", node, 10, 1, gather))
-    assert [r for r in results] == [(shards[n][:2], None) for n in nodes]
-    (files, problem), = run_ranks([["/d/train/" + f for f in reversed(FILES)]], [0], "global",
-                                  lambda names, node, _unused, gather: fixed_subset("train", names, "global", node, 4,
-                                                                                    1, gather))
+                        subset("node", 10))
+    assert results == [(shards[n][:2], None) for n in nodes]
+    paths = ["/d/train/" + f for f in reversed(FILES)]
+    (files, problem), = run_ranks([paths], [0], "global", subset("global", 4))
     assert files == ["/d/train/" + f for f in FILES[:4]] and problem is None
 
 
 @pytest.mark.parametrize(("counts", "scope", "limit", "records", "expected"), [
     ({0: 12}, "global", 0, 1, (12, None)),
     ({0: 12}, "global", 8, 4, (2, None)),
-    ({0: 12}, "global", 6, 4, (0, "train: --n-train 6 is not a whole number of 4-record files; give a multiple of 4.")),
+    ({0: 12}, "global", 6, 4, (0, "train: --n-train 6 is not a whole number of 4-record files; "
+                                  "give a multiple of 4.")),
     ({0: 12}, "global", 16, 1, (0, "train: --n-train 16 needs 16 files, but the data set holds 12; "
                                    "give --n-train at most 12.")),
     ({0: 4, 1: 4, 2: 3}, "node", 9, 1, (3, None)),
-    ({0: 4, 1: 4, 2: 3}, "node", 10, 1, (0, "train: --n-train 10 is not a whole number of 1-record files on each "
-                                            "of 3 nodes; give a multiple of 3.")),
-    ({0: 4, 1: 4, 2: 3}, "node", 12, 1, (0, "train: --n-train 12 needs 4 files on each of 3 nodes, but the nodes "
-                                            "hold 4 files on nodes 0, 1; 3 on node 2; give --n-train at most 9.")),
+    ({0: 4, 1: 4, 2: 3}, "node", 10, 1, (0, "train: --n-train 10 is not a whole number of 1-record files "
+                                            "on each of 3 nodes; give a multiple of 3.")),
+    ({0: 4, 1: 4, 2: 3}, "node", 12, 1, (0, "train: --n-train 12 needs 4 files on each of 3 nodes, but the "
+                                            "nodes hold 4 files on nodes 0, 1; 3 on node 2; "
+                                            "give --n-train at most 9.")),
 ])
 def test_subset_quota(counts, scope, limit, records, expected):
     assert subset_quota("train", counts, scope, limit, records) == expected

@@ -134,7 +134,9 @@ def _holdings(counts: dict[int, int]) -> str:
         by_count[count].append(node)
     parts = []
     for i, (count, nodes) in enumerate(sorted(by_count.items(), reverse=True)):
-        shown = ", ".join(map(str, nodes[:SHOW])) + (f" and {len(nodes) - SHOW} more" if len(nodes) > SHOW else "")
+        shown = ", ".join(map(str, nodes[:SHOW]))
+        if len(nodes) > SHOW:
+            shown += f" and {len(nodes) - SHOW} more"
         parts.append(f"{count}{' files' if i == 0 else ''} on node{'s' if len(nodes) > 1 else ''} {shown}")
     return "; ".join(parts)
 
@@ -161,8 +163,8 @@ def subset_quota(split: str, counts: dict[int, int], scope: str, limit: int,
         return smallest, None
     if limit % unit:
         where = f" on each of {groups} nodes" if scope == "node" else ""
-        return 0, (f"{split}: {flag} {limit} is not a whole number of {records_per_file}-record files{where}; "
-                   f"give a multiple of {unit}.")
+        return 0, (f"{split}: {flag} {limit} is not a whole number of {records_per_file}-record "
+                   f"files{where}; give a multiple of {unit}.")
     quota = limit // unit
     if quota > smallest:
         held = f"the nodes hold {_holdings(counts)}" if scope == "node" else f"the data set holds {smallest}"
