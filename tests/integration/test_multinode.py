@@ -37,7 +37,7 @@ NODES = 3
 ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
 WORKLOAD_PYTHON = str(ROOT / ".venv-workload" / "bin" / "python")
 # The small model of the local default; one process per node (no GPUs), one epoch. The suffix
-# shards of 3 nodes differ in size (44, 42, 42 training files; 22, 21, 21 validation), which
+# shards of 3 nodes differ in size (42, 42, 44 training files; 21, 21, 22 validation), which
 # training refuses to read whole (the reference reads as many files on every node): the first
 # 42 and 21 files of each node, as the reference's n_train/n_valid do.
 TRAIN_ARGS = {"cube": 16, "conv_layers": 2, "conv_size": 8, "fc1_size": 32, "fc2_size": 16, "dropout": 0,
