@@ -20,6 +20,11 @@ doubled files (:func:`partition_problem`).
 
 A file that is on no node at all cannot be seen from the nodes' lists; that is for the stage
 (which checks what it copied against the blob listing) to catch.
+
+Then :func:`fixed_subset` picks what each node reads, as the MLPerf HPC reference does
+(mlcommons/hpc ``cosmoflow/data/cosmo.py``): ``--n-train``/``--n-valid`` samples are the first
+files by name, the same every epoch, as many on every node; without a limit every file, which
+in node scope needs shards of one size (unequal ones are refused, naming the files per node).
 """
 
 from __future__ import annotations
