@@ -5,25 +5,26 @@ loader before batch slots and the MLPerf reference's tf.data pipeline, in one ru
 Writes CosmoFlow-format files (128^3 x 4 int16, the real sample size, as bench/reader_bench.py
 writes them), plain and gzip, then for each format runs, each in its own process:
 
-* slots    - today's CPU path: ``cosmoflow.data.make_loader`` with train.py's arguments
+* slots    - train.py's CPU path now: ``cosmoflow.data.make_loader`` with train.py's arguments
              (``plan_loader``'s prefetch depth, ``--workers`` processes): workers decode each
              sample straight into a reusable shared batch slot
-* collate  - the path before slots (``make_loader(..., slots=False)``): workers return each
-             sample, the DataLoader collates the batch into fresh shared memory, the training
-             process maps it
+* collate  - the loader train.py used before batch slots (``make_loader(..., slots=False)``):
+             workers return each sample, the DataLoader collates the batch into fresh shared
+             memory, the training process maps it
 * tf.data  - the reference: TFRecordDataset -> parse -> decode_raw -> cast -> log(x + 1), one
              thread (bench/reader_bench.py's column; it also does the cast and log on the CPU,
              which the two loaders leave to the GPU)
 
-Each loader reads one epoch to warm up (workers started, slots touched, files in the page
-cache), then one measured epoch; the figure is the CPU time of the training process (all its
-threads) and of its worker processes over that epoch, per sample, with their minor page faults.
+Each loader reads ``--warmup`` epochs (workers started, every slot mapped in every worker, files
+in the page cache), then ``--epochs`` measured ones; the figure is the CPU time of the training
+process (all its threads) and of its worker processes over those, per sample, with their minor
+page faults.
 ``cores/GPU`` is that CPU time at 224 samples/s per GPU (the MLPerf HPC target rate of one
 H100 here). The training process only takes the batches: on a GPU node the collate path also
 pins each batch (a copy into page-locked memory, not counted here: no CUDA), the slot path's
 slots are pinned once. Nothing here measures GPU samples/s.
 
-    python bench/loader_bench.py [--files 24] [--batch-size 4] [--workers 2] [--no-tf]
+    python bench/loader_bench.py [--files 24] [--batch-size 4] [--workers 2] [--warmup 2] [--epochs 2] [--no-tf]
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def _usage() -> tuple[float, int]:
     return cpu, faults
 
 
-def part_loader(folder: str, mode: str, batch_size: int, workers: int) -> dict:
+def part_loader(folder: str, mode: str, batch_size: int, workers: int, warmup: int, epochs: int) -> dict:
     sys.path.insert(0, os.path.join(ROOT, "workload"))
     sys.path.insert(1, os.path.join(ROOT, "plugins", "module_utils"))
     import torch
@@ -88,12 +89,12 @@ def part_loader(folder: str, mode: str, batch_size: int, workers: int) -> dict:
                                prefetch_factor=plan.prefetch_factor, pin_memory=False,
                                pin_threads=plan.pin_threads, slots=mode == "slots")
     samples = 0
-    for epoch in range(2):
+    for epoch in range(warmup + epochs):
         loader.sampler.set_epoch(epoch)
-        if epoch == 1:
+        if epoch == warmup:
             cpu0, faults0, wall0 = *_usage(), time.monotonic()
         for x, _y in loader:
-            samples += x.shape[0] if epoch == 1 else 0
+            samples += x.shape[0] if epoch >= warmup else 0
     cpu1, faults1 = _usage()
     wall = time.monotonic() - wall0
     return {"ms": (cpu1 - cpu0) / samples * 1e3, "faults": (faults1 - faults0) / samples, "samples": samples,
@@ -117,11 +118,14 @@ def main() -> int:
     p.add_argument("--files", type=int, default=24, help="samples per format (one epoch)")
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--workers", type=int, default=2, help="DataLoader workers (train.py's --workers)")
+    p.add_argument("--warmup", type=int, default=2,
+                   help="epochs read before measuring (workers started, every slot mapped, files cached)")
+    p.add_argument("--epochs", type=int, default=2, help="epochs measured")
     p.add_argument("--no-tf", action="store_true", help="skip the tf.data column")
     p.add_argument("--part", nargs="+", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.part:
-        print(json.dumps(part_loader(a.part[0], a.part[1], int(a.part[2]), int(a.part[3]))))
+        print(json.dumps(part_loader(a.part[0], a.part[1], *(int(v) for v in a.part[2:6]))))
         return 0
     py = reader_bench.WORKLOAD_PY
     if not os.path.exists(py):
@@ -135,13 +139,14 @@ def main() -> int:
         tf_py, why = (None, "skipped (--no-tf)") if a.no_tf else reader_bench.bench_python()
         print(f"{a.files} samples of 128^3 x 4 int16 (16 MiB) per format, batch {a.batch_size}, "
               f"{a.workers} workers (written in {time.perf_counter() - t0:.0f}s)")
-        print(f"CPU: {reader_bench._cpu_name()}; host CPU time per sample over one epoch after a warm-up one")
+        print(f"CPU: {reader_bench._cpu_name()}; host CPU time per sample over {a.epochs} epoch(s) after "
+              f"{a.warmup} warm-up epoch(s)")
         print(f"{'format':13} {'path':8} {'ms/sample':>9} {'cores/GPU':>9} {'faults/sample':>13}  (cores/GPU at "
               f"{TARGET_RATE} samples/s)")
         for fmt in ("plain", "gzip"):
             folder = os.path.join(work, fmt)
             for mode in ("slots", "collate"):
-                r = _run(py, folder, mode, str(a.batch_size), str(a.workers))
+                r = _run(py, folder, mode, str(a.batch_size), str(a.workers), str(a.warmup), str(a.epochs))
                 print(f"{fmt:13} {mode:8} {r['ms']:9.1f} {r['ms'] * TARGET_RATE / 1e3:9.2f} {r['faults']:13.0f}")
             if tf_py:
                 try:
