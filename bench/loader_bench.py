@@ -11,6 +11,10 @@ writes them), plain and gzip, then for each format runs, each in its own process
 * collate  - the loader train.py used before batch slots (``make_loader(..., slots=False)``):
              workers return each sample, the DataLoader collates the batch into fresh shared
              memory, the training process maps it
+* dali-cpu - DALI's CPU pipeline on plain files (cosmoflow.dali_input, ``device_id=None``): its
+             reader, the int16 reinterpretation and the batch copy into torch all on the host. On a
+             GPU node the reinterpretation runs on the GPU; that pipeline's host share was not
+             measured here (no GPU), this column bounds it from above
 * tf.data  - the reference: TFRecordDataset -> parse -> decode_raw -> cast -> log(x + 1), one
              thread (bench/reader_bench.py's column; it also does the cast and log on the CPU,
              which the two loaders leave to the GPU)
@@ -24,7 +28,8 @@ H100 here). The training process only takes the batches: on a GPU node the colla
 pins each batch (a copy into page-locked memory, not counted here: no CUDA), the slot path's
 slots are pinned once. Nothing here measures GPU samples/s.
 
-    python bench/loader_bench.py [--files 24] [--batch-size 4] [--workers 2] [--warmup 2] [--epochs 2] [--no-tf]
+    python bench/loader_bench.py [--files 24] [--batch-size 4] [--workers 2] [--warmup 2] [--epochs 2]
+                                [--no-tf] [--no-dali]
 """
 
 from __future__ import annotations
@@ -85,9 +90,15 @@ def part_loader(folder: str, mode: str, batch_size: int, workers: int, warmup: i
     files = sorted(os.path.join(folder, f) for f in os.listdir(folder))
     ds = cdata.CosmoFlowDataset(files, cube=128)
     plan = cdata.plan_loader(cdata.cores_available(), 1, gpu=True, workers=workers)
-    loader = cdata.make_loader(ds, batch_size, 0, 1, shuffle=True, seed=0, workers=plan.workers,
-                               prefetch_factor=plan.prefetch_factor, pin_memory=False,
-                               pin_threads=plan.pin_threads, slots=mode == "slots")
+    if mode == "dali-cpu":
+        from cosmoflow import dali_input
+        loader = dali_input.DaliBatches(files, 128, 4, batch_size, shard=0, num_shards=1, shuffle=True, seed=0,
+                                        num_batches=len(ds) // batch_size, device_id=None, threads=plan.workers,
+                                        index_dir=folder + "-index", prefetch=plan.prefetch_factor)
+    else:
+        loader = cdata.make_loader(ds, batch_size, 0, 1, shuffle=True, seed=0, workers=plan.workers,
+                                   prefetch_factor=plan.prefetch_factor, pin_memory=False,
+                                   pin_threads=plan.pin_threads, slots=mode == "slots")
     samples = 0
     for epoch in range(warmup + epochs):
         loader.sampler.set_epoch(epoch)
@@ -122,6 +133,7 @@ def main() -> int:
                    help="epochs read before measuring (workers started, every slot mapped, files cached)")
     p.add_argument("--epochs", type=int, default=2, help="epochs measured")
     p.add_argument("--no-tf", action="store_true", help="skip the tf.data column")
+    p.add_argument("--no-dali", action="store_true", help="skip the DALI CPU pipeline column")
     p.add_argument("--part", nargs="+", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.part:
@@ -145,8 +157,12 @@ def main() -> int:
               f"{TARGET_RATE} samples/s)")
         for fmt in ("plain", "gzip"):
             folder = os.path.join(work, fmt)
-            for mode in ("slots", "collate"):
-                r = _run(py, folder, mode, str(a.batch_size), str(a.workers), str(a.warmup), str(a.epochs))
+            for mode in ("slots", "collate") + (("dali-cpu",) if fmt == "plain" and not a.no_dali else ()):
+                try:
+                    r = _run(py, folder, mode, str(a.batch_size), str(a.workers), str(a.warmup), str(a.epochs))
+                except (RuntimeError, subprocess.SubprocessError) as exc:
+                    print(f"{fmt:13} {mode:8} failed: {exc}")
+                    continue
                 print(f"{fmt:13} {mode:8} {r['ms']:9.1f} {r['ms'] * TARGET_RATE / 1e3:9.2f} {r['faults']:13.0f}")
             if tf_py:
                 try:
