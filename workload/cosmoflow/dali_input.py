@@ -144,6 +144,5 @@ class DaliBatches:
         return self.num_batches
 
     def __iter__(self) -> Iterator[tuple]:
-        for _step in range(self.num_batches):
-            (batch,) = next(self.iterator)
+        for _step, (batch,) in zip(range(self.num_batches), self.iterator):
             yield batch["x"], batch["y"]
