@@ -108,7 +108,7 @@ def test_train_says_which_input_it_reads_with(tiny_data, tmp_path, master_port, 
         train.main([*args, "--input", "dali"])
     assert train.main(args) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if "input:" in line]
-    assert len(lines) == 1 and lines[0].startswith("[cosmoflow] input: CPU path (")
+    assert len(lines) == 1 and lines[0].startswith("[cosmoflow] input: the CPU path (")
 
 
 def test_the_image_installs_dali_and_checks_it_imports():

@@ -218,7 +218,7 @@ def loaders(args: argparse.Namespace, data_dir: str, layout: cdist.Layout, devic
                              workers=args.workers, prefetch_factor=args.prefetch_factor,
                              pin_threads=args.pin_threads)
     out, samples = [], []
-    why_not = None
+    why_not = None  # why the training split does not read with DALI
     for split, limit, shuffle in (("train", args.n_train, True), ("validation", args.n_valid, False)):
         files = cdata.list_files(data_dir, split)
         problem = check_partition(split, [os.path.basename(f) for f in files], args.data_scope,
@@ -233,23 +233,27 @@ def loaders(args: argparse.Namespace, data_dir: str, layout: cdist.Layout, devic
         if per_rank_n == 0:
             raise SystemExit(f"{split}: {size} samples over {shards} ranks leave fewer than one batch of "
                              f"{args.batch_size} per rank")
-        why_not = "--input cpu" if args.input == "cpu" else cdali.unavailable(files, device.type == "cuda")
-        if why_not is None:
-            out.append(cdali.DaliBatches(files, args.cube, args.channels, args.batch_size, shard=shard,
-                                         num_shards=shards, shuffle=shuffle, seed=args.seed,
-                                         num_batches=per_rank_n // args.batch_size, device_id=device.index,
-                                         threads=plan.workers, index_dir=args.dali_index_dir,
-                                         prefetch=plan.prefetch_factor))
-        elif args.input == "dali":
-            raise SystemExit(f"--input dali: {why_not}; use --input auto or cpu")
-        else:
-            out.append(cdata.make_loader(ds, args.batch_size, shard, shards, shuffle=shuffle, seed=args.seed,
-                                         num_samples=per_rank_n, workers=plan.workers,
-                                         prefetch_factor=plan.prefetch_factor, pin_memory=device.type == "cuda",
-                                         pin_threads=plan.pin_threads))
+        if split == "train":
+            why_not = "--input cpu" if args.input == "cpu" else cdali.unavailable(files, device.type == "cuda")
+            if why_not and args.input == "dali":
+                raise SystemExit(f"--input dali: {why_not}; use --input auto or cpu")
+        if split == "train" and why_not is None:
+            used = files[:-(-size // args.records_per_file)]  # --n-train: the first files
+            loader = cdali.DaliBatches(used, args.cube, args.channels, args.batch_size, shard=shard, num_shards=shards,
+                                       shuffle=shuffle, seed=args.seed, num_batches=per_rank_n // args.batch_size,
+                                       device_id=device.index, threads=plan.workers, index_dir=args.dali_index_dir,
+                                       prefetch=plan.prefetch_factor)
+        else:  # validation always: the same samples every epoch, in order
+            loader = cdata.make_loader(ds, args.batch_size, shard, shards, shuffle=shuffle, seed=args.seed,
+                                       num_samples=per_rank_n, workers=plan.workers,
+                                       prefetch_factor=plan.prefetch_factor, pin_memory=device.type == "cuda",
+                                       pin_threads=plan.pin_threads)
+        out.append(loader)
         samples.append(per_rank_n * layout.world_size)
     if layout.rank == 0:
-        print(f"[cosmoflow] input: {'NVIDIA DALI' if why_not is None else 'CPU path (' + why_not + ')'}", flush=True)
+        path = "NVIDIA DALI for training, the CPU path for validation" if why_not is None else \
+            f"the CPU path ({why_not})"
+        print(f"[cosmoflow] input: {path}", flush=True)
     return out[0], out[1], samples, plan
 
 
