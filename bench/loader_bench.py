@@ -151,8 +151,8 @@ def main() -> int:
         tf_py, why = (None, "skipped (--no-tf)") if a.no_tf else reader_bench.bench_python()
         print(f"{a.files} samples of 128^3 x 4 int16 (16 MiB) per format, batch {a.batch_size}, "
               f"{a.workers} workers (written in {time.perf_counter() - t0:.0f}s)")
-        print(f"CPU: {reader_bench._cpu_name()}; host CPU time per sample over {a.epochs} epoch(s) after "
-              f"{a.warmup} warm-up epoch(s)")
+        print(f"CPU: {reader_bench._cpu_name()}, load average {os.getloadavg()[0]:.1f}; host CPU time per "
+              f"sample over {a.epochs} epoch(s) after {a.warmup} warm-up epoch(s)")
         print(f"{'format':13} {'path':8} {'ms/sample':>9} {'cores/GPU':>9} {'faults/sample':>13}  (cores/GPU at "
               f"{TARGET_RATE} samples/s)")
         for fmt in ("plain", "gzip"):

@@ -15,6 +15,8 @@ prints it in one line and reads with the CPU path, :class:`cosmoflow.data.SlotBa
 * The index is made at first read, from the record headers only (one 12-byte read a record, the
   length CRC checked), into ``index_dir``; a later run reuses it while it still covers the file.
 * DALI's reader does not check the records' data CRC32C (the CPU path does).
+* train.py reads the training split with it; validation keeps the CPU path, which reads the
+  same samples in the same order every epoch.
 * Sharding is DALI's: the rank's shard is a fixed contiguous part of the (checked, partitioned)
   file list, shuffled each epoch through DALI's shuffle buffer (``stick_to_shard``), where the
   CPU path deals a fresh global permutation every epoch. Every rank runs ``num_batches`` steps.
