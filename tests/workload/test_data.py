@@ -258,6 +258,19 @@ def test_an_epoch_left_early_frees_its_slots(tmp_path):
     assert torch.equal(torch.cat(xs), torch.stack([ds[i][0] for i in range(20)]))
 
 
+def test_slots_are_pinned_on_cuda(tmp_path):
+    if not torch.cuda.is_available():
+        pytest.skip("pinning needs CUDA")
+    generate(str(tmp_path), 1, 0, cube=4, subvolumes=8, seed=2)
+    ds = cdata.CosmoFlowDataset(cdata.list_files(str(tmp_path), "train"), cube=4)
+    slots = cdata.make_loader(ds, 2, 0, 1, shuffle=True, workers=2, pin_memory=True)
+    collated = cdata.make_loader(ds, 2, 0, 1, shuffle=True, workers=0, slots=False)
+    assert slots.pinned
+    device = torch.device("cuda", 0)
+    for (a, _unused), (b, _unused2) in zip(collated, slots):
+        assert b.is_pinned() and torch.equal(b.to(device, non_blocking=True).cpu(), a)
+
+
 def test_slot_pool_says_how_to_hold_a_batch():
     pool = cdata.SlotPool(2)
     assert {pool.take(), pool.take()} == {0, 1}

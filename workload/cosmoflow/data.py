@@ -6,8 +6,10 @@ does ``decode_raw(int16) -> reshape -> cast(float32) -> log(x + 1)`` on the CPU.
 
 * DataLoader workers (:class:`CosmoFlowDataset`) read the file, inflate gzip (ISA-L when the
   ``isal`` package is installed, zlib otherwise), check every record's length and data CRC32C,
-  parse the Example and hand over the **int16** cube (zero copy from the record; half the bytes of
-  float32 through worker shared memory, collation, pinning and the host-to-device copy);
+  parse the Example and copy the **int16** cube (half the bytes of float32) straight into its
+  place in a reusable shared batch slot (:class:`SlotBatches`, pinned once on CUDA): one copy a
+  sample, no collation into fresh shared memory, no pinning copy in the training process. On
+  GPU ranks NVIDIA DALI reads plain training files instead (:mod:`cosmoflow.dali_input`);
 * :func:`to_model_input` casts and takes ``log1p`` where the model runs: on the GPU inside the
   training step, or on CPU-only runs with torch's vectorised kernel (SLEEF; numpy's float32
   ``log1p`` is scalar on AVX2 machines).

@@ -18,8 +18,8 @@ broadcasts it: every rank continues from the same state even when the folder is 
 Model, schedule and optimizer are the current MLPerf HPC reference's (kernel 3; ``--model-shape
 v0.7`` for kernel 2): Keras initialisation, the rate set once per epoch, Keras' SGD momentum.
 On GPUs: channels-last 3D, bf16 autocast, ``cudnn.benchmark`` (``--compile`` adds
-``torch.compile``); DataLoader workers hand over int16 cubes that are cast and log-transformed
-on the GPU.
+``torch.compile``); the input path (NVIDIA DALI on GPU ranks, else DataLoader workers decoding
+into batch slots; ``--input``) hands over int16 cubes that are cast and log-transformed on the GPU.
 """
 
 from __future__ import annotations
