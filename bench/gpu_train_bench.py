@@ -8,8 +8,8 @@ samples/s per GPU:
 
 * synthetic - an int16 batch already on the GPU: the model's ceiling;
 * files     - from ``--data-dir`` (``train/*.tfrecord[.gz]``, e.g. a staged data set) through the
-              DataLoader (workers, prefetch and pinning from the node's cores per GPU, as
-              train.py chooses them): what the input pipeline lets through.
+              input path ``--input`` names (workers, prefetch and pinning from the node's cores per
+              GPU, as train.py chooses them): what the input pipeline lets through.
 
 The target is 224 samples/s on one H100 (the best MLPerf HPC per-GPU CosmoFlow rate, which
 decoded on the GPU). Without a GPU it says so and exits 0.
@@ -74,6 +74,10 @@ def main() -> int:
                                                                     "(default: the GPUs seen)")
     p.add_argument("--workers", type=int, default=None, help="DataLoader workers (default: train.py's plan)")
     p.add_argument("--pin-threads", type=int, default=None, help="pinning threads (default: train.py's plan)")
+    p.add_argument("--input", choices=("slots", "collate", "dali"), default="slots",
+                   help="from files: train.py's CPU path (workers decode into pinned batch slots), the "
+                        "collating DataLoader before it (pinned by --pin-threads threads), or NVIDIA DALI "
+                        "(plain files)")
     p.add_argument("--loader-only", action="store_true",
                    help="from files: time the input pipeline alone (read, pin, copy to the GPU, cast and "
                         "log1p there), no model step")
@@ -118,10 +122,20 @@ def main() -> int:
         ds = cdata.CosmoFlowDataset(files, cfg.cube)
         plan = cdata.plan_loader(cdata.cores_available(), a.ranks_per_node or torch.cuda.device_count(), True,
                                  workers=a.workers, pin_threads=a.pin_threads)
-        loader = cdata.make_loader(ds, a.batch_size, 0, 1, shuffle=True, workers=plan.workers,
-                                   prefetch_factor=plan.prefetch_factor, pin_memory=True,
-                                   pin_threads=plan.pin_threads)
         need = (a.steps + a.warmup) * a.batch_size
+        if a.input == "dali":
+            from cosmoflow import dali_input
+            why = dali_input.unavailable(files, cuda=True)
+            if why:
+                print(f"files      --input dali: {why}")
+                return 1
+            loader = dali_input.DaliBatches(files, cfg.cube, 4, a.batch_size, shard=0, num_shards=1, shuffle=True,
+                                            seed=0, num_batches=need // a.batch_size, device_id=0,
+                                            threads=plan.workers, prefetch=plan.prefetch_factor)
+        else:
+            loader = cdata.make_loader(ds, a.batch_size, 0, 1, shuffle=True, workers=plan.workers,
+                                       prefetch_factor=plan.prefetch_factor, pin_memory=True,
+                                       pin_threads=plan.pin_threads, slots=a.input == "slots")
         if len(ds) < need:
             print(f"files      {len(ds)} samples in {a.data_dir} < {need} needed; give more files or fewer --steps")
             return 1
@@ -131,8 +145,8 @@ def main() -> int:
 
         rate = run(None if a.loader_only else forward, opt, from_files(), a.steps, a.warmup, device, a.amp)
         label = "loader" if a.loader_only else "files "
-        print(f"{label}      {rate:8.1f} samples/s per GPU  ({rate / TARGET:.2f}x target; {plan.workers} workers x "
-              f"{plan.prefetch_factor}, {plan.pin_threads} pinning threads)")
+        print(f"{label}      {rate:8.1f} samples/s per GPU  ({rate / TARGET:.2f}x target; --input {a.input}, "
+              f"{plan.workers} workers (DALI: threads) x {plan.prefetch_factor}, {plan.pin_threads} pinning threads)")
     return 0
 
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import resource
 
 import numpy as np
 import pytest
@@ -119,7 +120,8 @@ def test_pinned_batches_keep_the_loader_order(tmp_path):
     generate(str(tmp_path), 1, 0, cube=4, subvolumes=8, seed=2)
     ds = cdata.CosmoFlowDataset(cdata.list_files(str(tmp_path), "train"), cube=4)
     plain = cdata.make_loader(ds, 2, 0, 1, shuffle=True, workers=0)
-    pinned = cdata.make_loader(ds, 2, 0, 1, shuffle=True, workers=0, pin_memory=True, pin_threads=3)
+    pinned = cdata.make_loader(ds, 2, 0, 1, shuffle=True, workers=0, pin_memory=True, pin_threads=3,
+                               slots=False)
     for (a, _unused), (b, _unused) in zip(plain, pinned):
         assert b.is_pinned() and torch.equal(a, b)
 
@@ -202,3 +204,101 @@ def test_loader_with_workers_reads_each_sample_once(tmp_path):
             ys.extend(tuple(round(v, 5) for v in row) for row in y.tolist())
     expected = {tuple(round(float(np.float32(v)), 5) for v in w.y) for w in written}
     assert len(ys) == 12 and set(ys) == expected
+
+
+def _batches(loader, epochs=2):
+    out = []
+    for epoch in range(epochs):
+        loader.sampler.set_epoch(epoch)
+        out.append([(x.clone(), y.clone()) for x, y in loader])
+    return out
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_slots_give_the_collated_batches_in_the_same_order(tmp_path, workers):
+    generate(str(tmp_path), 1, 0, cube=4, subvolumes=14, seed=3)
+    ds = cdata.CosmoFlowDataset(cdata.list_files(str(tmp_path), "train"), cube=4)
+    for rank in range(2):
+        args = dict(batch_size=2, shard=rank, num_shards=2, shuffle=True, seed=7, num_samples=6, workers=workers)
+        slots = cdata.make_loader(ds, **args)
+        collated = cdata.make_loader(ds, slots=False, **args)
+        assert isinstance(slots, cdata.SlotBatches) and len(slots) == len(collated) == 3
+        got, want = _batches(slots), _batches(collated)
+        assert [len(e) for e in got] == [3, 3]
+        assert not torch.equal(got[0][0][1], got[1][0][1])  # reshuffled per epoch
+        for (gx, gy), (wx, wy) in zip(sum(got, []), sum(want, [])):
+            assert gx.dtype == torch.int16 and torch.equal(gx, wx) and torch.equal(gy, wy)
+
+
+def test_slots_are_reused_not_allocated_per_batch(tmp_path):
+    generate(str(tmp_path), 1, 0, cube=4, subvolumes=24, seed=4)
+    ds = cdata.CosmoFlowDataset(cdata.list_files(str(tmp_path), "train"), cube=4)
+    loader = cdata.make_loader(ds, 2, 0, 1, shuffle=True, workers=2, prefetch_factor=2)
+    assert loader.xs.shape[0] == 2 * 2 + 2 and loader.xs.is_shared()
+    start = loader.xs.data_ptr()
+    end = start + loader.xs.numel() * loader.xs.element_size()
+    ptrs = set()
+    for epoch in range(2):
+        loader.sampler.set_epoch(epoch)
+        for x, y in loader:
+            assert start <= x.data_ptr() < end and loader.ys.data_ptr() <= y.data_ptr()
+            ptrs.add(x.data_ptr())
+    assert len(ptrs) <= loader.xs.shape[0]  # 24 batches through 6 slots
+
+
+def test_an_epoch_left_early_frees_its_slots(tmp_path):
+    generate(str(tmp_path), 1, 0, cube=4, subvolumes=20, seed=5)
+    ds = cdata.CosmoFlowDataset(cdata.list_files(str(tmp_path), "train"), cube=4)
+    loader = cdata.make_loader(ds, 2, 0, 1, shuffle=False, workers=1, prefetch_factor=2)
+    for k, _batch in enumerate(loader):  # --max-steps leaves the epoch after 2 of 10 batches
+        if k == 1:
+            break
+    xs = [x.clone() for x, _unused in loader]
+    assert len(xs) == 10
+    assert torch.equal(torch.cat(xs), torch.stack([ds[i][0] for i in range(20)]))
+
+
+def test_slots_are_pinned_on_cuda(tmp_path):
+    if not torch.cuda.is_available():
+        pytest.skip("pinning needs CUDA")
+    generate(str(tmp_path), 1, 0, cube=4, subvolumes=8, seed=2)
+    ds = cdata.CosmoFlowDataset(cdata.list_files(str(tmp_path), "train"), cube=4)
+    slots = cdata.make_loader(ds, 2, 0, 1, shuffle=True, workers=2, pin_memory=True)
+    collated = cdata.make_loader(ds, 2, 0, 1, shuffle=True, workers=0, slots=False)
+    assert slots.pinned
+    device = torch.device("cuda", 0)
+    for (a, _unused), (b, _unused2) in zip(collated, slots):
+        assert b.is_pinned() and torch.equal(b.to(device, non_blocking=True).cpu(), a)
+
+
+def test_slot_pool_says_how_to_hold_a_batch():
+    pool = cdata.SlotPool(2)
+    assert {pool.take(), pool.take()} == {0, 1}
+    with pytest.raises(RuntimeError, match="all 2 batch slots are in use: hold no batch past the next one"):
+        pool.take()
+    pool.give_back(1)
+    assert pool.take() == 1
+    pool.reset()
+    assert sorted([pool.take(), pool.take()]) == [0, 1]
+
+
+def test_slot_filling_touches_no_fresh_memory_per_sample(tmp_path):
+    # 2 MiB samples, above malloc's mmap threshold: a record kept alive while the next one is read
+    # made the heap grow and shrink every batch, a page fault per 4 KiB of every other sample.
+    rng = np.random.default_rng(1)
+    files = []
+    for k in range(8):
+        path = tmp_path / f"s{k}.tfrecord"
+        write_tfrecord(str(path), [encode_example({"x": rng.integers(0, 9, 64 ** 3 * 4, dtype=np.int16).tobytes(),
+                                                   "y": [0.1 * k, 0.2, 0.3, 0.4]})])
+        files.append(str(path))
+    ds = cdata.CosmoFlowDataset(files, cube=64)
+    loader = cdata.make_loader(ds, 4, 0, 1, shuffle=True, workers=0)
+    for epoch in range(6):
+        loader.sampler.set_epoch(epoch)
+        if epoch == 2:
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for _batch in loader:
+            pass
+    faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / (4 * len(ds))
+    assert faults < 50, f"{faults:.0f} page faults a sample (a 2 MiB sample has 512 pages)"

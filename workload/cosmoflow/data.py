@@ -6,8 +6,10 @@ does ``decode_raw(int16) -> reshape -> cast(float32) -> log(x + 1)`` on the CPU.
 
 * DataLoader workers (:class:`CosmoFlowDataset`) read the file, inflate gzip (ISA-L when the
   ``isal`` package is installed, zlib otherwise), check every record's length and data CRC32C,
-  parse the Example and hand over the **int16** cube (zero copy from the record; half the bytes of
-  float32 through worker shared memory, collation, pinning and the host-to-device copy);
+  parse the Example and copy the **int16** cube (half the bytes of float32) straight into its
+  place in a reusable shared batch slot (:class:`SlotBatches`, pinned once on CUDA): one copy a
+  sample, no collation into fresh shared memory, no pinning copy in the training process. On
+  GPU ranks NVIDIA DALI reads plain training files instead (:mod:`cosmoflow.dali_input`);
 * :func:`to_model_input` casts and takes ``log1p`` where the model runs: on the GPU inside the
   training step, or on CPU-only runs with torch's vectorised kernel (SLEEF; numpy's float32
   ``log1p`` is scalar on AVX2 machines).
@@ -26,8 +28,10 @@ from __future__ import annotations
 import os
 import queue
 import warnings
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -250,12 +254,159 @@ class PinnedBatches:
                 yield ahead.get().result()
 
 
+class SlotPool:
+    """Which of ``count`` batch slots are free. A slot is taken when its batch is sent to a
+    worker and given back when the training loop asks for the batch after it; on CUDA it is
+    free again once the copy to the GPU, queued before that, has run (a CUDA event)."""
+
+    def __init__(self, count: int, cuda: bool = False) -> None:
+        self.count, self.cuda = count, cuda
+        self.free: deque[int] = deque(range(count))
+        self.pending: deque[tuple[int, Any]] = deque()
+
+    def reset(self) -> None:
+        """A new epoch: no batch of the last one is in a worker or in use any more."""
+        for _slot, event in self.pending:
+            event.synchronize()
+        self.pending.clear()
+        self.free = deque(range(self.count))
+
+    def take(self) -> int:
+        if self.free:
+            return self.free.popleft()
+        if self.pending:
+            slot, event = self.pending.popleft()
+            event.synchronize()
+            return slot
+        raise RuntimeError(f"all {self.count} batch slots are in use: hold no batch past the next one "
+                           "(copy it if it must live longer)")
+
+    def give_back(self, slot: int) -> None:
+        if self.cuda:
+            event = torch.cuda.Event()
+            event.record()  # after the step's copy from this slot on the current stream
+            self.pending.append((slot, event))
+        else:
+            self.free.append(slot)
+
+
+class SlotSampler(Sampler[tuple[int, list[int]]]):
+    """Batches of ``sampler``'s indices, each with the slot its worker decodes into."""
+
+    def __init__(self, sampler: ShardSampler, batch_size: int, pool: SlotPool) -> None:
+        self.sampler, self.batch_size, self.pool = sampler, batch_size, pool
+
+    def __len__(self) -> int:
+        return len(self.sampler) // self.batch_size
+
+    def __iter__(self) -> Iterator[tuple[int, list[int]]]:
+        # The body runs when the DataLoader asks for the first batch, after persistent workers
+        # have finished the last epoch's work, so every slot is free again.
+        self.pool.reset()
+        batch: list[int] = []
+        for index in self.sampler:
+            batch.append(index)
+            if len(batch) == self.batch_size:
+                yield self.pool.take(), batch
+                batch = []
+
+
+class _FillSlots(Dataset):
+    """A worker's side: decode a batch's samples straight into its slot; hand back the slot."""
+
+    def __init__(self, dataset: CosmoFlowDataset, xs: torch.Tensor, ys: torch.Tensor) -> None:
+        self.dataset, self.xs, self.ys = dataset, xs, ys
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int):  # pragma: no cover - DataLoader calls __getitems__
+        raise TypeError("_FillSlots is read a batch at a time")
+
+    def __getitems__(self, task: tuple[int, list[int]]) -> int:
+        slot, indices = task
+        for j, index in enumerate(indices):
+            x, y = self.dataset[index]
+            self.xs[slot, j].copy_(x)
+            self.ys[slot, j].copy_(y)
+            # Free the record before the next read: malloc then hands the same 16 MiB back,
+            # instead of growing the heap by a second buffer and trimming it (fresh pages, a
+            # page fault each, every other sample).
+            del x, y
+        return slot
+
+
+def _the_slot(slot: int) -> int:
+    return slot
+
+
+def _pin_shared(t: torch.Tensor) -> bool:
+    """Page-lock ``t``'s (shared) memory for asynchronous copies to the GPU."""
+    try:
+        rc = int(torch.cuda.cudart().cudaHostRegister(t.data_ptr(), t.numel() * t.element_size(), 0))
+    except (RuntimeError, AttributeError):
+        return False
+    return rc == 0
+
+
+class SlotBatches:
+    """This rank's batches, decoded by ``workers`` processes straight into reusable shared
+    memory slots (pinned on CUDA): no collation into fresh shared memory, one copy a sample.
+
+    Yields ``(x int16 (B, D, D, D, C), y float32 (B, 4))`` views of a slot, valid until the
+    next batch is asked for (train.py's step copies x to the GPU or into its float32 buffer
+    first). Same order and samples as a DataLoader over :class:`ShardSampler`."""
+
+    def __init__(self, dataset: CosmoFlowDataset, sampler: ShardSampler, batch_size: int, *,
+                 workers: int = 2, prefetch_factor: int = 2, cuda: bool = False) -> None:
+        self.sampler, self.batch_size = sampler, batch_size
+        count = (workers * prefetch_factor if workers > 0 else 0) + 2
+        shape = (dataset.cube, dataset.cube, dataset.cube, dataset.channels)
+        self.xs = torch.empty((count, batch_size, *shape), dtype=torch.int16)
+        self.ys = torch.empty((count, batch_size, 4), dtype=torch.float32)
+        if workers > 0:
+            self.xs.share_memory_()
+            self.ys.share_memory_()
+        self.pinned = cuda and _pin_shared(self.xs) and _pin_shared(self.ys)
+        self.pool = SlotPool(count, cuda)
+        kwargs: dict = {"prefetch_factor": prefetch_factor, "persistent_workers": True} if workers > 0 else {}
+        self.loader = DataLoader(_FillSlots(dataset, self.xs, self.ys),
+                                 batch_sampler=SlotSampler(sampler, batch_size, self.pool),
+                                 collate_fn=_the_slot, num_workers=workers, **kwargs)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        # The DataLoader's iterator now, as iter(DataLoader) does: it draws its workers' seed from
+        # torch's RNG at this point (train.py seeds the step's RNG after it).
+        return self._hand_over(iter(self.loader))
+
+    def _hand_over(self, batches: Iterator[int]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        held = None
+        while True:
+            if held is not None:  # the loop asks for the next batch: it is done with this one
+                self.pool.give_back(held)
+                held = None
+            try:
+                held = next(batches)
+            except StopIteration:
+                return
+            yield self.xs[held], self.ys[held]
+
+
 def make_loader(dataset: CosmoFlowDataset, batch_size: int, shard: int, num_shards: int, *,
                 shuffle: bool, seed: int = 0, num_samples: int | None = None, workers: int = 2,
-                pin_memory: bool = False, prefetch_factor: int = 2, pin_threads: int = 1):
-    """A DataLoader reading this rank's shard with ``workers`` processes; with ``pin_memory``,
-    its batches pinned by ``pin_threads`` threads (:class:`PinnedBatches`)."""
+                pin_memory: bool = False, prefetch_factor: int = 2, pin_threads: int = 1,
+                slots: bool = True):
+    """This rank's shard read by ``workers`` processes into reusable batch slots
+    (:class:`SlotBatches`, pinned with ``pin_memory``); ``slots=False``: a DataLoader that
+    collates each batch into fresh shared memory, pinned by ``pin_threads`` threads
+    (:class:`PinnedBatches`) with ``pin_memory``: the path before slots, kept for comparison."""
     sampler = ShardSampler(len(dataset), shard, num_shards, shuffle, seed, num_samples)
+    if slots:
+        return SlotBatches(dataset, sampler, batch_size, workers=workers, prefetch_factor=prefetch_factor,
+                           cuda=pin_memory)
     kwargs: dict = {}
     if workers > 0:
         kwargs = {"prefetch_factor": prefetch_factor, "persistent_workers": True}

@@ -18,8 +18,8 @@ broadcasts it: every rank continues from the same state even when the folder is 
 Model, schedule and optimizer are the current MLPerf HPC reference's (kernel 3; ``--model-shape
 v0.7`` for kernel 2): Keras initialisation, the rate set once per epoch, Keras' SGD momentum.
 On GPUs: channels-last 3D, bf16 autocast, ``cudnn.benchmark`` (``--compile`` adds
-``torch.compile``); DataLoader workers hand over int16 cubes that are cast and log-transformed
-on the GPU.
+``torch.compile``); the input path (NVIDIA DALI on GPU ranks, else DataLoader workers decoding
+into batch slots; ``--input``) hands over int16 cubes that are cast and log-transformed on the GPU.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from cosmoflow import dali_input as cdali
 from cosmoflow import data as cdata
 from cosmoflow import dist as cdist
 from cosmoflow.mlperf import MLLog
@@ -73,6 +74,13 @@ def build_parser() -> argparse.ArgumentParser:
                                                                      "at least 8 batches in flight)")
     d.add_argument("--pin-threads", type=int, default=None, help="threads pinning batches on GPU runs "
                                                                  "(default: 2 with >= 8 cores per GPU, else 1)")
+    d.add_argument("--input", choices=("auto", "dali", "cpu"), default="auto",
+                   help="auto: NVIDIA DALI on GPU ranks where it is installed and the files are plain "
+                        "TFRecords, else the CPU path (one line says why); dali: DALI or stop; cpu: "
+                        "DataLoader workers decoding into reusable batch slots")
+    d.add_argument("--dali-index-dir", default=None,
+                   help="where DALI's record indexes are made at first read (default: a node-local "
+                        "temporary folder)")
     s = p.add_argument_group("staging (from Azure Blob Storage with azcopy)")
     s.add_argument("--account", help="storage account URL or name: stage before training")
     s.add_argument("--container", help="blob container holding the data set")
@@ -212,6 +220,7 @@ def loaders(args: argparse.Namespace, data_dir: str, layout: cdist.Layout, devic
                              workers=args.workers, prefetch_factor=args.prefetch_factor,
                              pin_threads=args.pin_threads)
     out, samples = [], []
+    why_not = None  # why the training split does not read with DALI
     for split, limit, shuffle in (("train", args.n_train, True), ("validation", args.n_valid, False)):
         files = cdata.list_files(data_dir, split)
         problem = check_partition(split, [os.path.basename(f) for f in files], args.data_scope,
@@ -230,11 +239,27 @@ def loaders(args: argparse.Namespace, data_dir: str, layout: cdist.Layout, devic
         if per_rank_n == 0:
             raise SystemExit(f"{split}: {size} samples over {shards} ranks leave fewer than one batch of "
                              f"{args.batch_size} per rank")
-        out.append(cdata.make_loader(ds, args.batch_size, shard, shards, shuffle=shuffle, seed=args.seed,
-                                     num_samples=per_rank_n, workers=plan.workers,
-                                     prefetch_factor=plan.prefetch_factor, pin_memory=device.type == "cuda",
-                                     pin_threads=plan.pin_threads))
+        if split == "train":
+            why_not = "--input cpu" if args.input == "cpu" else cdali.unavailable(files, device.type == "cuda")
+            if why_not and args.input == "dali":
+                raise SystemExit(f"--input dali: {why_not}; use --input auto or cpu")
+        if split == "train" and why_not is None:
+            used = files[:-(-size // args.records_per_file)]  # --n-train: the first files
+            loader = cdali.DaliBatches(used, args.cube, args.channels, args.batch_size, shard=shard, num_shards=shards,
+                                       shuffle=shuffle, seed=args.seed, num_batches=per_rank_n // args.batch_size,
+                                       device_id=device.index, threads=plan.workers, index_dir=args.dali_index_dir,
+                                       prefetch=plan.prefetch_factor)
+        else:  # validation always: the same samples every epoch, in order
+            loader = cdata.make_loader(ds, args.batch_size, shard, shards, shuffle=shuffle, seed=args.seed,
+                                       num_samples=per_rank_n, workers=plan.workers,
+                                       prefetch_factor=plan.prefetch_factor, pin_memory=device.type == "cuda",
+                                       pin_threads=plan.pin_threads)
+        out.append(loader)
         samples.append(per_rank_n * layout.world_size)
+    if layout.rank == 0:
+        path = "NVIDIA DALI for training, the CPU path for validation" if why_not is None else \
+            f"the CPU path ({why_not})"
+        print(f"[cosmoflow] input: {path}", flush=True)
     return out[0], out[1], samples, plan
 
 
