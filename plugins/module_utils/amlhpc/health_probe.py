@@ -5,12 +5,12 @@ module's result built from it, shared by the ``healthcheck_node`` module and its
 
 The module runs :func:`probe` inside Ansible's module payload. The action runs the same code
 without that payload where it can: :func:`probe_command` is one shell command that hands this
-file, ``health.py`` and ``fsbench.py`` (standard library only) to the node's Python and prints
+file, ``health_ib.py``, ``health.py`` and ``fsbench.py`` (standard library only) to the node's Python and prints
 :func:`node_side`'s answer; :func:`read_outcome` turns the output into the module's own
 result (:func:`module_result`, judged on the controller with ``node_checks``). A module
 run costs the node about 0.2 s of CPU before it measures anything (Python compiles Ansible's
 module code from the payload's zip each time; ``bench/task_kinds_bench.py``); this command
-costs the node the compile of these three files. Where the mount test's folder is to be
+costs the node the compile of these four files. Where the mount test's folder is to be
 created, :func:`node_side` measures nothing and says so: the module runs, as before.
 
 Standard library only.
@@ -19,19 +19,25 @@ Standard library only.
 from __future__ import annotations
 
 import base64
+import glob
 import json
 import os
 import shlex
 import shutil
 import subprocess
+import time
 import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 from .fsbench import run as fsbench_run
 from .health import NODE_NCCL_TESTS, gpu_count_of, node_checks, nvidia_smi_gpu_args, nvidia_smi_remap_args, thresholds_for
+from .health_ib import parse_ibstat, parse_ibv_devinfo
 
-TOOL_KEYS = ("nvidia_smi", "nvbandwidth", "bandwidth_test", "all_reduce_perf", "alltoall_perf", "elbencho", "mpirun")
+TOOL_KEYS = ("nvidia_smi", "nvbandwidth", "bandwidth_test", "all_reduce_perf", "alltoall_perf", "elbencho", "mpirun",
+             "ibstat", "ibv_devinfo", "ib_write_bw")
+# Where the local NVMe namespaces are (aznhc's check_nvme_count counts the same).
+NVME_GLOB = "/dev/nvme*n1"
 
 ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "tools": {"type": "dict", "required": True},
@@ -40,6 +46,7 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "thresholds": {"type": "dict", "default": {}},
     "kernel_log_command": {"type": "str", "default": "dmesg"},
     "nccl_node_args": {"type": "str", "default": ""},
+    "ib_bw_args": {"type": "str", "default": "-s 8388608 -F --report_gbits -n 2000"},
     "command_timeout": {"type": "int", "default": 900},
     "fs_path": {"type": "str", "default": ""},
     "fs_path_create": {"type": "bool", "default": False},
@@ -52,7 +59,7 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
 
 # The module names the sources travel under in probe_command (their import names).
 PACKAGE = "ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc"
-MODULE_NAMES = (f"{PACKAGE}.health", f"{PACKAGE}.fsbench", f"{PACKAGE}.health_probe")
+MODULE_NAMES = (f"{PACKAGE}.health_ib", f"{PACKAGE}.health", f"{PACKAGE}.fsbench", f"{PACKAGE}.health_probe")
 # First line of node_side's answer in the command's output (sudo or a login banner may
 # print before it; a terminal ends lines in \r\n).
 MARKER = "amlhpc-health-probe:"
@@ -97,6 +104,9 @@ def probe(p: Mapping[str, Any], check_mode: bool) -> dict:
         out["nccl_node"] = [
             {"check": name, **run([tools[tool], *shlex.split(p["nccl_node_args"]), "-g", str(gpus)], timeout)}
             for name, tool, _limit in NODE_NCCL_TESTS if tools[tool]]
+        out["nvlink"] = run([tools["nvidia_smi"], "nvlink", "-s"], timeout)
+    probe_ib(out, tools, p, timeout, gpus)
+    out["nvme_devices"] = sorted(glob.glob(NVME_GLOB))
     if p["cluster"] is not None:
         out["nodefile_exists"] = os.path.exists(str(p["cluster"].get("nodefile") or ""))
     fs_path = p["fs_path"]
@@ -116,6 +126,39 @@ def probe(p: Mapping[str, Any], check_mode: bool) -> dict:
         except (OSError, ValueError) as exc:
             out["fs_bench"] = {"error": f"file system benchmark under {fs_path} failed: {exc}"}
     return out
+
+
+def probe_ib(out: dict, tools: Mapping[str, str], p: Mapping[str, Any], timeout: int, gpus: int) -> None:
+    """InfiniBand: ibstat (else ibv_devinfo -v); where perftest is there, ib_write_bw over the
+    loopback of each active InfiniBand port (from GPU memory, GPU i with HCA i, where there
+    are GPUs), as aznhc's check_ib_bw_gdr measures each HCA alone."""
+    if tools["ibstat"]:
+        out["ibstat"] = run([tools["ibstat"]], timeout)
+        ports = parse_ibstat(out["ibstat"]["stdout"]) if out["ibstat"]["rc"] == 0 else []
+    elif tools["ibv_devinfo"]:
+        out["ibv_devinfo"] = run([tools["ibv_devinfo"], "-v"], timeout)
+        ports = parse_ibv_devinfo(out["ibv_devinfo"]["stdout"]) if out["ibv_devinfo"]["rc"] == 0 else []
+    else:
+        return
+    if not tools["ib_write_bw"]:
+        return
+    active = [q for q in ports if q["link_layer"].lower() == "infiniband" and q["state"].lower() == "active"]
+    out["ib_write_bw"] = {}
+    for i, port in enumerate(active):
+        argv = [tools["ib_write_bw"], "-d", port["hca"], "-i", str(port["port"]), "-p", str(18515 + i),
+                *shlex.split(p["ib_bw_args"]), *([f"--use_cuda={i}"] if i < gpus else [])]
+        try:
+            server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # pylint: disable=consider-using-with
+        except OSError as exc:
+            out["ib_write_bw"][port["hca"]] = {"rc": -1, "stdout": "", "stderr": f"{argv[0]}: {exc}"}
+            continue
+        time.sleep(1)
+        out["ib_write_bw"][port["hca"]] = run([*argv, "localhost"], timeout)
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
 
 
 def needs_folder(p: Mapping[str, Any]) -> bool:
@@ -148,7 +191,7 @@ def module_result(p: Mapping[str, Any], raw: Mapping[str, Any], limits: Mapping[
             "tools": raw["tools"], "cluster_runs": judged["cluster_runs"], "facts": facts}
 
 
-# Runs on the node under ``python -c``: the three sources become the modules they are, under
+# Runs on the node under ``python -c``: the four sources become the modules they are, under
 # their import names, then node_side's answer is printed after MARKER. Double quotes only:
 # shlex.quote puts the whole program in single quotes.
 _PROGRAM = (
@@ -175,7 +218,7 @@ _PROGRAM = (
 def probe_command(interpreter: str, params: Mapping[str, Any], check_mode: bool,
                   sources: Sequence[tuple[str, str]]) -> str:
     """One shell command that runs :func:`node_side` with ``params`` on the node's
-    ``interpreter``; ``sources``: (import name, source) of health, fsbench and this file, in
+    ``interpreter``; ``sources``: (import name, source) of health_ib, health, fsbench and this file, in
     that order (each imports only the standard library and those before it)."""
     payload = zlib.compress(json.dumps({"package": PACKAGE, "modules": [list(s) for s in sources],
                                         "params": dict(params), "check_mode": bool(check_mode)}).encode(), 9)
