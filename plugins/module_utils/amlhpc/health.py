@@ -67,8 +67,8 @@ SKIP = "skip"
 #     check_hw_ib 100 mlx5_ib0:1 (one EDR port); check_ib_bw_non_gdr 90 (Gb/s).
 #   Every size: check_gpu_xid (customTests/azure_gpu_xid.nhc) and check_gpu_ecc (any
 #     uncorrectable error, a pending or failed row remap: customTests/azure_gpu_ecc.nhc).
-# nvme_count where aznhc has none (A100 v4, H100 v5, ND40rs_v2) is the project's own table
-# of the local disks each size ships with (nvme.py DEFAULT_EXPECTED_COUNTS).
+# nvme_count is gated where aznhc gates it (H200 v5); elsewhere the count is reported (set it
+# with healthcheck_thresholds, e.g. 8 on A100 v4 and H100 v5 as nvme.py's table says).
 # h2d_gbps on A100-class is the 20 GB/s the project's issue asks for (aznhc's 24 assumes its
 # NUMA-pinned copy tool; bandwidthTest/nvbandwidth without pinning land near 24-26 on a
 # healthy Gen4 x16 link and well under 20 on a degraded one).
@@ -82,7 +82,7 @@ _NDV4 = {
     "gpus": 8, "h2d_gbps": 20.0, "allreduce_node_busbw": 228.0, "alltoall_node_busbw": None,
     "allreduce_cluster_busbw": 148.0, "alltoall_cluster_busbw": 13.9,
     "fs_write_mbps": 1000.0, "fs_read_mbps": 1000.0,
-    "ib_ports": 8, "ib_rate_gbps": 200.0, "ib_bw_gbps": 185.0, "nvme_count": 8,
+    "ib_ports": 8, "ib_rate_gbps": 200.0, "ib_bw_gbps": 185.0, "nvme_count": None,
 }
 VM_THRESHOLDS: dict[str, dict[str, float | int | None]] = {
     "standard_nd96asr_v4": dict(_NDV4),
@@ -91,7 +91,7 @@ VM_THRESHOLDS: dict[str, dict[str, float | int | None]] = {
         "gpus": 8, "h2d_gbps": 48.0, "allreduce_node_busbw": 460.0, "alltoall_node_busbw": None,
         "allreduce_cluster_busbw": 304.0, "alltoall_cluster_busbw": 28.5,
         "fs_write_mbps": 1000.0, "fs_read_mbps": 1000.0,
-        "ib_ports": 8, "ib_rate_gbps": 400.0, "ib_bw_gbps": 380.0, "nvme_count": 8,
+        "ib_ports": 8, "ib_rate_gbps": 400.0, "ib_bw_gbps": 380.0, "nvme_count": None,
     },
     "standard_nd96isr_h200_v5": {
         "gpus": 8, "h2d_gbps": 48.0, "allreduce_node_busbw": 431.0, "alltoall_node_busbw": None,
@@ -103,7 +103,7 @@ VM_THRESHOLDS: dict[str, dict[str, float | int | None]] = {
         "gpus": 8, "h2d_gbps": 10.0, "allreduce_node_busbw": None, "alltoall_node_busbw": None,
         "allreduce_cluster_busbw": 7.8, "alltoall_cluster_busbw": None,
         "fs_write_mbps": 1000.0, "fs_read_mbps": 1000.0,
-        "ib_ports": 1, "ib_rate_gbps": 100.0, "ib_bw_gbps": 90.0, "nvme_count": 0,
+        "ib_ports": 1, "ib_rate_gbps": 100.0, "ib_bw_gbps": 90.0, "nvme_count": None,
     },
 }
 THRESHOLD_KEYS = ("gpus", "h2d_gbps", "allreduce_node_busbw", "alltoall_node_busbw",

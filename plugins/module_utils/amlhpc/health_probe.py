@@ -144,16 +144,20 @@ def probe_ib(out: dict, tools: Mapping[str, str], p: Mapping[str, Any], timeout:
         return
     active = [q for q in ports if q["link_layer"].lower() == "infiniband" and q["state"].lower() == "active"]
     out["ib_write_bw"] = {}
+    # Every HCA's server listens on a port of its own; the clients then run one at a time.
+    servers = []
     for i, port in enumerate(active):
         argv = [tools["ib_write_bw"], "-d", port["hca"], "-i", str(port["port"]), "-p", str(18515 + i),
                 *shlex.split(p["ib_bw_args"]), *([f"--use_cuda={i}"] if i < gpus else [])]
         try:
-            server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # pylint: disable=consider-using-with
+            servers.append((port["hca"], argv, subprocess.Popen(  # pylint: disable=consider-using-with
+                argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
         except OSError as exc:
             out["ib_write_bw"][port["hca"]] = {"rc": -1, "stdout": "", "stderr": f"{argv[0]}: {exc}"}
-            continue
+    if servers:
         time.sleep(1)
-        out["ib_write_bw"][port["hca"]] = run([*argv, "localhost"], timeout)
+    for hca, argv, server in servers:
+        out["ib_write_bw"][hca] = run([*argv, "localhost"], timeout)
         try:
             server.wait(timeout=10)
         except subprocess.TimeoutExpired:

@@ -24,7 +24,7 @@ def by_name(checks):
 @pytest.mark.parametrize(("size", "expected"), [
     # conf/nd96asr_v4.conf: check_hw_ib 200 x 8, check_ib_bw_gdr 185.0, check_nccl_allreduce 228.0
     ("Standard_ND96asr_v4", {"gpus": 8, "allreduce_node_busbw": 228.0, "ib_ports": 8, "ib_rate_gbps": 200.0,
-                             "ib_bw_gbps": 185.0, "nvme_count": 8}),
+                             "ib_bw_gbps": 185.0, "nvme_count": None}),
     ("Standard_ND96amsr_A100_v4", {"gpus": 8, "allreduce_node_busbw": 228.0, "ib_rate_gbps": 200.0, "ib_bw_gbps": 185.0}),
     # conf/nd96isr_h100_v5.conf: check_gpu_bw 48 335, check_nccl_allreduce 460.0, check_hw_ib 400, check_ib_bw_gdr 380
     ("Standard_ND96isr_H100_v5", {"gpus": 8, "h2d_gbps": 48.0, "allreduce_node_busbw": 460.0, "ib_ports": 8,
