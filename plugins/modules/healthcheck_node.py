@@ -83,7 +83,11 @@ options:
   ib_bw_args:
     description: Arguments of each HCA's C(ib_write_bw) loopback run (C(-d), C(-i), C(-p) and C(--use_cuda) are added).
     type: str
-    default: "-s 8388608 -F --report_gbits -n 2000"
+    default: "-s 8388608 -x 0 -F --report_gbits --perform_warm_up"
+  ib_bw_gdr:
+    description: Run C(ib_write_bw) from GPU memory (C(--use_cuda), perftest built with CUDA) where the node has GPUs.
+    type: bool
+    default: true
   command_timeout:
     description: Longest a single measurement command may run, in seconds; one that runs longer is a failed check.
     type: int

@@ -46,7 +46,8 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "thresholds": {"type": "dict", "default": {}},
     "kernel_log_command": {"type": "str", "default": "dmesg"},
     "nccl_node_args": {"type": "str", "default": ""},
-    "ib_bw_args": {"type": "str", "default": "-s 8388608 -F --report_gbits -n 2000"},
+    "ib_bw_args": {"type": "str", "default": "-s 8388608 -x 0 -F --report_gbits --perform_warm_up"},
+    "ib_bw_gdr": {"type": "bool", "default": True},
     "command_timeout": {"type": "int", "default": 900},
     "fs_path": {"type": "str", "default": ""},
     "fs_path_create": {"type": "bool", "default": False},
@@ -131,7 +132,8 @@ def probe(p: Mapping[str, Any], check_mode: bool) -> dict:
 def probe_ib(out: dict, tools: Mapping[str, str], p: Mapping[str, Any], timeout: int, gpus: int) -> None:
     """InfiniBand: ibstat (else ibv_devinfo -v); where perftest is there, ib_write_bw over the
     loopback of each active InfiniBand port (from GPU memory, GPU i with HCA i, where there
-    are GPUs), as aznhc's check_ib_bw_gdr measures each HCA alone."""
+    are GPUs and ``ib_bw_gdr``), as aznhc's check_ib_bw_gdr measures each HCA alone
+    (customTests/azure_ib_write_bw_gdr.nhc: its arguments and ports 18510...)."""
     if tools["ibstat"]:
         out["ibstat"] = run([tools["ibstat"]], timeout)
         ports = parse_ibstat(out["ibstat"]["stdout"]) if out["ibstat"]["rc"] == 0 else []
@@ -147,8 +149,8 @@ def probe_ib(out: dict, tools: Mapping[str, str], p: Mapping[str, Any], timeout:
     # Every HCA's server listens on a port of its own; the clients then run one at a time.
     servers = []
     for i, port in enumerate(active):
-        argv = [tools["ib_write_bw"], "-d", port["hca"], "-i", str(port["port"]), "-p", str(18515 + i),
-                *shlex.split(p["ib_bw_args"]), *([f"--use_cuda={i}"] if i < gpus else [])]
+        argv = [tools["ib_write_bw"], "-d", port["hca"], "-i", str(port["port"]), "-p", str(18510 + i),
+                *shlex.split(p["ib_bw_args"]), *([f"--use_cuda={i}"] if p["ib_bw_gdr"] and i < gpus else [])]
         try:
             servers.append((port["hca"], argv, subprocess.Popen(  # pylint: disable=consider-using-with
                 argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
