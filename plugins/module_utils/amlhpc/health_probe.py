@@ -152,8 +152,10 @@ def probe_ib(out: dict, tools: Mapping[str, str], p: Mapping[str, Any], timeout:
         argv = [tools["ib_write_bw"], "-d", port["hca"], "-i", str(port["port"]), "-p", str(18510 + i),
                 *shlex.split(p["ib_bw_args"]), *([f"--use_cuda={i}"] if p["ib_bw_gdr"] and i < gpus else [])]
         try:
-            servers.append((port["hca"], argv, subprocess.Popen(  # pylint: disable=consider-using-with
-                argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
+            # the server must run beside its client: run_command waits for the command's end
+            server = subprocess.Popen(argv, stdout=subprocess.DEVNULL,  # pylint: disable=ansible-bad-function,consider-using-with
+                                      stderr=subprocess.DEVNULL)
+            servers.append((port["hca"], argv, server))
         except OSError as exc:
             out["ib_write_bw"][port["hca"]] = {"rc": -1, "stdout": "", "stderr": f"{argv[0]}: {exc}"}
     if servers:
