@@ -612,6 +612,8 @@ FIXES: dict[str, str] = {
     "nvme_count": "a local NVMe disk is missing: " + _REPLACE,
     "fs_write": "make the scratch mount writable again (rerun the beeond or nvme_raid role), or " + _REPLACE,
     "fs_read": "remount the scratch file system (rerun the beeond role), or " + _REPLACE,
+    "pair_link": "check the node's network port (ibstat, or its Ethernet link); if the link stays slow or lossy "
+                 + _REPLACE,
     "nccl_all_reduce_cluster": "find the slow node or link with the pair gate and leave it out",
     "nccl_alltoall_cluster": "find the slow node or link with the pair gate and leave it out",
 }

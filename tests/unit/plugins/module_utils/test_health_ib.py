@@ -159,4 +159,8 @@ def test_each_fault_names_its_check_and_a_fix():
         "fix: reboot the node to bring the port up; if it stays down leave it out (the inventory's node_filter) "
         "until AmlCompute replaces the VM."]
     assert set(health.FIXES) >= {"gpu_health", "gpu_xid", "nvlink", "ib_ports", "ib_rate", "ib_bw", "nvme_count",
-                                 "fs_write", "unreachable"}
+                                 "fs_write", "unreachable", "pair_link"}
+    # a check with no fix of its own (another gate's) still gets one
+    other = health.node_sentence("nd-3", [health.check("new_check", "fail", "1", "0", "broke")])
+    assert other == ("nd-3 failed new_check 1 (needs 0) (broke); fix: repair the node, or leave it out (the "
+                     "inventory's node_filter) until AmlCompute replaces the VM.")
