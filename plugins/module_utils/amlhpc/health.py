@@ -49,6 +49,8 @@ SKIP = "skip"
 #   ib_rate_gbps             lowest rate of any of those ports, Gb/s (ibstat's "Rate")
 #   ib_bw_gbps               lowest ib_write_bw loopback bandwidth of any HCA, Gb/s
 #   nvme_count               local NVMe namespaces (/dev/nvme*n1)
+#   p2p_gbps                 lowest GPU<->GPU copy bandwidth of any pair (nvbandwidth
+#                            device_to_device_memcpy_read_ce, over NVLink), GB/s
 # NVLink is gated on every size that has it: any link nvidia-smi shows <inactive> fails.
 #
 # Sources. "aznhc" is Azure's node health checks, github.com/Azure/azurehpc-health-checks,
@@ -58,7 +60,7 @@ SKIP = "skip"
 #     8G/16G message); check_hw_ib 200 mlx5_ib0:1 ... mlx5_ib7:1 (8 HDR ports at 200 Gb/s);
 #     check_ib_bw_gdr 185.0 (Gb/s per HDR port).
 #   nd96isr_h100_v5.conf: check_gpu_count 8; check_gpu_bw 48 335 (GB/s, nvbandwidth H2D/D2H,
-#     then P2P); check_nccl_allreduce 460.0 (16G); check_hw_ib 400 x 8 (NDR);
+#     then P2P: customTests/azure_gpu_bandwidth.nhc, device_to_device_memcpy_read_ce); check_nccl_allreduce 460.0 (16G); check_hw_ib 400 x 8 (NDR);
 #     check_ib_bw_gdr 380; check_nvlink_status.
 #   nd96isr_h200_v5.conf: check_gpu_count 8; check_gpu_bw 48 335; check_nccl_allreduce 431.0
 #     (16G); check_hw_ib 400 x 8 (mlx5_ib0..7; mlx5_an0 at 100 is the Ethernet NIC);
@@ -82,7 +84,7 @@ _NDV4 = {
     "gpus": 8, "h2d_gbps": 20.0, "allreduce_node_busbw": 228.0, "alltoall_node_busbw": None,
     "allreduce_cluster_busbw": 148.0, "alltoall_cluster_busbw": 13.9,
     "fs_write_mbps": 1000.0, "fs_read_mbps": 1000.0,
-    "ib_ports": 8, "ib_rate_gbps": 200.0, "ib_bw_gbps": 185.0, "nvme_count": None,
+    "ib_ports": 8, "ib_rate_gbps": 200.0, "ib_bw_gbps": 185.0, "nvme_count": None, "p2p_gbps": None,
 }
 VM_THRESHOLDS: dict[str, dict[str, float | int | None]] = {
     "standard_nd96asr_v4": dict(_NDV4),
@@ -91,24 +93,24 @@ VM_THRESHOLDS: dict[str, dict[str, float | int | None]] = {
         "gpus": 8, "h2d_gbps": 48.0, "allreduce_node_busbw": 460.0, "alltoall_node_busbw": None,
         "allreduce_cluster_busbw": 304.0, "alltoall_cluster_busbw": 28.5,
         "fs_write_mbps": 1000.0, "fs_read_mbps": 1000.0,
-        "ib_ports": 8, "ib_rate_gbps": 400.0, "ib_bw_gbps": 380.0, "nvme_count": None,
+        "ib_ports": 8, "ib_rate_gbps": 400.0, "ib_bw_gbps": 380.0, "nvme_count": None, "p2p_gbps": 335.0,
     },
     "standard_nd96isr_h200_v5": {
         "gpus": 8, "h2d_gbps": 48.0, "allreduce_node_busbw": 431.0, "alltoall_node_busbw": None,
         "allreduce_cluster_busbw": 288.0, "alltoall_cluster_busbw": 27.0,
         "fs_write_mbps": 1000.0, "fs_read_mbps": 1000.0,
-        "ib_ports": 8, "ib_rate_gbps": 400.0, "ib_bw_gbps": 360.0, "nvme_count": 8,
+        "ib_ports": 8, "ib_rate_gbps": 400.0, "ib_bw_gbps": 360.0, "nvme_count": 8, "p2p_gbps": 335.0,
     },
     "standard_nd40rs_v2": {
         "gpus": 8, "h2d_gbps": 10.0, "allreduce_node_busbw": None, "alltoall_node_busbw": None,
         "allreduce_cluster_busbw": 7.8, "alltoall_cluster_busbw": None,
         "fs_write_mbps": 1000.0, "fs_read_mbps": 1000.0,
-        "ib_ports": 1, "ib_rate_gbps": 100.0, "ib_bw_gbps": 90.0, "nvme_count": None,
+        "ib_ports": 1, "ib_rate_gbps": 100.0, "ib_bw_gbps": 90.0, "nvme_count": None, "p2p_gbps": None,
     },
 }
 THRESHOLD_KEYS = ("gpus", "h2d_gbps", "allreduce_node_busbw", "alltoall_node_busbw",
                   "allreduce_cluster_busbw", "alltoall_cluster_busbw", "fs_write_mbps", "fs_read_mbps",
-                  "ib_ports", "ib_rate_gbps", "ib_bw_gbps", "nvme_count")
+                  "ib_ports", "ib_rate_gbps", "ib_bw_gbps", "nvme_count", "p2p_gbps")
 
 # XIDs that mean the GPU needs a reset or a replacement: the list aznhc's check_gpu_xid
 # fails on (customTests/azure_gpu_xid.nhc), meanings in docs.nvidia.com/deploy/xid-errors.
@@ -450,6 +452,48 @@ def ib_checks(probe: Mapping[str, Any], limits: Mapping[str, Any], tool_names: M
     return out
 
 
+P2P_TESTCASE = "device_to_device_memcpy_read_ce"
+
+
+def parse_nvbandwidth_p2p(text: str) -> dict[tuple[int, int], float]:
+    """``nvbandwidth -t device_to_device_memcpy_read_ce``: {(row GPU, column GPU): GB/s}, the
+    diagonal (N/A) left out."""
+    out: dict[tuple[int, int], float] = {}
+    current = None
+    header: list[int] = []
+    for line in text.splitlines():
+        m = _NVBW_RUNNING.match(line.strip())
+        if m:
+            current, header = m.group(1), []
+            continue
+        if current != P2P_TESTCASE:
+            continue
+        stripped = line.strip()
+        if stripped and all(tok.isdigit() for tok in stripped.split()) and not header:
+            header = [int(t) for t in stripped.split()]
+            continue
+        row = _NVBW_ROW.match(line)
+        if header and row:
+            src = int(row.group(1))
+            out.update({(src, dst): float(v) for dst, v in zip(header, row.group(2).split()) if v != "N/A"})
+    return out
+
+
+def p2p_check(text: str, minimum: float | None) -> dict[str, Any]:
+    """``p2p_bandwidth``: the slowest GPU pair's copy (aznhc check_gpu_bw's second figure)."""
+    pairs = parse_nvbandwidth_p2p(text)
+    if not pairs:
+        return check("p2p_bandwidth", FAIL, reason=f"nvbandwidth printed no {P2P_TESTCASE} figure")
+    worst = min(pairs, key=pairs.__getitem__)
+    result = at_least("p2p_bandwidth", pairs[worst], minimum, "GB/s", f"GPU {worst[0]} <- GPU {worst[1]} copy")
+    result["value"] += f" (min of {len(pairs)} pairs, GPU {worst[0]} <- GPU {worst[1]})"
+    if minimum is not None:
+        slow = sorted(k for k, v in pairs.items() if v < float(minimum))
+        if len(slow) > 1:
+            result["reason"] += f"; {len(slow)} pairs below: " + ", ".join(f"{a}<-{b}" for a, b in slow)
+    return result
+
+
 # --------------------------------------------------------------------------------------
 # nccl-tests
 # --------------------------------------------------------------------------------------
@@ -754,6 +798,8 @@ def node_checks(probe: Mapping[str, Any], limits: Mapping[str, Any], tool_names:
         checks.append(skipped("h2d_bandwidth", "no GPU (nvidia-smi not found)"))
     elif tools.get("nvbandwidth"):
         checks.append(h2d_check("nvbandwidth", [_out(probe.get("nvbandwidth") or {})], limits.get("h2d_gbps")))
+        if limits.get("p2p_gbps") is not None and gpu_count > 1:
+            checks.append(p2p_check(_out(probe.get("nvbandwidth") or {}), limits["p2p_gbps"]))
     elif tools.get("bandwidth_test"):
         runs = probe.get("bandwidth_test") or []
         if runs:

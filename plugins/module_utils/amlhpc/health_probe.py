@@ -31,7 +31,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 from .fsbench import run as fsbench_run
-from .health import NODE_NCCL_TESTS, gpu_count_of, node_checks, nvidia_smi_gpu_args, nvidia_smi_remap_args, thresholds_for
+from .health import (
+    NODE_NCCL_TESTS,
+    P2P_TESTCASE,
+    gpu_count_of,
+    node_checks,
+    nvidia_smi_gpu_args,
+    nvidia_smi_remap_args,
+    thresholds_for,
+)
 from .health_ib import parse_ibstat, parse_ibv_devinfo
 
 TOOL_KEYS = ("nvidia_smi", "nvbandwidth", "bandwidth_test", "all_reduce_perf", "alltoall_perf", "elbencho", "mpirun",
@@ -85,6 +93,13 @@ def find_tools(names: Mapping[str, Any], dirs: Sequence[str]) -> dict[str, str]:
     return {key: (shutil.which(str(names[key]), path=path) or "") if names.get(key) else "" for key in TOOL_KEYS}
 
 
+def _limits(p: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        return thresholds_for(p["vm_size"], p["thresholds"])
+    except ValueError:
+        return {}
+
+
 def probe(p: Mapping[str, Any], check_mode: bool) -> dict:
     """Run on the node what the checks read (node_checks judges it)."""
     timeout = p["command_timeout"]
@@ -97,8 +112,10 @@ def probe(p: Mapping[str, Any], check_mode: bool) -> dict:
         out["kernel_log"] = run(shlex.split(p["kernel_log_command"]), timeout)
         gpus = gpu_count_of(out["gpu_query"])
         if tools["nvbandwidth"]:
+            # GPU <-> GPU too where the size has a figure for it (aznhc's check_gpu_bw, second figure)
+            p2p = [P2P_TESTCASE] if gpus > 1 and _limits(p).get("p2p_gbps") is not None else []
             out["nvbandwidth"] = run([tools["nvbandwidth"], "-t", "host_to_device_memcpy_ce",
-                                      "device_to_host_memcpy_ce"], timeout)
+                                      "device_to_host_memcpy_ce", *p2p], timeout)
         elif tools["bandwidth_test"]:
             out["bandwidth_test"] = [run([tools["bandwidth_test"], f"--device={i}", "--memory=pinned"], timeout)
                                      for i in range(gpus)]

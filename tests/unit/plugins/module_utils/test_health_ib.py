@@ -27,11 +27,12 @@ def by_name(checks):
                              "ib_bw_gbps": 185.0, "nvme_count": None}),
     ("Standard_ND96amsr_A100_v4", {"gpus": 8, "allreduce_node_busbw": 228.0, "ib_rate_gbps": 200.0, "ib_bw_gbps": 185.0}),
     # conf/nd96isr_h100_v5.conf: check_gpu_bw 48 335, check_nccl_allreduce 460.0, check_hw_ib 400, check_ib_bw_gdr 380
-    ("Standard_ND96isr_H100_v5", {"gpus": 8, "h2d_gbps": 48.0, "allreduce_node_busbw": 460.0, "ib_ports": 8,
-                                  "ib_rate_gbps": 400.0, "ib_bw_gbps": 380.0}),
+    ("Standard_ND96isr_H100_v5", {"gpus": 8, "h2d_gbps": 48.0, "p2p_gbps": 335.0, "allreduce_node_busbw": 460.0,
+                                  "ib_ports": 8, "ib_rate_gbps": 400.0, "ib_bw_gbps": 380.0}),
     # conf/nd96isr_h200_v5.conf: check_gpu_bw 48 335, check_nccl_allreduce 431.0, check_hw_ib 400 x 8,
     # check_ib_bw_gdr 360, check_nvme_count 8
-    ("Standard_ND96isr_H200_v5", {"gpus": 8, "h2d_gbps": 48.0, "allreduce_node_busbw": 431.0, "ib_ports": 8,
+    ("Standard_ND96isr_H200_v5", {"gpus": 8, "h2d_gbps": 48.0, "p2p_gbps": 335.0, "allreduce_node_busbw": 431.0,
+                                  "ib_ports": 8,
                                   "ib_rate_gbps": 400.0, "ib_bw_gbps": 360.0, "nvme_count": 8}),
     # conf/nd40rs_v2.conf: check_hw_ib 100 mlx5_ib0:1, check_ib_bw_non_gdr 90
     ("Standard_ND40rs_v2", {"gpus": 8, "h2d_gbps": 10.0, "ib_ports": 1, "ib_rate_gbps": 100.0, "ib_bw_gbps": 90.0}),
@@ -164,3 +165,27 @@ def test_each_fault_names_its_check_and_a_fix():
     other = health.node_sentence("nd-3", [health.check("new_check", "fail", "1", "0", "broke")])
     assert other == ("nd-3 failed new_check 1 (needs 0) (broke); fix: repair the node, or leave it out (the "
                      "inventory's node_filter) until AmlCompute replaces the VM.")
+
+
+# ---------------------------------------------------------------- GPU <-> GPU copies (NVLink bandwidth)
+def test_p2p_matrix_and_the_slow_pair_named():
+    pairs = health.parse_nvbandwidth_p2p(fx("nvbandwidth_h100_ok.txt"))
+    assert len(pairs) == 56 and (0, 0) not in pairs and pairs[(0, 5)] == 376.42
+    assert health.parse_nvbandwidth(fx("nvbandwidth_h100_ok.txt"))["host_to_device_memcpy_ce"][7] == 55.17
+    t = health.thresholds_for("Standard_ND96isr_H100_v5")
+    assert health.p2p_check(fx("nvbandwidth_h100_ok.txt"), t["p2p_gbps"])["status"] == "pass"
+    c = health.p2p_check(fx("nvbandwidth_h100_p2p_slow.txt"), t["p2p_gbps"])
+    assert c["status"] == "fail" and c["value"] == "121.4 GB/s (min of 56 pairs, GPU 3 <- GPU 6)"
+    assert c["reason"] == "GPU 3 <- GPU 6 copy 121.4 GB/s is below 335 GB/s; 2 pairs below: 3<-6, 6<-3"
+    assert health.p2p_check(fx("nvbandwidth_ndv4_ok.txt"), 335.0)["status"] == "fail"  # the testcase did not run
+
+
+def test_p2p_is_judged_only_where_the_size_has_a_figure():
+    names = {"nvidia_smi": "nvidia-smi", "nvbandwidth": "nvbandwidth"}
+    probe = {"tools": {"nvidia_smi": "/x/nvidia-smi", "nvbandwidth": "/x/nvbandwidth"},
+             "gpu_query": {"rc": 0, "stdout": fx("nvsmi_gpu_h100_driver580.csv") * 8, "stderr": ""},
+             "nvbandwidth": {"rc": 0, "stdout": fx("nvbandwidth_h100_p2p_slow.txt"), "stderr": ""}}
+    h100 = by_name(health.node_checks(probe, health.thresholds_for("Standard_ND96isr_H100_v5"), names)["checks"])
+    assert h100["p2p_bandwidth"]["status"] == "fail" and h100["h2d_bandwidth"]["status"] == "pass"
+    ndv4 = by_name(health.node_checks(probe, health.thresholds_for("Standard_ND96asr_v4"), names)["checks"])
+    assert "p2p_bandwidth" not in ndv4

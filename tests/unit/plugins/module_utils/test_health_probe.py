@@ -151,3 +151,15 @@ case "$*" in *" localhost") cat {FIX / 'ib_write_bw_hdr_mbsec.txt'} ;; esac
     log.unlink()
     shell(probe_command(sys.executable, p, False, sources()))
     assert not any("--use_cuda" in line for line in log.read_text().splitlines())
+
+
+def test_gpu_to_gpu_copies_are_measured_where_the_size_has_a_figure(tools, tmp_path):
+    log = tmp_path / "nvbw.log"
+    (tools / "nvbandwidth").write_text(f"#!/bin/sh\necho \"$*\" >> {log}\ncat {FIX / 'nvbandwidth_h100_p2p_slow.txt'}\n")
+    h100 = params(tool_dirs=[str(tools)], vm_size="Standard_ND96isr_H100_v5")
+    got = read_outcome(h100, shell(probe_command(sys.executable, h100, False, sources())), False)
+    assert log.read_text() == "-t host_to_device_memcpy_ce device_to_host_memcpy_ce device_to_device_memcpy_read_ce\n"
+    assert {c["check"]: c["status"] for c in got["checks"]}["p2p_bandwidth"] == "fail"
+    log.unlink()
+    probe(params(tool_dirs=[str(tools)]), False)  # ND96asr_v4: aznhc has no P2P figure for it
+    assert log.read_text() == "-t host_to_device_memcpy_ce device_to_host_memcpy_ce\n"
