@@ -1,9 +1,9 @@
 # Copyright: (c) 2026, amlhpc contributors
 # MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """Action plugin of amlhpc.azureml.healthcheck_node: measures the node with one shell command
-that runs the module's own probe (module_utils/amlhpc/health_probe.py, with health.py and
-fsbench.py, standard library only) on the node's Python, without Ansible's module payload, and
-judges the outputs on the controller with the module's own functions, for the module's own
+that runs the module's own probe (module_utils/amlhpc/health_probe.py, with health_ib.py,
+health.py and fsbench.py, standard library only) on the node's Python, without Ansible's
+module payload, and judges the outputs on the controller with the module's own functions, for the module's own
 result. Where the node's Python is not known yet (no interpreter discovered on an earlier
 module run), the mount test's folder is to be created, the arguments or thresholds are refused
 or the command gives no answer, it runs the module instead (one module run). Either way the
@@ -16,14 +16,14 @@ from typing import Any, Optional
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc import fsbench, health, health_probe
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc import fsbench, health, health_ib, health_probe
 from ansible_collections.amlhpc.azureml.plugins.plugin_utils.node_read import python_interpreter, unchanged_result
 
 
 def probe_sources() -> list[tuple[str, str]]:
-    """(import name, source) of the probe's three files, as probe_command takes them."""
+    """(import name, source) of the probe's four files, as probe_command takes them."""
     return [(name, Path(mod.__file__).read_text(encoding="utf-8"))
-            for name, mod in zip(health_probe.MODULE_NAMES, (health, fsbench, health_probe))]
+            for name, mod in zip(health_probe.MODULE_NAMES, (health_ib, health, fsbench, health_probe))]
 
 
 class ActionModule(ActionBase):

@@ -15,8 +15,10 @@ author:
 description:
   - Finds the measurement tools (on C(PATH), then in O(tool_dirs)), then runs on the node
     what finds a bad node - C(nvidia-smi) (GPU list with ECC and page retirement, row
-    remapper), the kernel log (XID errors), C(nvbandwidth) or C(bandwidthTest) (one GPU at a
-    time), C(all_reduce_perf) and C(alltoall_perf) over the node's GPUs, and the shared
+    remapper, C(nvlink -s)), the kernel log (XID errors), C(nvbandwidth) or C(bandwidthTest)
+    (one GPU at a time), C(all_reduce_perf) and C(alltoall_perf) over the node's GPUs,
+    C(ibstat) or C(ibv_devinfo -v) (each InfiniBand port's state and rate), C(ib_write_bw)
+    (each HCA's loopback bandwidth), the local NVMe count (C(/dev/nvme*n1)), and the shared
     mount's write/read test (C(elbencho), or the project's own reader as
     M(amlhpc.azureml.amlhpc_fs_bench) runs it) - and judges each against the VM size's
     thresholds (C(plugins/module_utils/amlhpc/health.py)). A check whose tool is absent is
@@ -53,7 +55,8 @@ options:
   tools:
     description:
       - Names (or paths) of the tools, by key - C(nvidia_smi), C(nvbandwidth), C(bandwidth_test),
-        C(all_reduce_perf), C(alltoall_perf), C(elbencho), C(mpirun).
+        C(all_reduce_perf), C(alltoall_perf), C(elbencho), C(mpirun), C(ibstat), C(ibv_devinfo),
+        C(ib_write_bw).
     type: dict
     required: true
   tool_dirs:
@@ -77,6 +80,14 @@ options:
     description: Arguments of the nccl-tests run over the node's GPUs (C(-g <GPU count>) is appended).
     type: str
     default: ""
+  ib_bw_args:
+    description: Arguments of each HCA's C(ib_write_bw) loopback run (C(-d), C(-i), C(-p) and C(--use_cuda) are added).
+    type: str
+    default: "-s 8388608 -x 0 -F --report_gbits --perform_warm_up"
+  ib_bw_gdr:
+    description: Run C(ib_write_bw) from GPU memory (C(--use_cuda), perftest built with CUDA) where the node has GPUs.
+    type: bool
+    default: true
   command_timeout:
     description: Longest a single measurement command may run, in seconds; one that runs longer is a failed check.
     type: int

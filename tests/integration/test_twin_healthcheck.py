@@ -31,7 +31,8 @@ def replay(name: str) -> str:
 
 STANDINS = {
     "nvidia-smi": "case \"$*\" in\n  *--query-gpu=*) " + replay("nvsmi_gpu_ndv4_ok.csv")
-                  + ";;\n  *--query-remapped-rows=*) " + replay("nvsmi_remap_ndv4_ok.csv") + ";;\n  *) exit 2 ;;\nesac\n",
+                  + ";;\n  *--query-remapped-rows=*) " + replay("nvsmi_remap_ndv4_ok.csv")
+                  + ";;\n  \"nvlink -s\") " + replay("nvlink_a100_ok.txt") + ";;\n  *) exit 2 ;;\nesac\n",
     "all_reduce_perf": replay("all_reduce_ndv4_node_ok.txt"),
     "alltoall_perf": replay("alltoall_ndv4_2node_sweep.txt"),
     "mpirun": """hostfile=

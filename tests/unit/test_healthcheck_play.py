@@ -41,6 +41,7 @@ def fake_tools(folder: Path, log: Path, gpu_csv: str, node_all_reduce: str, nvbw
 case "$*" in
   *--query-gpu=*) cat {FIX / gpu_csv} ;;
   *--query-remapped-rows=*) cat {FIX / 'nvsmi_remap_ndv4_ok.csv'} ;;
+  "nvlink -s") cat {FIX / 'nvlink_a100_ok.txt'} ;;
   *) exit 2 ;;
 esac
 """)
@@ -50,6 +51,11 @@ esac
 case "$*" in *"-g 1"*) cat {FIX / 'all_reduce_ndv4_node_ok.txt'} ;; *) cat {FIX / node_all_reduce} ;; esac
 """)
     _script(folder / "alltoall_perf", f'echo "alltoall_perf $*" >> {log}\ncat {FIX / "alltoall_ndv4_2node_sweep.txt"}\n')
+    _script(folder / "ibstat", f'echo "ibstat $*" >> {log}\ncat {FIX / "ibstat_ndv4_ok.txt"}\n')
+    # ib_write_bw: the server (no host argument) prints nothing here; the client prints the result.
+    _script(folder / "ib_write_bw", f"""echo "ib_write_bw $*" >> {log}
+case "$*" in *localhost) cat {FIX / 'ib_write_bw_hdr_mbsec.txt'} ;; esac
+""")
     _script(folder / "mpirun", f"""echo "mpirun $*" >> {log}
 while [ $# -gt 0 ]; do case "$1" in */all_reduce_perf|*/alltoall_perf) exec "$@" ;; esac; shift; done
 exit 3
@@ -112,7 +118,7 @@ def test_healthy_cluster_passes_with_every_check_measured(cluster):
     for check in ("gpu_count", "gpu_health", "gpu_xid", "h2d_bandwidth", "nccl_all_reduce_node",
                   "nccl_alltoall_node", "nccl_all_reduce_cluster", "nccl_alltoall_cluster", "fs_write", "fs_read"):
         assert f"{check}" in out
-    assert "2 node(s): 18 passed, 0 failed, 0 skipped checks" in out
+    assert "2 node(s): 28 passed, 0 failed, 0 skipped checks" in out
     calls = log.read_text()
     assert "all_reduce_perf -b 8G -e 8G -f 2 -c 1 -n 20 -g 8" in calls
     assert "nvbandwidth -t host_to_device_memcpy_ce device_to_host_memcpy_ce" in calls
@@ -158,18 +164,21 @@ def test_slow_node_is_named_and_the_run_stops(cluster):
     make, _unused, _unused = cluster
     res = run(make(n1_all_reduce="all_reduce_ndv4_node_slow.txt", n1_gpu_csv="nvsmi_gpu_ndv4_ecc.csv"))
     assert res.returncode != 0
-    assert ("health check failed on 1 of 2 node(s): n1 (gpu_health: GPU 5 (0000000C:00:00.0): 2 uncorrectable "
-            "ECC error(s) since boot, nccl_all_reduce_node: busbw at 8589934592 B 171.1 GB/s is below 228 GB/s)"
-            in res.stdout)
-    assert "n0 (" not in res.stdout
+    # one sentence for the bad node: each failed check with its figure and threshold, then the fix
+    assert ("health check failed on 1 of 2 node(s). n1 failed gpu_health 1 problem(s) (needs 0 problems) (GPU 5 "
+            "(0000000C:00:00.0): 2 uncorrectable ECC error(s) since boot); nccl_all_reduce_node 171.1 GB/s @ "
+            "8589934592 B (needs >= 228 GB/s) (busbw at 8589934592 B 171.1 GB/s is below 228 GB/s); fix: reset the "
+            "GPU (reboot the node); if the errors stay leave it out (the inventory's node_filter) until AmlCompute "
+            "replaces the VM. (healthcheck_ignore_failures: true submits anyway.)" in res.stdout)
+    assert "n0 failed" not in res.stdout
 
 
 def test_ignore_failures_goes_on_with_a_warning(cluster):
     make, _unused, _unused = cluster
     res = run(make(n1_gpu_csv="nvsmi_gpu_ndv4_7gpus.csv", healthcheck_ignore_failures=True))
     assert res.returncode == 0, res.stdout[-3000:]
-    assert "IGNORED (healthcheck_ignore_failures: true): health check failed on 1 of 2 node(s): n1 " \
-           "(gpu_count: found 7 GPUs, expected 8 for Standard_ND96asr_v4)" in res.stdout
+    assert "IGNORED (healthcheck_ignore_failures: true): health check failed on 1 of 2 node(s). n1 failed " \
+           "gpu_count 7 (needs == 8) (found 7 GPUs, expected 8 for Standard_ND96asr_v4); fix: " in res.stdout
 
 
 def test_check_mode_measures_read_only_and_writes_nothing(cluster):
@@ -201,7 +210,7 @@ def test_each_node_is_measured_with_one_shell_command_not_a_module_run(cluster):
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr
     assert _module_runs(res.stdout) == 0, res.stdout[-3000:]
     assert _probe_runs(res.stdout) == 2
-    assert "2 node(s): 18 passed, 0 failed, 0 skipped checks" in res.stdout
+    assert "2 node(s): 28 passed, 0 failed, 0 skipped checks" in res.stdout
     assert "elbencho --write --read" in log.read_text() and list(scratch.iterdir()) == []
 
 
@@ -221,4 +230,4 @@ def test_a_mount_folder_to_create_is_left_to_the_module(cluster, tmp_path):
     assert second.returncode == 0, second.stdout[-4000:]
     assert _module_runs(second.stdout) == 0 and _probe_runs(second.stdout) == 2
     assert re.findall(r"^n\d\s+: ok=\d+\s+changed=(\d+)", second.stdout, re.M) == ["0", "0"]
-    assert "2 node(s): 18 passed, 0 failed, 0 skipped checks" in second.stdout
+    assert "2 node(s): 28 passed, 0 failed, 0 skipped checks" in second.stdout

@@ -27,6 +27,8 @@ import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .health_ib import ib_bw_check, ib_port_checks, parse_ibstat, parse_ibv_devinfo
+
 PASS = "pass"
 FAIL = "fail"
 SKIP = "skip"
@@ -43,16 +45,32 @@ SKIP = "skip"
 #   alltoall_cluster_busbw   alltoall_perf across every node of the cluster, GB/s
 #   fs_write_mbps            shared-mount write throughput of one node, MB/s (10^6 bytes/s)
 #   fs_read_mbps             shared-mount read throughput of one node, MB/s
+#   ib_ports                 InfiniBand ports (link layer InfiniBand), each Active and LinkUp
+#   ib_rate_gbps             lowest rate of any of those ports, Gb/s (ibstat's "Rate")
+#   ib_bw_gbps               lowest ib_write_bw loopback bandwidth of any HCA, Gb/s
+#   nvme_count               local NVMe namespaces (/dev/nvme*n1)
+#   p2p_gbps                 lowest GPU<->GPU copy bandwidth of any pair (nvbandwidth
+#                            device_to_device_memcpy_read_ce, over NVLink), GB/s
+# NVLink is gated on every size that has it: any link nvidia-smi shows <inactive> fails.
 #
 # Sources. "aznhc" is Azure's node health checks, github.com/Azure/azurehpc-health-checks,
-# conf/<size>.conf:
+# conf/<size>.conf (docs/health.md lists each figure with its line):
 #   nd96asr_v4.conf, nd96amsr_a100_v4.conf: check_gpu_count 8; check_cuda_bw 24 (GB/s, its
 #     NUMA-pinned gpu-copy tool); check_nccl_allreduce 228.0 (GB/s busbw, 8 GPUs of one VM,
-#     8G/16G message); check_ib_bw_gdr 185.0 (Gb/s per HDR port, 8 ports).
-#   nd96isr_h100_v5.conf: check_gpu_count 8; check_gpu_bw 48 (GB/s, nvbandwidth H2D/D2H);
-#     check_nccl_allreduce 460.0; check_ib_bw_gdr 380 (Gb/s per NDR port, 8 ports).
+#     8G/16G message); check_hw_ib 200 mlx5_ib0:1 ... mlx5_ib7:1 (8 HDR ports at 200 Gb/s);
+#     check_ib_bw_gdr 185.0 (Gb/s per HDR port).
+#   nd96isr_h100_v5.conf: check_gpu_count 8; check_gpu_bw 48 335 (GB/s, nvbandwidth H2D/D2H,
+#     then P2P: customTests/azure_gpu_bandwidth.nhc, device_to_device_memcpy_read_ce); check_nccl_allreduce 460.0 (16G); check_hw_ib 400 x 8 (NDR);
+#     check_ib_bw_gdr 380; check_nvlink_status.
+#   nd96isr_h200_v5.conf: check_gpu_count 8; check_gpu_bw 48 335; check_nccl_allreduce 431.0
+#     (16G); check_hw_ib 400 x 8 (mlx5_ib0..7; mlx5_an0 at 100 is the Ethernet NIC);
+#     check_ib_bw_gdr 360; check_nvlink_status; check_nvme_count 8.
 #   nd40rs_v2.conf: check_gpu_count 8; check_gpu_bw 10 (V100 on PCIe Gen3); no NCCL figure;
-#     check_ib_bw_non_gdr 78 (Gb/s, one EDR port).
+#     check_hw_ib 100 mlx5_ib0:1 (one EDR port); check_ib_bw_non_gdr 90 (Gb/s).
+#   Every size: check_gpu_xid (customTests/azure_gpu_xid.nhc) and check_gpu_ecc (any
+#     uncorrectable error, a pending or failed row remap: customTests/azure_gpu_ecc.nhc).
+# nvme_count is gated where aznhc gates it (H200 v5); elsewhere the count is reported (set it
+# with healthcheck_thresholds, e.g. 8 on A100 v4 and H100 v5 as nvme.py's table says).
 # h2d_gbps on A100-class is the 20 GB/s the project's issue asks for (aznhc's 24 assumes its
 # NUMA-pinned copy tool; bandwidthTest/nvbandwidth without pinning land near 24-26 on a
 # healthy Gen4 x16 link and well under 20 on a degraded one).
@@ -62,30 +80,37 @@ SKIP = "skip"
 # alltoall traffic leaves the node). fs floors are the project's own: 1000 MB/s per node is
 # far below what BeeOND on the NVMe RAID0 of these sizes delivers, and catches a broken or
 # degraded mount, not a tuning regression. Override any figure with healthcheck_thresholds.
+_NDV4 = {
+    "gpus": 8, "h2d_gbps": 20.0, "allreduce_node_busbw": 228.0, "alltoall_node_busbw": None,
+    "allreduce_cluster_busbw": 148.0, "alltoall_cluster_busbw": 13.9,
+    "fs_write_mbps": 1000.0, "fs_read_mbps": 1000.0,
+    "ib_ports": 8, "ib_rate_gbps": 200.0, "ib_bw_gbps": 185.0, "nvme_count": None, "p2p_gbps": None,
+}
 VM_THRESHOLDS: dict[str, dict[str, float | int | None]] = {
-    "standard_nd96asr_v4": {
-        "gpus": 8, "h2d_gbps": 20.0, "allreduce_node_busbw": 228.0, "alltoall_node_busbw": None,
-        "allreduce_cluster_busbw": 148.0, "alltoall_cluster_busbw": 13.9,
-        "fs_write_mbps": 1000.0, "fs_read_mbps": 1000.0,
-    },
-    "standard_nd96amsr_a100_v4": {
-        "gpus": 8, "h2d_gbps": 20.0, "allreduce_node_busbw": 228.0, "alltoall_node_busbw": None,
-        "allreduce_cluster_busbw": 148.0, "alltoall_cluster_busbw": 13.9,
-        "fs_write_mbps": 1000.0, "fs_read_mbps": 1000.0,
-    },
+    "standard_nd96asr_v4": dict(_NDV4),
+    "standard_nd96amsr_a100_v4": dict(_NDV4),
     "standard_nd96isr_h100_v5": {
         "gpus": 8, "h2d_gbps": 48.0, "allreduce_node_busbw": 460.0, "alltoall_node_busbw": None,
         "allreduce_cluster_busbw": 304.0, "alltoall_cluster_busbw": 28.5,
         "fs_write_mbps": 1000.0, "fs_read_mbps": 1000.0,
+        "ib_ports": 8, "ib_rate_gbps": 400.0, "ib_bw_gbps": 380.0, "nvme_count": None, "p2p_gbps": 335.0,
+    },
+    "standard_nd96isr_h200_v5": {
+        "gpus": 8, "h2d_gbps": 48.0, "allreduce_node_busbw": 431.0, "alltoall_node_busbw": None,
+        "allreduce_cluster_busbw": 288.0, "alltoall_cluster_busbw": 27.0,
+        "fs_write_mbps": 1000.0, "fs_read_mbps": 1000.0,
+        "ib_ports": 8, "ib_rate_gbps": 400.0, "ib_bw_gbps": 360.0, "nvme_count": 8, "p2p_gbps": 335.0,
     },
     "standard_nd40rs_v2": {
         "gpus": 8, "h2d_gbps": 10.0, "allreduce_node_busbw": None, "alltoall_node_busbw": None,
         "allreduce_cluster_busbw": 7.8, "alltoall_cluster_busbw": None,
         "fs_write_mbps": 1000.0, "fs_read_mbps": 1000.0,
+        "ib_ports": 1, "ib_rate_gbps": 100.0, "ib_bw_gbps": 90.0, "nvme_count": None, "p2p_gbps": None,
     },
 }
 THRESHOLD_KEYS = ("gpus", "h2d_gbps", "allreduce_node_busbw", "alltoall_node_busbw",
-                  "allreduce_cluster_busbw", "alltoall_cluster_busbw", "fs_write_mbps", "fs_read_mbps")
+                  "allreduce_cluster_busbw", "alltoall_cluster_busbw", "fs_write_mbps", "fs_read_mbps",
+                  "ib_ports", "ib_rate_gbps", "ib_bw_gbps", "nvme_count", "p2p_gbps")
 
 # XIDs that mean the GPU needs a reset or a replacement: the list aznhc's check_gpu_xid
 # fails on (customTests/azure_gpu_xid.nhc), meanings in docs.nvidia.com/deploy/xid-errors.
@@ -352,6 +377,124 @@ def h2d_check(tool: str, outputs: list[str], minimum: float | None) -> dict[str,
 
 
 # --------------------------------------------------------------------------------------
+# NVLink and local NVMe
+# --------------------------------------------------------------------------------------
+_NVLINK_GPU = re.compile(r"^GPU (\d+): ")
+_NVLINK_LINK = re.compile(r"^\s*Link (\d+): (.*?)\s*$")
+
+
+def parse_nvlink_status(text: str) -> dict[int, dict[int, float | None]]:
+    """``nvidia-smi nvlink -s``: {gpu: {link: GB/s, or None where it says <inactive>}}.
+
+    A GPU without NVLink (PCIe cards) is listed with no links, or not at all."""
+    out: dict[int, dict[int, float | None]] = {}
+    gpu = None
+    for line in text.splitlines():
+        m = _NVLINK_GPU.match(line)
+        if m:
+            gpu = int(m.group(1))
+            out[gpu] = {}
+            continue
+        m = _NVLINK_LINK.match(line)
+        if m and gpu is not None:
+            speed = re.match(r"([\d.]+)\s*GB/s", m.group(2))
+            out[gpu][int(m.group(1))] = float(speed.group(1)) if speed else None
+    return out
+
+
+def nvlink_check(text: str) -> dict[str, Any]:
+    """``nvlink``: fails on any link nvidia-smi shows inactive (aznhc check_nvlink_status,
+    customTests/azure_gpu_nvlink.nhc); a node without NVLink is reported, not gated."""
+    links = parse_nvlink_status(text)
+    total = sum(len(v) for v in links.values())
+    if not total:
+        return check("nvlink", PASS, "no NVLink", reason="nvidia-smi shows no NVLink on this node: not gated")
+    inactive = [f"GPU {gpu} link {link}" for gpu, per in sorted(links.items())
+                for link, speed in sorted(per.items()) if speed is None]
+    return check("nvlink", FAIL if inactive else PASS, f"{total - len(inactive)} of {total} active", "all active",
+                 f"inactive: {', '.join(inactive)}" if inactive else "")
+
+
+def nvme_check(devices: Iterable[str], expected: int | None) -> dict[str, Any]:
+    """``nvme_count``: local NVMe namespaces (``/dev/nvme*n1``, as aznhc check_nvme_count counts)."""
+    found = sorted(devices)
+    if expected is None:
+        return check("nvme_count", PASS, len(found), reason="no expected count for this VM size: reported, not gated")
+    if len(found) == int(expected):
+        return check("nvme_count", PASS, len(found), f"== {int(expected)}")
+    return check("nvme_count", FAIL, len(found), f"== {int(expected)}",
+                 f"found {len(found)} NVMe disk(s), expected {int(expected)}")
+
+
+def ib_checks(probe: Mapping[str, Any], limits: Mapping[str, Any], tool_names: Mapping[str, str]) -> list[dict[str, Any]]:
+    """InfiniBand ports (ibstat, else ibv_devinfo -v) and, where perftest is there, ib_bw."""
+    tools = probe.get("tools") or {}
+    if tools.get("ibstat") and probe.get("ibstat"):
+        run, tool, parse = probe["ibstat"], "ibstat", parse_ibstat
+    elif tools.get("ibv_devinfo") and probe.get("ibv_devinfo"):
+        run, tool, parse = probe["ibv_devinfo"], "ibv_devinfo", parse_ibv_devinfo
+    else:
+        reason = (f"neither {tool_names.get('ibstat', 'ibstat')} nor {tool_names.get('ibv_devinfo', 'ibv_devinfo')} "
+                  "found: InfiniBand not checked")
+        return [skipped(name, reason) for name in ("ib_ports", "ib_rate", "ib_bw")]
+    if run.get("rc") != 0:
+        why = " ".join(_out(run).split())[:200]
+        out = [check("ib_ports", FAIL, reason=f"{tool} failed: {why}"), skipped("ib_rate", f"{tool} failed")]
+    else:
+        out = ib_port_checks(parse(str(run.get("stdout", ""))), limits.get("ib_ports"), limits.get("ib_rate_gbps"), tool)
+    bw = probe.get("ib_write_bw")
+    if not tools.get("ib_write_bw"):
+        out.append(skipped("ib_bw", f"{tool_names.get('ib_write_bw', 'ib_write_bw')} (perftest) not found"))
+    elif not bw:
+        out.append(skipped("ib_bw", "no active InfiniBand port to measure"))
+    else:
+        out.append(ib_bw_check({hca: _out(r) for hca, r in bw.items()}, limits.get("ib_bw_gbps")))
+    return out
+
+
+P2P_TESTCASE = "device_to_device_memcpy_read_ce"
+
+
+def parse_nvbandwidth_p2p(text: str) -> dict[tuple[int, int], float]:
+    """``nvbandwidth -t device_to_device_memcpy_read_ce``: {(row GPU, column GPU): GB/s}, the
+    diagonal (N/A) left out."""
+    out: dict[tuple[int, int], float] = {}
+    current = None
+    header: list[int] = []
+    for line in text.splitlines():
+        m = _NVBW_RUNNING.match(line.strip())
+        if m:
+            current, header = m.group(1), []
+            continue
+        if current != P2P_TESTCASE:
+            continue
+        stripped = line.strip()
+        if stripped and all(tok.isdigit() for tok in stripped.split()) and not header:
+            header = [int(t) for t in stripped.split()]
+            continue
+        row = _NVBW_ROW.match(line)
+        if header and row:
+            src = int(row.group(1))
+            out.update({(src, dst): float(v) for dst, v in zip(header, row.group(2).split()) if v != "N/A"})
+    return out
+
+
+def p2p_check(text: str, minimum: float | None) -> dict[str, Any]:
+    """``p2p_bandwidth``: the slowest GPU pair's copy (aznhc check_gpu_bw's second figure)."""
+    pairs = parse_nvbandwidth_p2p(text)
+    if not pairs:
+        return check("p2p_bandwidth", FAIL, reason=f"nvbandwidth printed no {P2P_TESTCASE} figure")
+    worst = min(pairs, key=pairs.__getitem__)
+    result = at_least("p2p_bandwidth", pairs[worst], minimum, "GB/s", f"GPU {worst[0]} <- GPU {worst[1]} copy")
+    result["value"] += f" (min of {len(pairs)} pairs, GPU {worst[0]} <- GPU {worst[1]})"
+    if minimum is not None:
+        slow = sorted(k for k, v in pairs.items() if v < float(minimum))
+        if len(slow) > 1:
+            result["reason"] += f"; {len(slow)} pairs below: " + ", ".join(f"{a}<-{b}" for a, b in slow)
+    return result
+
+
+# --------------------------------------------------------------------------------------
 # nccl-tests
 # --------------------------------------------------------------------------------------
 _NCCL_ROW = re.compile(
@@ -491,17 +634,69 @@ def fs_checks(tool: str, result: Mapping[str, Any] | str, thresholds: Mapping[st
 # --------------------------------------------------------------------------------------
 # Verdict
 # --------------------------------------------------------------------------------------
+UNREACHABLE = "no health check results (host failed or unreachable)"
+
+# What to do about a failed check, by check name (the first failing check of a node names its
+# fix). AmlCompute has no node-level drain or delete: a bad node is left out of the run
+# (healthcheck_on_failure, or the inventory's node_filter) until AmlCompute gives the cluster
+# a new VM in its place.
+_REPLACE = "leave it out (the inventory's node_filter) until AmlCompute replaces the VM"
+FIXES: dict[str, str] = {
+    "unreachable": "check that the node is running and answers SSH, then rerun; if it does not, " + _REPLACE,
+    "gpu_count": "a GPU is missing: reboot the node, and if it still lacks one " + _REPLACE,
+    "gpu_health": "reset the GPU (reboot the node); if the errors stay " + _REPLACE,
+    "gpu_xid": "reset the GPU (reboot the node); if the XID comes back " + _REPLACE,
+    "nvlink": "reboot the node; if a link stays inactive " + _REPLACE,
+    "h2d_bandwidth": "reboot the node; if the copy stays slow " + _REPLACE,
+    "nccl_all_reduce_node": "reboot the node; if NCCL stays slow " + _REPLACE,
+    "nccl_alltoall_node": "reboot the node; if NCCL stays slow " + _REPLACE,
+    "ib_ports": "reboot the node to bring the port up; if it stays down " + _REPLACE,
+    "ib_rate": "reboot the node to retrain the link; if it stays below its rate " + _REPLACE,
+    "ib_bw": "reboot the node; if the HCA stays slow " + _REPLACE,
+    "nvme_count": "a local NVMe disk is missing: " + _REPLACE,
+    "fs_write": "make the scratch mount writable again (rerun the beeond or nvme_raid role), or " + _REPLACE,
+    "fs_read": "remount the scratch file system (rerun the beeond role), or " + _REPLACE,
+    "pair_link": "check the node's network port (ibstat, or its Ethernet link); if the link stays slow or lossy "
+                 + _REPLACE,
+    "nccl_all_reduce_cluster": "find the slow node or link with the pair gate and leave it out",
+    "nccl_alltoall_cluster": "find the slow node or link with the pair gate and leave it out",
+}
+DEFAULT_FIX = "repair the node, or " + _REPLACE
+
+
+def _figure(c: Mapping[str, Any]) -> str:
+    value, threshold = str(c.get("value") or ""), str(c.get("threshold") or "")
+    if value and threshold:
+        return f" {value} (needs {threshold})"
+    return f" {value}" if value else ""
+
+
+def node_sentence(node: str, checks: Iterable[Mapping[str, Any]] | None) -> str:
+    """One sentence for a bad node: the node, each failed check with its figure and why, the fix."""
+    if checks is None:
+        return f"{node} did not answer: {UNREACHABLE}; fix: {FIXES['unreachable']}."
+    failed = [c for c in checks if c["status"] == FAIL]
+    parts = [f"{c['check']}{_figure(c)}" + (f" ({c['reason']})" if c.get("reason") else "") for c in failed]
+    fix = FIXES.get(str(failed[0]["check"]), DEFAULT_FIX) if failed else DEFAULT_FIX
+    return f"{node} failed {'; '.join(parts)}; fix: {fix}."
+
+
 def failing_nodes(results: Mapping[str, Iterable[Mapping[str, Any]] | None]) -> list[dict[str, Any]]:
-    """[{"node", "reasons"}] for every node with a failed check or no results at all."""
+    """[{"node", "reasons", "checks", "unreachable", "sentence"}] for every node with a failed
+    check or no results at all (``checks``: the names of its failed checks)."""
     out = []
     for node in sorted(results):
         checks = results[node]
         if checks is None:
-            out.append({"node": node, "reasons": ["no health check results (host failed or unreachable)"]})
+            out.append({"node": node, "reasons": [UNREACHABLE], "checks": ["unreachable"], "unreachable": True,
+                        "sentence": node_sentence(node, None)})
             continue
-        reasons = [f"{c['check']}: {c['reason'] or 'failed'}" for c in checks if c["status"] == FAIL]
-        if reasons:
-            out.append({"node": node, "reasons": reasons})
+        checks = list(checks)
+        failed = [c for c in checks if c["status"] == FAIL]
+        if failed:
+            out.append({"node": node, "reasons": [f"{c['check']}: {c['reason'] or 'failed'}" for c in failed],
+                        "checks": [c["check"] for c in failed], "unreachable": False,
+                        "sentence": node_sentence(node, checks)})
     return out
 
 
@@ -512,7 +707,7 @@ def render_table(results: Mapping[str, Iterable[Mapping[str, Any]] | None]) -> l
     for node in sorted(results):
         checks = results[node]
         if checks is None:
-            lines.append((node, "-", "FAIL", "", "", "no health check results (host failed or unreachable)"))
+            lines.append((node, "-", "FAIL", "", "", UNREACHABLE))
             continue
         for c in checks:
             lines.append((node, c["check"], c["status"].upper(), c["value"], c["threshold"], c["reason"]))
@@ -530,12 +725,12 @@ def report(results: Mapping[str, Iterable[Mapping[str, Any]] | None]) -> dict[st
             counts[c["status"]] += 1
     message = ""
     if failing:
-        message = (f"health check failed on {len(failing)} of {len(results)} node(s): "
-                   + "; ".join(f"{f['node']} ({', '.join(f['reasons'])})" for f in failing)
-                   + ". Replace or repair the node(s) (or leave them out with the inventory's "
-                   "node_filter), or set healthcheck_ignore_failures: true to submit anyway.")
+        message = (f"health check failed on {len(failing)} of {len(results)} node(s). "
+                   + " ".join(f["sentence"] for f in failing)
+                   + " (healthcheck_ignore_failures: true submits anyway.)")
     return {"table": render_table(results), "failing": failing,
             "failing_nodes": [f["node"] for f in failing], "counts": counts, "message": message,
+            "sentences": [f["sentence"] for f in failing],
             "summary": (f"{len(results)} node(s): {counts[PASS]} passed, {counts[FAIL]} failed, "
                         f"{counts[SKIP]} skipped checks")}
 
@@ -591,12 +786,20 @@ def node_checks(probe: Mapping[str, Any], limits: Mapping[str, Any], tool_names:
                              str(remap.get("stdout", "")) if remap.get("rc") == 0 else None,
                              str(klog.get("stdout", "")) if klog.get("rc") == 0 else None,
                              limits.get("gpus"), vm_size, str(klog.get("stderr") or ""))
+        nvlink = probe.get("nvlink") or {}
+        if nvlink.get("rc") == 0:
+            checks.append(nvlink_check(str(nvlink.get("stdout", ""))))
+        elif nvlink:
+            checks.append(check("nvlink", FAIL, reason="nvidia-smi nvlink -s failed: "
+                                + " ".join(_out(nvlink).split())[:200]))
 
     # Host <-> device bandwidth
     if not has_smi:
         checks.append(skipped("h2d_bandwidth", "no GPU (nvidia-smi not found)"))
     elif tools.get("nvbandwidth"):
         checks.append(h2d_check("nvbandwidth", [_out(probe.get("nvbandwidth") or {})], limits.get("h2d_gbps")))
+        if limits.get("p2p_gbps") is not None and gpu_count > 1:
+            checks.append(p2p_check(_out(probe.get("nvbandwidth") or {}), limits["p2p_gbps"]))
     elif tools.get("bandwidth_test"):
         runs = probe.get("bandwidth_test") or []
         if runs:
@@ -614,6 +817,11 @@ def node_checks(probe: Mapping[str, Any], limits: Mapping[str, Any], tool_names:
             checks.append(skipped(name, f"{tool_names.get(tool, tool)} (nccl-tests) not found"))
         elif name in ran:
             checks.append(nccl_check(name, _out(ran[name]), limits.get(limit)))
+
+    # InfiniBand ports, their rate and perftest's figure; the local NVMe disks
+    checks += ib_checks(probe, limits, tool_names)
+    if "nvme_devices" in probe:
+        checks.append(nvme_check(probe.get("nvme_devices") or [], limits.get("nvme_count")))
 
     # The shared mount
     if not fs_path or not probe.get("fs_isdir") or check_mode:

@@ -5,12 +5,12 @@ module's result built from it, shared by the ``healthcheck_node`` module and its
 
 The module runs :func:`probe` inside Ansible's module payload. The action runs the same code
 without that payload where it can: :func:`probe_command` is one shell command that hands this
-file, ``health.py`` and ``fsbench.py`` (standard library only) to the node's Python and prints
+file, ``health_ib.py``, ``health.py`` and ``fsbench.py`` (standard library only) to the node's Python and prints
 :func:`node_side`'s answer; :func:`read_outcome` turns the output into the module's own
 result (:func:`module_result`, judged on the controller with ``node_checks``). A module
 run costs the node about 0.2 s of CPU before it measures anything (Python compiles Ansible's
 module code from the payload's zip each time; ``bench/task_kinds_bench.py``); this command
-costs the node the compile of these three files. Where the mount test's folder is to be
+costs the node the compile of these four files. Where the mount test's folder is to be
 created, :func:`node_side` measures nothing and says so: the module runs, as before.
 
 Standard library only.
@@ -19,19 +19,33 @@ Standard library only.
 from __future__ import annotations
 
 import base64
+import glob
 import json
 import os
 import shlex
 import shutil
 import subprocess
+import time
 import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 from .fsbench import run as fsbench_run
-from .health import NODE_NCCL_TESTS, gpu_count_of, node_checks, nvidia_smi_gpu_args, nvidia_smi_remap_args, thresholds_for
+from .health import (
+    NODE_NCCL_TESTS,
+    P2P_TESTCASE,
+    gpu_count_of,
+    node_checks,
+    nvidia_smi_gpu_args,
+    nvidia_smi_remap_args,
+    thresholds_for,
+)
+from .health_ib import parse_ibstat, parse_ibv_devinfo
 
-TOOL_KEYS = ("nvidia_smi", "nvbandwidth", "bandwidth_test", "all_reduce_perf", "alltoall_perf", "elbencho", "mpirun")
+TOOL_KEYS = ("nvidia_smi", "nvbandwidth", "bandwidth_test", "all_reduce_perf", "alltoall_perf", "elbencho", "mpirun",
+             "ibstat", "ibv_devinfo", "ib_write_bw")
+# Where the local NVMe namespaces are (aznhc's check_nvme_count counts the same).
+NVME_GLOB = "/dev/nvme*n1"
 
 ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "tools": {"type": "dict", "required": True},
@@ -40,6 +54,8 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "thresholds": {"type": "dict", "default": {}},
     "kernel_log_command": {"type": "str", "default": "dmesg"},
     "nccl_node_args": {"type": "str", "default": ""},
+    "ib_bw_args": {"type": "str", "default": "-s 8388608 -x 0 -F --report_gbits --perform_warm_up"},
+    "ib_bw_gdr": {"type": "bool", "default": True},
     "command_timeout": {"type": "int", "default": 900},
     "fs_path": {"type": "str", "default": ""},
     "fs_path_create": {"type": "bool", "default": False},
@@ -52,7 +68,7 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
 
 # The module names the sources travel under in probe_command (their import names).
 PACKAGE = "ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc"
-MODULE_NAMES = (f"{PACKAGE}.health", f"{PACKAGE}.fsbench", f"{PACKAGE}.health_probe")
+MODULE_NAMES = (f"{PACKAGE}.health_ib", f"{PACKAGE}.health", f"{PACKAGE}.fsbench", f"{PACKAGE}.health_probe")
 # First line of node_side's answer in the command's output (sudo or a login banner may
 # print before it; a terminal ends lines in \r\n).
 MARKER = "amlhpc-health-probe:"
@@ -77,6 +93,13 @@ def find_tools(names: Mapping[str, Any], dirs: Sequence[str]) -> dict[str, str]:
     return {key: (shutil.which(str(names[key]), path=path) or "") if names.get(key) else "" for key in TOOL_KEYS}
 
 
+def _limits(p: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        return thresholds_for(p["vm_size"], p["thresholds"])
+    except ValueError:
+        return {}
+
+
 def probe(p: Mapping[str, Any], check_mode: bool) -> dict:
     """Run on the node what the checks read (node_checks judges it)."""
     timeout = p["command_timeout"]
@@ -89,14 +112,19 @@ def probe(p: Mapping[str, Any], check_mode: bool) -> dict:
         out["kernel_log"] = run(shlex.split(p["kernel_log_command"]), timeout)
         gpus = gpu_count_of(out["gpu_query"])
         if tools["nvbandwidth"]:
+            # GPU <-> GPU too where the size has a figure for it (aznhc's check_gpu_bw, second figure)
+            p2p = [P2P_TESTCASE] if gpus > 1 and _limits(p).get("p2p_gbps") is not None else []
             out["nvbandwidth"] = run([tools["nvbandwidth"], "-t", "host_to_device_memcpy_ce",
-                                      "device_to_host_memcpy_ce"], timeout)
+                                      "device_to_host_memcpy_ce", *p2p], timeout)
         elif tools["bandwidth_test"]:
             out["bandwidth_test"] = [run([tools["bandwidth_test"], f"--device={i}", "--memory=pinned"], timeout)
                                      for i in range(gpus)]
         out["nccl_node"] = [
             {"check": name, **run([tools[tool], *shlex.split(p["nccl_node_args"]), "-g", str(gpus)], timeout)}
             for name, tool, _limit in NODE_NCCL_TESTS if tools[tool]]
+        out["nvlink"] = run([tools["nvidia_smi"], "nvlink", "-s"], timeout)
+    probe_ib(out, tools, p, timeout, gpus)
+    out["nvme_devices"] = sorted(glob.glob(NVME_GLOB))
     if p["cluster"] is not None:
         out["nodefile_exists"] = os.path.exists(str(p["cluster"].get("nodefile") or ""))
     fs_path = p["fs_path"]
@@ -116,6 +144,46 @@ def probe(p: Mapping[str, Any], check_mode: bool) -> dict:
         except (OSError, ValueError) as exc:
             out["fs_bench"] = {"error": f"file system benchmark under {fs_path} failed: {exc}"}
     return out
+
+
+def probe_ib(out: dict, tools: Mapping[str, str], p: Mapping[str, Any], timeout: int, gpus: int) -> None:
+    """InfiniBand: ibstat (else ibv_devinfo -v); where perftest is there, ib_write_bw over the
+    loopback of each active InfiniBand port (from GPU memory, GPU i with HCA i, where there
+    are GPUs and ``ib_bw_gdr``), as aznhc's check_ib_bw_gdr measures each HCA alone
+    (customTests/azure_ib_write_bw_gdr.nhc: its arguments and ports 18510...)."""
+    if tools["ibstat"]:
+        out["ibstat"] = run([tools["ibstat"]], timeout)
+        ports = parse_ibstat(out["ibstat"]["stdout"]) if out["ibstat"]["rc"] == 0 else []
+    elif tools["ibv_devinfo"]:
+        out["ibv_devinfo"] = run([tools["ibv_devinfo"], "-v"], timeout)
+        ports = parse_ibv_devinfo(out["ibv_devinfo"]["stdout"]) if out["ibv_devinfo"]["rc"] == 0 else []
+    else:
+        return
+    if not tools["ib_write_bw"]:
+        return
+    active = [q for q in ports if q["link_layer"].lower() == "infiniband" and q["state"].lower() == "active"]
+    out["ib_write_bw"] = {}
+    # Every HCA's server listens on a port of its own; the clients then run one at a time.
+    servers = []
+    for i, port in enumerate(active):
+        argv = [tools["ib_write_bw"], "-d", port["hca"], "-i", str(port["port"]), "-p", str(18510 + i),
+                *shlex.split(p["ib_bw_args"]), *([f"--use_cuda={i}"] if p["ib_bw_gdr"] and i < gpus else [])]
+        try:
+            # the server must run beside its client: run_command waits for the command's end
+            server = subprocess.Popen(argv, stdout=subprocess.DEVNULL,  # pylint: disable=ansible-bad-function,consider-using-with
+                                      stderr=subprocess.DEVNULL)
+            servers.append((port["hca"], argv, server))
+        except OSError as exc:
+            out["ib_write_bw"][port["hca"]] = {"rc": -1, "stdout": "", "stderr": f"{argv[0]}: {exc}"}
+    if servers:
+        time.sleep(1)
+    for hca, argv, server in servers:
+        out["ib_write_bw"][hca] = run([*argv, "localhost"], timeout)
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
 
 
 def needs_folder(p: Mapping[str, Any]) -> bool:
@@ -148,7 +216,7 @@ def module_result(p: Mapping[str, Any], raw: Mapping[str, Any], limits: Mapping[
             "tools": raw["tools"], "cluster_runs": judged["cluster_runs"], "facts": facts}
 
 
-# Runs on the node under ``python -c``: the three sources become the modules they are, under
+# Runs on the node under ``python -c``: the four sources become the modules they are, under
 # their import names, then node_side's answer is printed after MARKER. Double quotes only:
 # shlex.quote puts the whole program in single quotes.
 _PROGRAM = (
@@ -175,7 +243,7 @@ _PROGRAM = (
 def probe_command(interpreter: str, params: Mapping[str, Any], check_mode: bool,
                   sources: Sequence[tuple[str, str]]) -> str:
     """One shell command that runs :func:`node_side` with ``params`` on the node's
-    ``interpreter``; ``sources``: (import name, source) of health, fsbench and this file, in
+    ``interpreter``; ``sources``: (import name, source) of health_ib, health, fsbench and this file, in
     that order (each imports only the standard library and those before it)."""
     payload = zlib.compress(json.dumps({"package": PACKAGE, "modules": [list(s) for s in sources],
                                         "params": dict(params), "check_mode": bool(check_mode)}).encode(), 9)

@@ -234,9 +234,18 @@ def test_report_names_failing_nodes_and_unreachable_ones():
     }
     r = health.report(results)
     assert r["failing_nodes"] == ["nd-1", "nd-2"]
-    assert "nd-1 (gpu_count: found 7 GPUs, expected 8 for Standard_ND96asr_v4)" in r["message"]
-    assert "nd-2 (no health check results" in r["message"]
-    assert "healthcheck_ignore_failures: true" in r["message"]
+    assert r["failing"][0]["reasons"] == ["gpu_count: found 7 GPUs, expected 8 for Standard_ND96asr_v4"]
+    # one sentence per bad node: the node, the check, its figure against the threshold, the fix
+    assert r["sentences"] == [
+        "nd-1 failed gpu_count 7 (needs == 8) (found 7 GPUs, expected 8 for Standard_ND96asr_v4); fix: a GPU is "
+        "missing: reboot the node, and if it still lacks one leave it out (the inventory's node_filter) until "
+        "AmlCompute replaces the VM.",
+        "nd-2 did not answer: no health check results (host failed or unreachable); fix: check that the node is "
+        "running and answers SSH, then rerun; if it does not, leave it out (the inventory's node_filter) until "
+        "AmlCompute replaces the VM."]
+    assert [f["checks"] for f in r["failing"]] == [["gpu_count"], ["unreachable"]]
+    assert r["message"] == ("health check failed on 2 of 3 node(s). " + " ".join(r["sentences"])
+                            + " (healthcheck_ignore_failures: true submits anyway.)")
     assert r["table"][0].split() == ["NODE", "CHECK", "STATUS", "VALUE", "THRESHOLD", "REASON"]
     assert any(line.startswith("nd-1") and " FAIL " in line and "gpu_count" in line for line in r["table"])
     assert r["counts"] == {"pass": 3, "fail": 1, "skip": 1}
@@ -270,7 +279,7 @@ def test_recorded_h100_answers_pass():
 # ---------------------------------------------------------------- one node's probe, judged
 NAMES = {"nvidia_smi": "nvidia-smi", "nvbandwidth": "nvbandwidth", "bandwidth_test": "bandwidthTest",
          "all_reduce_perf": "all_reduce_perf", "alltoall_perf": "alltoall_perf", "elbencho": "elbencho",
-         "mpirun": "mpirun"}
+         "mpirun": "mpirun", "ibstat": "ibstat", "ibv_devinfo": "ibv_devinfo", "ib_write_bw": "ib_write_bw"}
 NO_TOOLS = dict.fromkeys(NAMES, "")
 
 
@@ -279,8 +288,11 @@ def ran(text, rc=0, stderr=""):
 
 
 def ndv4_probe(**over):
-    tools = {k: f"/opt/t/{v}" for k, v in NAMES.items()} | {"bandwidth_test": "", "elbencho": ""}
+    tools = {k: f"/opt/t/{v}" for k, v in NAMES.items()} | {"bandwidth_test": "", "elbencho": "", "ibv_devinfo": ""}
     probe = {"tools": tools, "gpu_query": ran(fx("nvsmi_gpu_ndv4_ok.csv")),
+             "nvlink": ran(fx("nvlink_a100_ok.txt")), "ibstat": ran(fx("ibstat_ndv4_ok.txt")),
+             "ib_write_bw": {f"mlx5_ib{i}": ran(fx("ib_write_bw_hdr_mbsec.txt")) for i in range(8)},
+             "nvme_devices": [f"/dev/nvme{i}n1" for i in range(8)],
              "remap_query": ran(fx("nvsmi_remap_ndv4_ok.csv")), "kernel_log": ran(fx("dmesg_clean.txt")),
              "nvbandwidth": ran(fx("nvbandwidth_ndv4_ok.txt")),
              "nccl_node": [{"check": "nccl_all_reduce_node", **ran(fx("all_reduce_ndv4_node_ok.txt"))},
@@ -299,8 +311,9 @@ def test_node_checks_of_a_healthy_ndv4_head_in_table_order_with_the_cluster_runs
     limits = health.thresholds_for("Standard_ND96asr_v4")
     out = health.node_checks(ndv4_probe(), limits, NAMES, vm_size="Standard_ND96asr_v4", fs_path="/mnt/beeond",
                              cluster=CLUSTER)
-    assert [c["check"] for c in out["checks"]] == ["gpu_count", "gpu_health", "gpu_xid", "h2d_bandwidth",
-                                                   "nccl_all_reduce_node", "nccl_alltoall_node", "fs_write", "fs_read"]
+    assert [c["check"] for c in out["checks"]] == ["gpu_count", "gpu_health", "gpu_xid", "nvlink", "h2d_bandwidth",
+                                                   "nccl_all_reduce_node", "nccl_alltoall_node", "ib_ports", "ib_rate",
+                                                   "ib_bw", "nvme_count", "fs_write", "fs_read"]
     assert all(c["status"] == "pass" for c in out["checks"]), out["checks"]
     assert out["gpu_count"] == 8
     assert [r["check"] for r in out["cluster_runs"]] == ["nccl_all_reduce_cluster", "nccl_alltoall_cluster"]

@@ -30,7 +30,7 @@ SOURCES_DIR = Path(__file__).resolve().parents[4] / "plugins" / "module_utils" /
 
 
 def sources() -> list[tuple[str, str]]:
-    """As the action reads them: health, fsbench, health_probe, under their import names."""
+    """As the action reads them: health_ib, health, fsbench, health_probe, under their import names."""
     return [(name, (SOURCES_DIR / (name.rpartition(".")[2] + ".py")).read_text()) for name in MODULE_NAMES]
 
 
@@ -123,3 +123,43 @@ def test_the_command_carries_no_quote_that_breaks_the_shell(tools):
     cmd = probe_command(sys.executable, p, False, sources())
     assert "$HOME" not in cmd and "it's" not in cmd
     assert read_outcome(p, shell(cmd), False) == module_way(p)
+
+
+def test_infiniband_each_active_port_is_measured_from_its_gpu(tools, tmp_path):
+    """ibstat lists a port down and the Ethernet NIC: ib_write_bw runs a server and a client
+    (to localhost) on each active InfiniBand port only, HCA i from GPU i, on ports of their own."""
+    log = tmp_path / "ib.log"
+    (tools / "ibstat").write_text(f"#!/bin/sh\ncat {FIX / 'ibstat_ndv4_port_down.txt'}\n")
+    (tools / "ib_write_bw").write_text(f"""#!/bin/sh
+echo "$*" >> {log}
+case "$*" in *" localhost") cat {FIX / 'ib_write_bw_hdr_mbsec.txt'} ;; esac
+""")
+    for name in ("ibstat", "ib_write_bw"):
+        (tools / name).chmod(0o755)
+    p = params(tool_dirs=[str(tools)], tools={**params()["tools"], "ibstat": "ibstat", "ib_write_bw": "ib_write_bw"})
+    got = read_outcome(p, shell(probe_command(sys.executable, p, False, sources())), False)
+    checks = {c["check"]: c for c in got["checks"]}
+    assert checks["ib_ports"]["status"] == "fail" and "mlx5_ib3:1 (Down/Polling)" in checks["ib_ports"]["reason"]
+    assert checks["ib_bw"]["status"] == "pass" and checks["ib_bw"]["value"].startswith("196.5 Gb/s (min of 7,")
+    calls = sorted(log.read_text().splitlines())
+    hcas = [f"mlx5_ib{i}" for i in range(8) if i != 3]
+    args = "-s 8388608 -x 0 -F --report_gbits --perform_warm_up"
+    assert calls == sorted([f"-d {hca} -i 1 -p {18510 + i} {args} --use_cuda={i}{end}"
+                            for i, hca in enumerate(hcas) for end in ("", " localhost")])
+    # where perftest has no CUDA: from host memory
+    p["ib_bw_gdr"] = False
+    log.unlink()
+    shell(probe_command(sys.executable, p, False, sources()))
+    assert not any("--use_cuda" in line for line in log.read_text().splitlines())
+
+
+def test_gpu_to_gpu_copies_are_measured_where_the_size_has_a_figure(tools, tmp_path):
+    log = tmp_path / "nvbw.log"
+    (tools / "nvbandwidth").write_text(f"#!/bin/sh\necho \"$*\" >> {log}\ncat {FIX / 'nvbandwidth_h100_p2p_slow.txt'}\n")
+    h100 = params(tool_dirs=[str(tools)], vm_size="Standard_ND96isr_H100_v5")
+    got = read_outcome(h100, shell(probe_command(sys.executable, h100, False, sources())), False)
+    assert log.read_text() == "-t host_to_device_memcpy_ce device_to_host_memcpy_ce device_to_device_memcpy_read_ce\n"
+    assert {c["check"]: c["status"] for c in got["checks"]}["p2p_bandwidth"] == "fail"
+    log.unlink()
+    probe(params(tool_dirs=[str(tools)]), False)  # ND96asr_v4: aznhc has no P2P figure for it
+    assert log.read_text() == "-t host_to_device_memcpy_ce device_to_host_memcpy_ce\n"
