@@ -114,6 +114,33 @@ def start(nodes: Iterable[str], tool: str, *, minimum: float | None = None, rela
     return state
 
 
+def skipped_state(nodes: Iterable[str], reason: str) -> dict[str, Any]:
+    """A gate that does not run (no tool, switched off, one node): every node's check skips."""
+    return {"tool": "", "unit": "", "nodes": list(nodes), "rounds": [], "blamed": {}, "next": [],
+            "done": True, "skip_reason": reason, "roles": {}, "summary": [f"pair gate skipped: {reason}"]}
+
+
+def with_roles(state: Mapping[str, Any], addresses: Mapping[str, str], base_port: int) -> dict[str, Any]:
+    """``state`` with the next round's ``roles`` (a new port each round), ``port`` and ``summary``."""
+    port = base_port + len(state.get("rounds") or []) + 1
+    return {**state, "roles": roles(state, addresses, port), "port": port, "summary": summary(state)}
+
+
+def client_figures(state: Mapping[str, Any], results: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The figures of the round just run from each client's registered result; one of an
+    earlier round (another port) or none at all counts as no result."""
+    out: dict[str, dict[str, Any]] = {}
+    for node, role in (state.get("roles") or {}).items():
+        got = results.get(node)
+        if role["role"] != "client" or not isinstance(got, Mapping) or got.get("port") != role["port"]:
+            continue
+        if got.get("failed") or got.get("unreachable"):
+            out[node] = {"value": None, "error": str(got.get("msg") or "the client task failed")}
+        else:
+            out[node] = {"value": got.get("value"), "error": str(got.get("error") or "")}
+    return out
+
+
 def roles(state: Mapping[str, Any], addresses: Mapping[str, str], port: int = 5201) -> dict[str, dict[str, Any]]:
     """What each node runs in the next round: ``{node: {"role": "server"|"client", "peer",
     "peer_address", "port"}}`` (the first of a pair serves, the second runs the client and
@@ -213,6 +240,8 @@ def _partners(state: Mapping[str, Any], node: str) -> list[str]:
 
 def node_checks(state: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """The gate's verdict on every node as one ``pair_link`` check (health.py's shape)."""
+    if state.get("skip_reason"):
+        return {node: [health.skipped(CHECK, state["skip_reason"])] for node in state.get("nodes") or []}
     unit, rounds = state.get("unit", ""), len(state.get("rounds") or [])
     floor = [f">= {state['minimum']:g} {unit}"] if state.get("minimum") is not None else []
     if state.get("reference") and state.get("relative"):
@@ -238,9 +267,12 @@ def node_checks(state: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
                           f"(round {blamed['round']}: {blamed['reason']}): its own network port, cable or NIC")
             out[node] = [health.check(CHECK, health.FAIL, value, threshold, reason)]
         elif node in (state.get("suspects") or []) or node in (state.get("untested") or []):
-            reason = (f"undecided after {rounds} round(s) of pair tests (no known-good partner left, or "
-                      f"healthcheck_pair_max_rounds reached)" if len(state["nodes"]) > 2 else
-                      "the only pair failed and no third node can tell which end is slow")
+            last = next((m for r in reversed(state.get("rounds") or []) for m in r["pairs"]
+                         if node in (m["a"], m["b"]) and m["status"] == health.FAIL), None)
+            why = f" (its last pair: {last['reason']})" if last else ""
+            reason = (f"undecided after {rounds} round(s) of pair tests: no known-good partner left, or "
+                      f"healthcheck_pair_max_rounds reached{why}" if len(state["nodes"]) > 2 else
+                      f"the only pair failed{why} and no third node can tell which end is slow")
             out[node] = [health.check(CHECK, health.FAIL, "", threshold, reason)]
         elif node in best:
             out[node] = [health.check(CHECK, health.PASS, f"{best[node]:.2f} {unit}", threshold)]
