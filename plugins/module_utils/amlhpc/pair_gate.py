@@ -299,6 +299,21 @@ def summary(state: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def report_lines(state: Mapping[str, Any], max_pairs: int = 16) -> list[str]:
+    """The run report's section: :func:`summary`, with the passing pairs counted instead of
+    listed where there are more than ``max_pairs`` pairs (every failing pair is listed)."""
+    lines = summary(state)
+    pairs = [m for r in state.get("rounds") or [] for m in r["pairs"]]
+    if len(pairs) <= max_pairs:
+        return [f"healthcheck {line}" for line in lines]
+    passed = [m["value"] for m in pairs if m["status"] == health.PASS]
+    unit = state.get("unit", "")
+    kept = [line for line in lines[1:-1] if " FAIL" in line]
+    counted = (f"{len(passed)} pair(s) passed, {min(passed):.2f} to {max(passed):.2f} {unit}" if passed
+               else "no pair passed")
+    return [f"healthcheck {line}" for line in (lines[0], counted, *kept, lines[-1])]
+
+
 def simulate(nodes: list[str], bandwidth: Any, tool: str = "iperf3", **kw: Any) -> dict[str, Any]:
     """Run the gate against ``bandwidth(a, b) -> float | None`` (tests and bench)."""
     state = start(nodes, tool, **kw)

@@ -170,3 +170,22 @@ def test_parse_nccl_pair_and_argv():
     assert argv[:6] == ["mpirun", "-np", "16", "--host", "10.0.0.1:8,10.0.0.2:8", "--map-by"]
     assert pair_gate.iperf3_argv("iperf3", "client", "10.0.0.2", 5301, 3)[-2:] == ["--bidir", "-J"]
     assert pair_gate.ib_write_bw_argv("ib_write_bw", "client", "10.0.0.2", 18515, 5, "mlx5_ib0")[-1] == "10.0.0.2"
+
+
+def test_the_run_report_has_the_gate_section():
+    from amlhpc import report
+
+    state = pair_gate.with_roles(pair_gate.simulate(names(4), node_fault({"n002"})), {}, 5300)
+    lines = report.run_report([{"inventory_hostname": n, "healthcheck_pair_gate": state} for n in names(4)], {})
+    section = [line for line in lines if line.startswith("healthcheck pair gate") or line.startswith("healthcheck round")
+               or line.startswith("healthcheck verdict")]
+    assert section[0].startswith("healthcheck pair gate: iperf3 over 4 node(s), 2 round(s)")
+    assert "healthcheck round 2: n000 <-> n002: 0.05 Gb/s FAIL" in section[3]
+    assert section[-1] == "healthcheck verdict: n002 (node)"
+    # At scale the passing pairs are counted, every failing one listed.
+    big = pair_gate.with_roles(pair_gate.simulate(names(512), node_fault({"n100"})), {}, 5300)
+    lines = pair_gate.report_lines(big)
+    assert lines[1] == "healthcheck 256 pair(s) passed, 10.00 to 10.00 Gb/s"
+    assert [line for line in lines if "FAIL" in line] == [
+        "healthcheck round 1: n100 <-> n101: 0.05 Gb/s FAIL (0.05 Gb/s is below 0.5 x the median pair (10.00 Gb/s))",
+        "healthcheck round 2: n000 <-> n100: 0.05 Gb/s FAIL (0.05 Gb/s is below 0.5 x the median pair (10.00 Gb/s))"]
