@@ -18,8 +18,6 @@ def _addresses(hostvars: Any, hosts: list[str]) -> dict[str, str]:
 def start(hostvars: Any, hosts: list[str], settings: dict[str, Any]) -> dict[str, Any]:
     """The gate before round 1, from each node's probe (``healthcheck_pair_probe``)."""
     gate = logic("pair_gate")
-    if not settings.get("enabled", True):
-        return gate.skipped_state(hosts, "turned off (healthcheck_pairs: false)")
     if len(hosts) < 2:
         return gate.skipped_state(hosts, "single node: no partner to test with")
     found = {h: (hostvars[h].get("healthcheck_pair_probe") or {}).get("found") or {} for h in hosts}
