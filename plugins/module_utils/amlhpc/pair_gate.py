@@ -158,11 +158,16 @@ def judge(value: float | None, error: str, minimum: float | None, reference: flo
     if value is None:
         return health.FAIL, error or "no figure in the tool's output"
     if minimum is not None and value < minimum:
-        return health.FAIL, f"{value:.2f} {unit} is below the floor {minimum:g} {unit}"
+        return health.FAIL, f"{fig(value)} {unit} is below the floor {minimum:g} {unit}"
     if reference and relative and value < relative * reference:
-        return health.FAIL, (f"{value:.2f} {unit} is below {relative:g} x the median pair "
+        return health.FAIL, (f"{fig(value)} {unit} is below {relative:g} x the median pair "
                              f"({reference:.2f} {unit})")
     return health.PASS, ""
+
+
+def fig(value: float) -> str:
+    """A figure as printed: two decimals, three significant digits below 0.1 (a lossy link's)."""
+    return f"{value:.2f}" if value >= 0.1 else f"{value:.3g}"
 
 
 def _upper_median(values: list[float]) -> float | None:
@@ -257,7 +262,7 @@ def node_checks(state: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
     for node in state.get("nodes") or []:
         blamed = (state.get("blamed") or {}).get(node)
         if blamed:
-            value = "" if blamed["value"] is None else f"{blamed['value']:.2f} {unit}"
+            value = "" if blamed["value"] is None else f"{fig(blamed['value'])} {unit}"
             if blamed["kind"] == "link":
                 reason = (f"the link between {blamed['partners'][0]} and {node} is slow ({blamed['reason']}) "
                           f"while each passes with other nodes: a route or switch port they share; "
@@ -289,7 +294,7 @@ def summary(state: Mapping[str, Any]) -> list[str]:
              + (f", median {state['reference']:.2f} {unit}" if state.get("reference") else "")]
     for r in state.get("rounds") or []:
         for m in r["pairs"]:
-            figure = "no figure" if m["value"] is None else f"{m['value']:.2f} {unit}"
+            figure = "no figure" if m["value"] is None else f"{fig(m['value'])} {unit}"
             lines.append(f"round {r['round']}: {m['a']} <-> {m['b']}: {figure} {m['status'].upper()}"
                          + (f" ({m['reason']})" if m["reason"] else ""))
     blamed = state.get("blamed") or {}
