@@ -4,7 +4,7 @@ A twin node's network interface is one end of a veth pair; the other end sits on
 the twin's Docker bridge. Every fault here is applied to that host-side end, so nothing inside
 the node changes and the node needs no capability:
 
-* :func:`slow_link` - ``tc qdisc ... root tbf rate 50mbit``: the port delivers at a fraction of
+* :func:`slow_link` - ``tc qdisc ... root tbf rate 10mbit``: the port delivers at a fraction of
   its rate (what a link trained down to a lower speed or a flapping cable looks like). This
   machine's kernel has no ``netem``; ``tbf`` needs none.
 * :func:`lossy_link` - an ``iptables`` rule with the ``statistic`` match that drops a share of
@@ -41,7 +41,7 @@ def host_veth(twin: Any, node: Any) -> str:
 
 
 @contextlib.contextmanager
-def slow_link(twin: Any, node: Any, rate: str = "50mbit") -> Iterator[str]:
+def slow_link(twin: Any, node: Any, rate: str = "10mbit") -> Iterator[str]:
     """Limit what reaches ``node`` to ``rate`` (token bucket on its host-side veth)."""
     veth = host_veth(twin, node)
     add = _run("tc", "qdisc", "add", "dev", veth, "root", "tbf", "rate", rate, "burst", "32kbit", "latency", "400ms")
