@@ -108,7 +108,7 @@ def main() -> int:
     cpu512 = b + slope * PROJECTED_NODES
     rounds = max(rounds_seen)
     wall512 = rounds * (args.seconds + 1) + cpu512 / PROJECTED_CORES
-    print(f"gate with one slow node: {slope:.3f} s of controller CPU per node (+{b:.1f} s); "
+    print(f"gate with one slow node: {slope:.3f} s of controller CPU per node ({b:+.1f} s); "
           f"{PROJECTED_NODES} nodes: {cpu512:.0f} s CPU, {rounds} round(s), about {wall512:.0f} s wall on a "
           f"{PROJECTED_CORES}-core controller (model: rounds x (seconds + 1) + CPU / cores)")
     return 0
