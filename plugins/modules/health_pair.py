@@ -33,6 +33,8 @@ attributes:
     support: none
   platform:
     platforms: posix
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 options:
   role:
     description: This node's part - C(probe), C(server) or C(client).
@@ -123,8 +125,8 @@ output:
 """
 
 import os
+import shlex
 import shutil
-import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc import pair_gate
@@ -189,19 +191,20 @@ def main() -> None:
             rc, out, err = module.run_command(argv)
             if rc != 0:
                 module.fail_json(msg=f"iperf3 could not serve on port {p['port']}: {(err or out).strip()}")
-        else:  # ib_write_bw serves one client in the foreground: leave it running, bounded
-            with open(os.devnull, "rb") as null_in, open(os.devnull, "wb") as null_out:
-                subprocess.Popen(["timeout", str(p["timeout"]), *argv], stdin=null_in, stdout=null_out,
-                                 stderr=null_out, start_new_session=True)
+        else:  # ib_write_bw serves one client in the foreground: leave it running, bounded, detached
+            rc, out, err = module.run_command(
+                f"setsid -f {shlex.join(['timeout', str(p['timeout']), *argv])} </dev/null >/dev/null 2>&1",
+                use_unsafe_shell=True)
+            if rc != 0:
+                module.fail_json(msg=f"{tool} could not serve on port {p['port']}: {(err or out).strip()}")
         module.exit_json(changed=False)
-    try:
-        run = subprocess.run(["timeout", str(p["timeout"]), *argv], capture_output=True, text=True, check=False)
-        text = f"{run.stdout}\n{run.stderr}"
-        value, error = pair_gate.PARSERS[tool](run.stdout if tool == "iperf3" else text)
-        if run.returncode == 124:
-            value, error = None, f"{tool} ran past {p['timeout']} s"
-    except OSError as exc:
-        value, error, text = None, f"{tool} could not run: {exc}", ""
+    rc, out, err = module.run_command(["timeout", str(p["timeout"]), *argv])
+    text = f"{out}\n{err}"
+    value, error = pair_gate.PARSERS[tool](out if tool == "iperf3" else text)
+    if rc == 124:
+        value, error = None, f"{tool} ran past {p['timeout']} s"
+    elif rc == 127:
+        value, error = None, f"{tool} could not run: {err.strip()}"
     module.exit_json(changed=False, value=value, error=error, output=text[-2000:], port=p["port"])
 
 
