@@ -6,7 +6,9 @@ are real: iperf3 in the node image, the nodes' own network. Faults are made in t
 
 * none: every pair passes in one round, and a second run changes nothing;
 * a slow link (``tc tbf`` at 10 Mbit/s) on one node: named, in 2 rounds;
-* a lossy link (iptables drops 30% of what it sends) on another: named, in 2 rounds.
+* a lossy link (iptables drops 30% of what it sends) on another: named, in 2 rounds;
+* a lossy route between two nodes only (each fine with the others): the link is named, on
+  the second of the two, in 2 rounds.
 
 The gate stops the run (``healthcheck_on_failure``'s ``stop``) with the node's ``pair_link``
 check in the pass/fail table; every other node passes it.
@@ -23,7 +25,7 @@ from test_multinode import ANSIBLE_PLAYBOOK, ROOT, recap, user_inventory
 sys.path.insert(0, str(ROOT / "tests"))
 
 from twin.cluster import Twin  # noqa: E402
-from twin.netfaults import lossy_link, slow_link  # noqa: E402
+from twin.netfaults import lossy_link, lossy_route, slow_link  # noqa: E402
 
 NODES = 4
 BASE_PORT = 53000  # hgate's range (53000-53999)
@@ -82,6 +84,14 @@ def test_pair_gate_names_the_node_with_a_bad_link(tmp_path):
             assert got["rows"] == {n: "FAIL" if n == bad else "PASS" for n in names}, (fault.__name__, got)
             assert re.search(rf"{bad} \(.*pair_link: fails the iperf3 pair test with hg-\d and hg-\d", res.stdout), \
                 res.stdout[-4000:]
+        # A fault of the link between hg-0 and hg-1 only: both pass with other nodes, so the
+        # link is named (on hg-1, the second of the pair), not a node.
+        with lossy_route(twin, twin.ranked()[0], twin.ranked()[1]):
+            res, got = gate(inv, tmp_path, "lossy_route-hg-0-hg-1")
+        assert res.returncode != 0, got
+        assert got["verdict"] == "hg-1 (link to hg-0)" and got["rounds"] == 2, got
+        assert got["rows"] == {n: "FAIL" if n == "hg-1" else "PASS" for n in names}, got
+        assert "pair_link: the link between hg-0 and hg-1 is slow" in res.stdout, res.stdout[-4000:]
         # The faults are gone: the gate passes again.
         res, got = gate(inv, tmp_path, "after")
         assert res.returncode == 0 and got["verdict"] == "every link passed", got

@@ -11,7 +11,11 @@ the node changes and the node needs no capability:
   the packets the node sends (``-m physdev --physdev-in <veth>``: the bridge hands bridged
   packets to iptables, ``br_netfilter``), in Docker's ``DOCKER-USER`` chain.
 
-Both are context managers and always clean up (the veth goes with the container, the rule is
+* :func:`lossy_route` - the same drop rule for the packets between two given nodes only
+  (``-s``/``-d`` their private IPs, both ways): a fault of the link between them, each node
+  fine with every other.
+
+All are context managers and always clean up (the veth goes with the container, the rule is
 deleted by its exact text). :func:`host_veth` finds the host-side end from the node's
 ``/sys/class/net/eth0/iflink``.
 """
@@ -66,3 +70,26 @@ def lossy_link(twin: Any, node: Any, probability: float = 0.3) -> Iterator[str]:
         yield veth
     finally:
         _run("iptables", "-D", *rule)
+
+
+def _private_ip(twin: Any, node: Any) -> str:
+    return str(twin.exec(node, "hostname", "-I").stdout).split()[0]
+
+
+@contextlib.contextmanager
+def lossy_route(twin: Any, node_a: Any, node_b: Any, probability: float = 0.3) -> Iterator[tuple[str, str]]:
+    """Drop ``probability`` of the packets between ``node_a`` and ``node_b`` (both ways)."""
+    ip_a, ip_b = _private_ip(twin, node_a), _private_ip(twin, node_b)
+    rules = [["DOCKER-USER", "-s", src, "-d", dst, "-m", "statistic", "--mode", "random",
+              "--probability", str(probability), "-j", "DROP"] for src, dst in ((ip_a, ip_b), (ip_b, ip_a))]
+    added = []
+    try:
+        for rule in rules:
+            add = _run("iptables", "-I", *rule)
+            if add.returncode != 0:
+                raise RuntimeError(f"iptables could not add the drop rule {' '.join(rule)}: {add.stderr.strip()}")
+            added.append(rule)
+        yield ip_a, ip_b
+    finally:
+        for rule in added:
+            _run("iptables", "-D", *rule)
