@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: health_pair
 short_description: Run this node's side of a two-node bandwidth test (iperf3, ib_write_bw or nccl-tests)
-version_added: "2.0.0"
+version_added: "2.1.0"
 author:
   - amlhpc contributors (@amlhpc)
 description:
