@@ -11,7 +11,7 @@ mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 packages=(
   python3 python3-apt sudo openssh-server openssh-client iproute2 procps
   ca-certificates gnupg kmod xfsprogs mdadm nvme-cli util-linux lsb-release
-  apt-transport-https libsecret-1-0
+  apt-transport-https libsecret-1-0 iperf3
 )
 recipe_hash=$( { cat "$0"; printf '%s\n' "${packages[@]}" "$mirror"; } | sha256sum | cut -c1-12)
 tag="amlhpc/bookworm:${recipe_hash}"

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from . import pair_gate
+
 # Ansible's `| bool` truth (ansible.module_utils.parsing.convert_bool, non-strict), kept here so
 # that the pure logic imports only the standard library (the workload's venv has no Ansible).
 _TRUE = frozenset(("y", "yes", "on", "1", "true", "t"))
@@ -149,6 +151,9 @@ def run_report(node_vars: Sequence[Mapping[str, Any]], controller_vars: Mapping[
     health = next((hv.get("healthcheck_report") for hv in node_vars if hv.get("healthcheck_report")), None)
     if isinstance(health, Mapping) and health.get("summary"):
         lines.append(f"healthcheck: {health['summary']}")
+    gate = next((hv.get("healthcheck_pair_gate") for hv in node_vars if hv.get("healthcheck_pair_gate")), None)
+    if isinstance(gate, Mapping) and gate.get("summary"):
+        lines += pair_gate.report_lines(gate)
     lines += staging_summary([hv.get("stage_result") for hv in node_vars if hv.get("stage_result")])
     lines += training_summary(job)
     return lines

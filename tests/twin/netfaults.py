@@ -1,0 +1,95 @@
+"""Link faults on a twin node, made in the network as a bad port or cable would make them.
+
+A twin node's network interface is one end of a veth pair; the other end sits on the host, in
+the twin's Docker bridge. Every fault here is applied to that host-side end, so nothing inside
+the node changes and the node needs no capability:
+
+* :func:`slow_link` - ``tc qdisc ... root tbf rate 10mbit``: the port delivers at a fraction of
+  its rate (what a link trained down to a lower speed or a flapping cable looks like). This
+  machine's kernel has no ``netem``; ``tbf`` needs none.
+* :func:`lossy_link` - an ``iptables`` rule with the ``statistic`` match that drops a share of
+  the packets the node sends (``-m physdev --physdev-in <veth>``: the bridge hands bridged
+  packets to iptables, ``br_netfilter``), in Docker's ``DOCKER-USER`` chain.
+
+* :func:`lossy_route` - the same drop rule for the packets between two given nodes only
+  (``-s``/``-d`` their private IPs, both ways): a fault of the link between them, each node
+  fine with every other.
+
+All are context managers and always clean up (the veth goes with the container, the rule is
+deleted by its exact text). :func:`host_veth` finds the host-side end from the node's
+``/sys/class/net/eth0/iflink``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+
+def _run(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(list(argv), capture_output=True, text=True, check=False, timeout=60)
+
+
+def host_veth(twin: Any, node: Any) -> str:
+    """The host-side veth of ``node``'s eth0 (by the peer index the node's end names)."""
+    got = twin.exec(node, "cat", "/sys/class/net/eth0/iflink")
+    index = int(str(got.stdout).strip())
+    links = _run("ip", "-o", "link", "show").stdout
+    match = re.search(rf"^{index}: ([^:@\s]+)(?:@\S+)?:", links, re.M)
+    if not match:
+        raise RuntimeError(f"no host interface with index {index} for {node} (ip -o link show)")
+    return match.group(1)
+
+
+@contextlib.contextmanager
+def slow_link(twin: Any, node: Any, rate: str = "10mbit") -> Iterator[str]:
+    """Limit what reaches ``node`` to ``rate`` (token bucket on its host-side veth)."""
+    veth = host_veth(twin, node)
+    add = _run("tc", "qdisc", "add", "dev", veth, "root", "tbf", "rate", rate, "burst", "32kbit", "latency", "400ms")
+    if add.returncode != 0:
+        raise RuntimeError(f"tc could not slow {veth}: {add.stderr.strip()}")
+    try:
+        yield veth
+    finally:
+        _run("tc", "qdisc", "del", "dev", veth, "root")
+
+
+@contextlib.contextmanager
+def lossy_link(twin: Any, node: Any, probability: float = 0.3) -> Iterator[str]:
+    """Drop ``probability`` of the packets ``node`` sends (iptables statistic match)."""
+    veth = host_veth(twin, node)
+    rule = ["DOCKER-USER", "-m", "physdev", "--physdev-in", veth, "-m", "statistic", "--mode", "random",
+            "--probability", str(probability), "-j", "DROP"]
+    add = _run("iptables", "-I", *rule)
+    if add.returncode != 0:
+        raise RuntimeError(f"iptables could not add the drop rule on {veth}: {add.stderr.strip()}")
+    try:
+        yield veth
+    finally:
+        _run("iptables", "-D", *rule)
+
+
+def _private_ip(twin: Any, node: Any) -> str:
+    return str(twin.exec(node, "hostname", "-I").stdout).split()[0]
+
+
+@contextlib.contextmanager
+def lossy_route(twin: Any, node_a: Any, node_b: Any, probability: float = 0.3) -> Iterator[tuple[str, str]]:
+    """Drop ``probability`` of the packets between ``node_a`` and ``node_b`` (both ways)."""
+    ip_a, ip_b = _private_ip(twin, node_a), _private_ip(twin, node_b)
+    rules = [["DOCKER-USER", "-s", src, "-d", dst, "-m", "statistic", "--mode", "random",
+              "--probability", str(probability), "-j", "DROP"] for src, dst in ((ip_a, ip_b), (ip_b, ip_a))]
+    added = []
+    try:
+        for rule in rules:
+            add = _run("iptables", "-I", *rule)
+            if add.returncode != 0:
+                raise RuntimeError(f"iptables could not add the drop rule {' '.join(rule)}: {add.stderr.strip()}")
+            added.append(rule)
+        yield ip_a, ip_b
+    finally:
+        for rule in added:
+            _run("iptables", "-D", *rule)

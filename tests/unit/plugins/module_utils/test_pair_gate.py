@@ -1,0 +1,191 @@
+"""The pair gate: rounds that name one bad node or link among N (module_utils/amlhpc/pair_gate.py).
+
+The algorithm is run against simulated bandwidth matrices (a pair's figure is its slower end,
+as on a real fabric), from 4 to 512 nodes; the tools' parsers against outputs in their formats
+(iperf3's -J JSON recorded on the twin, perftest's result table, nccl-tests' table).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from amlhpc import pair_gate
+
+FIX = Path(__file__).parent / "fixtures"
+GOOD, SLOW = 10.0, 0.05
+
+
+def names(n: int) -> list[str]:
+    return [f"n{i:03d}" for i in range(n)]
+
+
+def node_fault(bad: set[str]):
+    return lambda a, b: SLOW if a in bad or b in bad else GOOD
+
+
+def verdicts(state):
+    return {node: checks[0] for node, checks in pair_gate.node_checks(state).items()}
+
+
+def failing(state):
+    return sorted(node for node, c in verdicts(state).items() if c["status"] == "fail")
+
+
+@pytest.mark.parametrize("n", [4, 5, 6, 7, 8, 9, 16, 31, 32, 64, 127, 256, 512])
+def test_one_bad_node_is_named_in_a_fixed_number_of_rounds(n):
+    nodes = names(n)
+    for bad in sorted({nodes[0], nodes[n // 2], nodes[-1]}):
+        state = pair_gate.simulate(nodes, node_fault({bad}))
+        assert failing(state) == [bad], (n, bad, pair_gate.summary(state))
+        assert state["blamed"][bad]["kind"] == "node"
+        # 2 rounds for every even N >= 4 and odd N >= 7; 3 for N = 5; never more than 3.
+        assert len(state["rounds"]) <= (3 if n == 5 else 2), pair_gate.summary(state)
+        assert len(state["rounds"]) <= pair_gate.rounds_bound(n)
+        # Every node runs at most one test per round.
+        for r in state["rounds"]:
+            ends = [x for m in r["pairs"] for x in (m["a"], m["b"])]
+            assert len(ends) == len(set(ends))
+
+
+@pytest.mark.parametrize("n", [4, 5, 8, 33, 512])
+def test_a_healthy_cluster_passes_in_one_round_or_two_when_odd(n):
+    state = pair_gate.simulate(names(n), lambda a, b: GOOD + (hash((a, b)) % 7) / 10)
+    assert failing(state) == []
+    assert len(state["rounds"]) == (1 if n % 2 == 0 else 2)
+    assert all(c["status"] == "pass" for c in verdicts(state).values())
+    tested = {x for r in state["rounds"] for m in r["pairs"] for x in (m["a"], m["b"])}
+    assert tested == set(names(n))
+
+
+def test_a_slow_link_between_two_good_nodes_is_named_as_the_link():
+    nodes = names(8)
+    state = pair_gate.simulate(nodes, lambda a, b: SLOW if {a, b} == {"n002", "n003"} else GOOD)
+    assert failing(state) == ["n003"]
+    assert state["blamed"]["n003"]["kind"] == "link"
+    reason = verdicts(state)["n003"]["reason"]
+    assert "the link between n002 and n003" in reason and "leaving out n003" in reason
+    assert verdicts(state)["n002"]["status"] == "pass"
+
+
+def test_several_bad_nodes_among_many():
+    nodes = names(512)
+    bad = {nodes[i] for i in (3, 100, 101, 250, 511)}
+    state = pair_gate.simulate(nodes, node_fault(bad))
+    assert failing(state) == sorted(bad)
+    assert len(state["rounds"]) == 2
+
+
+def test_a_node_with_no_answer_fails_with_the_error():
+    nodes = names(4)
+    state = pair_gate.start(nodes, "iperf3")
+    state = pair_gate.advance(state, {"n001": {"value": None, "error": "iperf3: unable to connect to server"},
+                                      "n003": {"value": 9.5}})
+    assert state["suspects"] == ["n000", "n001"] and state["next"] == [["n002", "n000"], ["n003", "n001"]]
+    state = pair_gate.advance(state, {"n000": {"value": 9.0}})  # n001 left no result in round 2
+    assert failing(state) == ["n001"]
+    assert "no result from n001" in verdicts(state)["n001"]["reason"]
+    assert state["done"]
+
+
+def test_floor_and_median_rule():
+    assert pair_gate.judge(1.0, "", 5.0, None, 0.5, "Gb/s")[0] == "fail"
+    status, reason = pair_gate.judge(4.0, "", None, 10.0, 0.5, "Gb/s")
+    assert status == "fail" and "below 0.5 x the median pair (10.00 Gb/s)" in reason
+    assert pair_gate.judge(6.0, "", None, 10.0, 0.5, "Gb/s") == ("pass", "")
+    # An absolute floor (an ND size's) fails a cluster that is uniformly slow.
+    state = pair_gate.simulate(names(8), lambda a, b: 150.0, tool="ib_write_bw", minimum=185.0)
+    assert failing(state) == names(8)
+
+
+def test_two_nodes_cannot_tell_which_end_is_slow():
+    state = pair_gate.simulate(names(2), lambda a, b: SLOW, minimum=1.0)
+    assert failing(state) == names(2)
+    assert "no third node" in verdicts(state)["n000"]["reason"]
+    single = pair_gate.start(["n000"], "iperf3")
+    assert single["done"] and verdicts(single)["n000"]["status"] == "skip"
+
+
+def test_roles_one_per_node_per_round():
+    state = pair_gate.start(names(5), "iperf3")
+    roles = pair_gate.roles(state, {n: f"10.0.0.{i}" for i, n in enumerate(names(5))}, port=5301)
+    assert roles["n000"] == {"role": "server", "peer": "n001", "peer_address": "10.0.0.1", "port": 5301}
+    assert roles["n001"]["role"] == "client" and roles["n001"]["peer_address"] == "10.0.0.0"
+    assert "n004" not in roles  # the odd node out waits for round 2
+
+
+def test_summary_prints_rounds_pairs_and_figures():
+    state = pair_gate.simulate(names(4), node_fault({"n002"}))
+    lines = pair_gate.summary(state)
+    assert lines[0].startswith("pair gate: iperf3 over 4 node(s), 2 round(s)")
+    assert "round 1: n002 <-> n003: 0.05 Gb/s FAIL" in "\n".join(lines)
+    assert "round 2: n000 <-> n002: 0.05 Gb/s FAIL" in "\n".join(lines)
+    assert lines[-1] == "verdict: n002 (node)"
+
+
+def test_choose_tool_by_what_every_node_has():
+    gpu = {"nccl": True, "ib_write_bw": True, "iperf3": True}
+    assert pair_gate.choose_tool({"a": gpu, "b": gpu})[0] == "nccl"
+    assert pair_gate.choose_tool({"a": gpu, "b": {"ib_write_bw": True, "iperf3": True}})[0] == "ib_write_bw"
+    assert pair_gate.choose_tool({"a": {"iperf3": True}, "b": {"iperf3": True}})[0] == "iperf3"
+    tool, reason = pair_gate.choose_tool({"a": {"iperf3": True}, "b": {}})
+    assert tool == "" and "install iperf3" in reason
+    tool, reason = pair_gate.choose_tool({"a": {"iperf3": True}, "b": {}}, "iperf3")
+    assert tool == "" and "b lack(s) it" in reason
+
+
+def test_pair_thresholds_per_size_and_overrides():
+    assert pair_gate.pair_minimum("Standard_ND96isr_H200_v5", "ib_write_bw") == 380.0
+    assert pair_gate.pair_minimum("Standard_ND96asr_v4", "nccl") == 148.0
+    assert pair_gate.pair_minimum("Standard_D2s_v3", "iperf3") is None
+    assert pair_gate.pair_minimum("Standard_D2s_v3", "iperf3", {"default": {"iperf3": 2}}) == 2.0
+    with pytest.raises(ValueError, match="unknown keys"):
+        pair_gate.pair_minimum("x", "iperf3", {"default": {"iperf": 2}})
+
+
+def test_parse_iperf3_bidir_json_recorded_on_the_twin():
+    value, error = pair_gate.parse_iperf3((FIX / "pair_gate" / "iperf3_bidir_twin.json").read_text())
+    assert error == "" and value and value > 0.1
+    data = json.loads((FIX / "pair_gate" / "iperf3_bidir_twin.json").read_text())
+    slower = min(data["end"]["sum_received"]["bits_per_second"],
+                 data["end"]["sum_received_bidir_reverse"]["bits_per_second"]) / 1e9
+    assert value == pytest.approx(slower)
+    assert pair_gate.parse_iperf3('{"start": {}, "error": "unable to connect to server: Connection refused"}') == (
+        None, "iperf3: unable to connect to server: Connection refused")
+    assert pair_gate.parse_iperf3("")[0] is None
+
+
+def test_parse_ib_write_bw_result_row():
+    assert pair_gate.parse_ib_write_bw((FIX / "pair_gate" / "ib_write_bw_ndr_ok.txt").read_text()) == (390.71, "")
+    value, error = pair_gate.parse_ib_write_bw((FIX / "pair_gate" / "ib_write_bw_refused.txt").read_text())
+    assert value is None and "Couldn't connect to 10.0.0.7:18515" in error
+
+
+def test_parse_nccl_pair_and_argv():
+    value, error = pair_gate.parse_nccl_pair((FIX / "health" / "all_reduce_ndv4_node_ok.txt").read_text())
+    assert value == pytest.approx(237.12) or value == pytest.approx(236.29), error
+    argv = pair_gate.nccl_pair_argv("mpirun", "all_reduce_perf", "10.0.0.2", "10.0.0.1", 8, "-b 8G -e 8G")
+    assert argv[:6] == ["mpirun", "-np", "16", "--host", "10.0.0.1:8,10.0.0.2:8", "--map-by"]
+    assert pair_gate.iperf3_argv("iperf3", "client", "10.0.0.2", 5301, 3)[-2:] == ["--bidir", "-J"]
+    assert pair_gate.ib_write_bw_argv("ib_write_bw", "client", "10.0.0.2", 18515, 5, "mlx5_ib0")[-1] == "10.0.0.2"
+
+
+def test_the_run_report_has_the_gate_section():
+    from amlhpc import report
+
+    state = pair_gate.with_roles(pair_gate.simulate(names(4), node_fault({"n002"})), {}, 5300)
+    lines = report.run_report([{"inventory_hostname": n, "healthcheck_pair_gate": state} for n in names(4)], {})
+    section = [line for line in lines if line.startswith("healthcheck pair gate") or line.startswith("healthcheck round")
+               or line.startswith("healthcheck verdict")]
+    assert section[0].startswith("healthcheck pair gate: iperf3 over 4 node(s), 2 round(s)")
+    assert "healthcheck round 2: n000 <-> n002: 0.05 Gb/s FAIL" in section[3]
+    assert section[-1] == "healthcheck verdict: n002 (node)"
+    # At scale the passing pairs are counted, every failing one listed.
+    big = pair_gate.with_roles(pair_gate.simulate(names(512), node_fault({"n100"})), {}, 5300)
+    lines = pair_gate.report_lines(big)
+    assert lines[1] == "healthcheck 256 pair(s) passed, 10.00 to 10.00 Gb/s"
+    assert [line for line in lines if "FAIL" in line] == [
+        "healthcheck round 1: n100 <-> n101: 0.05 Gb/s FAIL (0.05 Gb/s is below 0.5 x the median pair (10.00 Gb/s))",
+        "healthcheck round 2: n000 <-> n100: 0.05 Gb/s FAIL (0.05 Gb/s is below 0.5 x the median pair (10.00 Gb/s))"]
