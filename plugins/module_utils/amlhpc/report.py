@@ -149,6 +149,9 @@ def run_report(node_vars: Sequence[Mapping[str, Any]], controller_vars: Mapping[
     health = next((hv.get("healthcheck_report") for hv in node_vars if hv.get("healthcheck_report")), None)
     if isinstance(health, Mapping) and health.get("summary"):
         lines.append(f"healthcheck: {health['summary']}")
+    verdict = controller_vars.get("healthcheck_verdict")  # the gate's decision (health_verdict.py)
+    if isinstance(verdict, Mapping) and verdict.get("action") not in (None, "pass"):
+        lines += [f"healthcheck: {line}" for line in verdict.get("report_lines") or []]
     lines += staging_summary([hv.get("stage_result") for hv in node_vars if hv.get("stage_result")])
     lines += training_summary(job)
     return lines
