@@ -129,8 +129,8 @@ excluded:
   elements: str
 moved:
   description:
-    - The blobs that leaving out O(exclude) moves, as C({to host: {from host: [names]}}) (suffix mode with no
-      listing - the suffixes).
+    - The blobs that leaving out O(exclude) moves, keyed by the host that takes them, then by the host that held
+      them in the plan over every host, each a list of blob names (suffix mode with no listing - the suffixes).
   returned: always
   type: dict
 moved_files:
