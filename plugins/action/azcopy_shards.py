@@ -26,7 +26,9 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.shards impor
     MODES,
     ShardError,
     empty_source_error,
+    moved_files,
     plan_shards,
+    plan_shards_without,
     plan_summary,
 )
 
@@ -36,6 +38,7 @@ SAS_ARGV_WARNING = ("stage_auth is 'sas': azcopy takes a SAS only in its command
 
 _ARGS = {
     "hosts": {"type": "list", "elements": "str"},
+    "exclude": {"type": "list", "elements": "str", "default": []},
     "mode": {"type": "str", "default": "suffix", "choices": list(MODES)},
     "account_url": {"type": "str"},
     "container": {"type": "str"},
@@ -71,7 +74,12 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         del tmp
         _unused, args = self.validate_argument_spec(argument_spec=_ARGS)
-        hosts = args["hosts"] or ranked_hosts(task_vars)
+        excluded = list(args["exclude"])
+        hosts = args["hosts"]
+        if not hosts:  # a node the gate left out may be gone from the play: the plan over every node needs it
+            play = list(task_vars.get("ansible_play_hosts_all") or task_vars.get("ansible_play_hosts") or [])
+            hosts = ranked_hosts({"ansible_play_hosts_all": [*play, *(h for h in excluded if h not in play)],
+                                  "hostvars": task_vars.get("hostvars", {})})
         mode = args["mode"]
         auth = args["auth"]
         sas = (args["sas"] or "") if auth == "sas" else ""
@@ -113,10 +121,24 @@ class ActionModule(ActionBase):
             if refused:  # check mode removes nothing; the data set may be uploaded by this run first
                 warnings.append(f"check mode: {refused}")
         try:
-            shards = plan_shards(hosts, mode, listing, allow_idle=args["allow_idle"])
+            shards = plan_shards_without(hosts, excluded, mode, listing, allow_idle=args["allow_idle"])
+            whole = plan_shards(hosts, mode, listing, allow_idle=args["allow_idle"]) if excluded else shards
         except ShardError as exc:
             raise AnsibleActionFail(str(exc)) from None
         plan = plan_summary(shards, mode, listed=listing is not None)
+        plan["excluded"] = [h for h in hosts if h in set(excluded)]
+        # What leaving the nodes out moves: {to host: {from host: blob names}} (suffix mode with no
+        # listing: the suffixes), for the plan's line and check mode.
+        if listing is None:
+            owner = {x: s.host for s in whole for x in s.suffixes}
+            plan["moved"] = {}
+            for shard in shards:
+                for x in shard.suffixes:
+                    if owner[x] != shard.host:
+                        plan["moved"].setdefault(shard.host, {}).setdefault(owner[x], []).append(f"{x:03d}")
+        else:
+            plan["moved"] = moved_files(whole, shards)
+        plan["moved_files"] = sum(len(v) for to in plan["moved"].values() for v in to.values())
         # Every blob of the listing, compact, so a node never calls "gone" a file another node holds now.
         plan["known_names"] = NameSet.of(b.name for b in listing).dump() if listing is not None else ""
         try:

@@ -186,6 +186,17 @@ options:
         each node holds only its own shard (node-local scratch). Omitted - the script's default.
     type: str
     choices: [global, node]
+  node_verdict:
+    description:
+      - Where the health gate left nodes out (C(healthcheck_on_failure=exclude)) - C(file), the verdict file on every
+        node, and C(id), the verdict's id (the healthcheck role's C(healthcheck_verdict)).
+      - Every node then runs C(launch.py) once (one process per node, the file mounted read-only); it starts torchrun
+        with O(process_count_per_node) processes and the elastic rendezvous of the good nodes where its node's
+        verdict says it trains, and ends at once, without training, elsewhere. AzureML cannot leave a node out of a
+        job, so the job does.
+      - Empty (the default) - the training script runs as before.
+    type: dict
+    default: {}
   max_run_seconds:
     description: Wall-clock limit of the run (0 - the service default).
     type: int

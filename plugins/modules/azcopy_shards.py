@@ -43,6 +43,14 @@ options:
     description: Hosts in rank order. Default the play's hosts sorted by C(aml_cluster), C(aml_node_rank).
     type: list
     elements: str
+  exclude:
+    description:
+      - Hosts the health gate left out (C(healthcheck_verdict.excluded)). The plan over every host is made first;
+        each other host keeps its shard and only the left-out hosts' blobs are dealt out to the others (suffixes to
+        the host with the fewest, blobs largest first to the host with the fewest bytes), so only those files move.
+    type: list
+    elements: str
+    default: []
   mode:
     description: How to split the data set.
     type: str
@@ -114,6 +122,21 @@ hosts:
   returned: always
   type: list
   elements: str
+excluded:
+  description: The hosts left out (no shard), in rank order.
+  returned: always
+  type: list
+  elements: str
+moved:
+  description:
+    - The blobs that leaving out O(exclude) moves, keyed by the host that takes them, then by the host that held
+      them in the plan over every host, each a list of blob names (suffix mode with no listing - the suffixes).
+  returned: always
+  type: dict
+moved_files:
+  description: How many blobs (or suffixes, with no listing) move.
+  returned: always
+  type: int
 num_hosts:
   description: How many hosts.
   returned: always

@@ -476,10 +476,15 @@ class Twin:
                      + "".join(f"cp {shlex.quote(f)} /job/wd/.twin-file-{i} 2>/dev/null; "
                                for i, f in enumerate(probe_files))
                      + 'exec "$@"')
-            launcher = ["sh", "-c", probe, "twin-launcher",
-                        python, "-m", "torch.distributed.run", "--nnodes", str(len(nodes)), "--node_rank", str(rank),
-                        "--nproc_per_node", str(job["procs"]), "--master_addr", head.private_ip,
-                        "--master_port", str(MASTER_PORT), job["script"], *job["args"]]
+            if os.path.basename(job["script"]) == "launch.py":
+                # The per-node launcher (aml_job node_verdict): one process per node, as AzureML's MPI
+                # distribution with one process per instance starts it; it starts torchrun itself.
+                started = [python, job["script"], *job["args"]]
+            else:
+                started = [python, "-m", "torch.distributed.run", "--nnodes", str(len(nodes)), "--node_rank",
+                           str(rank), "--nproc_per_node", str(job["procs"]), "--master_addr", head.private_ip,
+                           "--master_port", str(MASTER_PORT), job["script"], *job["args"]]
+            launcher = ["sh", "-c", probe, "twin-launcher", *started]
             containers.append(docker("run", "-d", *args, self.image, *launcher))
         try:
             returncodes = [int(docker("wait", c, timeout=timeout) or 1) for c in containers]
@@ -488,11 +493,14 @@ class Twin:
         logs = [subprocess.run(["docker", "logs", c], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                timeout=60, check=False).stdout for c in containers]
         docker("rm", "-f", *containers, check=False)
-        head_outputs = jobdir / "node0" / "wd" / "outputs"
         if outputs.exists():
             shutil.rmtree(outputs)
-        if head_outputs.exists():
-            shutil.copytree(head_outputs, outputs)
+        # AzureML uploads every node's outputs/ into the run's: the head's, then the others'
+        # (a job whose rank 0 is not on the head writes its metrics elsewhere).
+        for rank in range(len(nodes)):
+            node_outputs = jobdir / f"node{rank}" / "wd" / "outputs"
+            if node_outputs.exists():
+                shutil.copytree(node_outputs, outputs, dirs_exist_ok=True)
         run = JobRun(name=name, returncodes=returncodes, logs=logs, outputs=outputs)
         for rank in range(len(nodes)):
             wd = jobdir / f"node{rank}" / "wd"

@@ -8,6 +8,7 @@ the filters, the gate, and the shared-mount benchmark writing and reading files.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -99,6 +100,8 @@ def cluster(tmp_path):
                      "healthcheck_fs_files": 4, "healthcheck_fs_file_size_mb": 4, "healthcheck_fs_parallel": 2,
                      # The stand-in mount is this machine's disk: gate it with a floor it meets.
                      "healthcheck_thresholds": {"default": {"fs_write_mbps": 1, "fs_read_mbps": 1}},
+                     # The verdict's record goes to the test's folder, not the checkout's outputs/.
+                     "healthcheck_verdict_file": str(tmp_path / "outputs" / "health.json"),
                      **extra}}}
         path = tmp_path / "inv.yml"
         path.write_text(yaml.safe_dump(inv))
@@ -150,11 +153,13 @@ def test_three_host_tasks_per_node_besides_the_gates_run_once_tasks(cluster):
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr
     counts = recap(res.stdout)
     tasks = {h: c["ok"] + c["skipped"] + c["failed"] for h, c in counts.items()}
-    # and the pair gate's include, skipped here (healthcheck_pairs: false)
-    assert tasks["n1"] == 4, res.stdout[-3000:]
-    # n0: its own four, the cluster's two mpirun runs (one looped task), the table, its
-    # display, and the two gate tasks skipped as nothing failed
-    assert tasks["n0"] == 9, res.stdout[-3000:]
+    # and the skipped includes of the pair gate (healthcheck_pairs: false) and of the node's verdict file
+    assert tasks["n1"] == 5, res.stdout[-3000:]
+    # n0: its own four, the cluster's two mpirun runs (one looped task), the skipped pair gate
+    # include, the table, its display, the verdict's run-once tasks (the decision, health.json's
+    # folder and file, its display, the stop skipped as nothing failed) and the skipped include
+    # of the node's file
+    assert tasks["n0"] == 13, res.stdout[-3000:]
 
 
 def test_a_role_variable_of_the_wrong_type_is_refused_by_name(cluster):
@@ -235,3 +240,34 @@ def test_a_mount_folder_to_create_is_left_to_the_module(cluster, tmp_path):
     assert _module_runs(second.stdout) == 0 and _probe_runs(second.stdout) == 2
     assert re.findall(r"^n\d\s+: ok=\d+\s+changed=(\d+)", second.stdout, re.M) == ["0", "0"]
     assert "2 node(s): 28 passed, 0 failed, 0 skipped checks" in second.stdout
+
+
+def test_exclude_leaves_the_failing_node_out_and_writes_the_verdict(cluster, tmp_path):
+    make, _unused, _unused = cluster
+    verdict = tmp_path / "outputs" / "cf" / "health.json"
+    res = run(make(n1_gpu_csv="nvsmi_gpu_ndv4_ecc.csv", healthcheck_on_failure="exclude", healthcheck_spare_nodes=1,
+                   healthcheck_verdict_file=str(verdict),
+                   healthcheck_node_verdict_file=str(tmp_path / "node" / "health-verdict.json")))
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr
+    assert ("excluding 1 of 2 node(s) (healthcheck_spare_nodes: 1): n1 (gpu_health: GPU 5 (0000000C:00:00.0): "
+            "2 uncorrectable ECC error(s) since boot). Training goes on with the 1 other node(s): n0.") in res.stdout
+    doc = json.loads(verdict.read_text())
+    assert doc["action"] == "exclude" and doc["job_nodes"] == ["n0"] and doc["excluded"] == ["n1"]
+    gpu = next(c for c in doc["nodes"]["n1"]["checks"] if c["check"] == "gpu_health")
+    assert gpu["status"] == "fail" and gpu["threshold"] == "0 problems" and gpu["value"] == "1 problem(s)"
+    assert {c["check"]: c["status"] for c in doc["nodes"]["n0"]["checks"]}["nccl_all_reduce_node"] == "pass"
+    # Both stand-in nodes are this machine: the file holds the last node written, in the launcher's shape.
+    node = json.loads((tmp_path / "node" / "health-verdict.json").read_text())
+    assert node["id"] == doc["verdict_id"] and node["rendezvous"] == "n0:29400" and node["max_nodes"] == 1
+
+
+def test_exclude_stops_when_more_nodes_fail_than_there_are_spares(cluster, tmp_path):
+    make, _unused, _unused = cluster
+    verdict = tmp_path / "health.json"
+    res = run(make(n1_gpu_csv="nvsmi_gpu_ndv4_ecc.csv", healthcheck_on_failure="exclude",
+                   healthcheck_verdict_file=str(verdict)))
+    assert res.returncode != 0
+    assert ("1 node(s) failed the health check but healthcheck_spare_nodes allows 0: n1 (gpu_health: GPU 5 "
+            "(0000000C:00:00.0): 2 uncorrectable ECC error(s) since boot). Replace or repair them, or raise "
+            "healthcheck_spare_nodes to 1 to train on the others.") in res.stdout
+    assert json.loads(verdict.read_text())["action"] == "stop"  # written before the run stopped

@@ -48,6 +48,7 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = dict(
     environment_variables=dict(type="dict", default={}),
     mounts=dict(type="list", elements="str", default=[]),
     data_scope=dict(type="str", choices=["global", "node"]),
+    node_verdict=dict(type="dict", default={}),
     max_run_seconds=dict(type="int", default=0),
     wait=dict(type="bool", default=True),
     force=dict(type="bool", default=False),
@@ -78,7 +79,7 @@ def request_from(p: Mapping[str, Any]) -> JobRequest:
         sas_keyvault_url=p["sas_keyvault_url"] or "", train_args=p["train_args"],
         environment_variables=p["environment_variables"], max_run_seconds=p["max_run_seconds"],
         output_dir=out if p["backend"] == "local" else "outputs", data_scope=p["data_scope"] or "",
-        mounts=p["mounts"])
+        mounts=p["mounts"], node_verdict=p.get("node_verdict") or {})
 
 
 def record_identity(p: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:

@@ -80,6 +80,10 @@ class JobRequest:
     # Files of the node handed to the job read-only at the same path (NCCL's nccl.conf, topology
     # file and environment file): "-v PATH:PATH:ro" in the docker arguments of either SDK.
     mounts: Sequence[str] = ()
+    # The health gate left nodes out (healthcheck_on_failure: exclude): {"file": the verdict
+    # file on each node, "id": the verdict's id}. Every node then runs launch.py once, which
+    # trains there only if the node's verdict says so (launch_arguments()).
+    node_verdict: Mapping[str, Any] = field(default_factory=dict)
 
 
 def data_scope_for(shared_scratch: bool) -> str:
@@ -213,6 +217,23 @@ def script_arguments(req: JobRequest) -> list[str]:
     return args + train_arguments(req.train_args)
 
 
+LAUNCHER = "launch.py"
+
+
+def launch_arguments(req: JobRequest) -> tuple[str, list[str], int]:
+    """(script, its arguments, processes per node) of every node's command: the training
+    script itself, or, where the health gate left nodes out, the per-node launcher that starts
+    torchrun with ``process_count_per_node`` processes where the node's verdict says it trains."""
+    args = script_arguments(req)
+    if not req.node_verdict:
+        return req.script, args, req.process_count_per_node
+    verdict_file, verdict_id = req.node_verdict.get("file"), req.node_verdict.get("id")
+    if not verdict_file or not verdict_id:
+        raise JobSpecError("node_verdict needs file and id (the healthcheck role's healthcheck_verdict)")
+    return LAUNCHER, ["--verdict", str(verdict_file), "--verdict-id", str(verdict_id), "--nproc-per-node",
+                      str(req.process_count_per_node), "--", req.script, *args], 1
+
+
 def _environment_variables(req: JobRequest) -> dict[str, str]:
     return {str(k): str(v) for k, v in sorted(req.environment_variables.items())}
 
@@ -223,25 +244,27 @@ def docker_arguments(req: JobRequest) -> list[str]:
     args = list(req.docker_args)
     for mount in req.mounts:
         args += ["-v", f"{mount}:ro"]
+    if req.node_verdict.get("file"):
+        args += ["-v", f"{req.node_verdict['file']}:{req.node_verdict['file']}:ro"]
     return args
 
 
 def v1_spec(req: JobRequest) -> dict[str, Any]:
     """azureml-core: Environment.from_dockerfile + ScriptRunConfig with MpiConfiguration."""
-    args = script_arguments(req)
+    script, args, procs = launch_arguments(req)
     return {
         "backend": "azureml_core",
         "experiment": req.experiment,
         "display_name": req.name,
         "compute_target": req.compute,
         "source_directory": req.source_dir,
-        "script": req.script,
+        "script": script,
         "arguments": args,
         "environment": {"name": req.environment_name, "dockerfile": req.dockerfile,
                         "user_managed_dependencies": True},
         "docker": {"use_docker": True, "arguments": docker_arguments(req), "shm_size": req.shm_size},
         "distribution": {"type": "mpi", "node_count": req.node_count,
-                         "process_count_per_node": req.process_count_per_node},
+                         "process_count_per_node": procs},
         "environment_variables": _environment_variables(req),
         "secrets": ({"sas": {"store": "workspace_keyvault", "name": req.sas_secret_name}} if req.account else {}),
         "max_run_duration_seconds": req.max_run_seconds or 2592000,
@@ -250,18 +273,18 @@ def v1_spec(req: JobRequest) -> dict[str, Any]:
 
 def v2_spec(req: JobRequest) -> dict[str, Any]:
     """azure-ai-ml: command() with MpiDistribution, an environment built from the Dockerfile."""
-    args = script_arguments(req)
+    script, args, procs = launch_arguments(req)
     spec: dict[str, Any] = {
         "backend": "azure_ai_ml",
         "experiment_name": req.experiment,
         "display_name": req.name,
         "compute": req.compute,
         "code": req.source_dir,
-        "command": " ".join(shlex.quote(a) for a in ["python", req.script, *args]),
+        "command": " ".join(shlex.quote(a) for a in ["python", script, *args]),
         "environment": {"name": req.environment_name,
                         "build": {"path": os.path.dirname(req.dockerfile) or ".",
                                   "dockerfile_path": os.path.basename(req.dockerfile)}},
-        "distribution": {"type": "mpi", "process_count_per_instance": req.process_count_per_node},
+        "distribution": {"type": "mpi", "process_count_per_instance": procs},
         "resources": {"instance_count": req.node_count, "shm_size": req.shm_size,
                       "docker_args": " ".join(shlex.quote(a) for a in docker_arguments(req))},
         "environment_variables": _environment_variables(req),

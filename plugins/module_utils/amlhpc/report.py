@@ -154,6 +154,9 @@ def run_report(node_vars: Sequence[Mapping[str, Any]], controller_vars: Mapping[
     gate = next((hv.get("healthcheck_pair_gate") for hv in node_vars if hv.get("healthcheck_pair_gate")), None)
     if isinstance(gate, Mapping) and gate.get("summary"):
         lines += pair_gate.report_lines(gate)
+    verdict = controller_vars.get("healthcheck_verdict")  # the gate's decision (health_verdict.py)
+    if isinstance(verdict, Mapping) and verdict.get("action") not in (None, "pass"):
+        lines += [f"healthcheck: {line}" for line in verdict.get("report_lines") or []]
     lines += staging_summary([hv.get("stage_result") for hv in node_vars if hv.get("stage_result")])
     lines += training_summary(job)
     return lines

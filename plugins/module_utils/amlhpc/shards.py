@@ -217,6 +217,60 @@ def plan_shards(hosts: Sequence[str], mode: str = "suffix", blobs: Sequence[Blob
     return shards
 
 
+def plan_shards_without(hosts: Sequence[str], excluded: Iterable[str], mode: str = "suffix",
+                        blobs: Sequence[Blob] | None = None, allow_idle: bool = False) -> list[Shard]:
+    """The shards of ``hosts`` minus ``excluded`` (nodes the health gate left out), moving as
+    little as possible: the plan over every host (``hosts`` in rank order) is made first, each
+    kept host keeps its shard, and only the excluded hosts' shards are dealt out to the kept
+    ones. Suffix mode hands each suffix of an excluded shard, in order, to the kept host with
+    the fewest suffixes (then the lowest rank); balanced mode hands its blobs, largest first,
+    to the kept host with the fewest bytes (then files, then rank). Kept shards keep their
+    rank. When the excluded hosts come back, the plan over every host gives each its own
+    shard again, so only their shards move back."""
+    excluded = set(excluded)
+    shards = plan_shards(hosts, mode, blobs, allow_idle=allow_idle)
+    kept = [s for s in shards if s.host not in excluded]
+    gone = [s for s in shards if s.host in excluded]
+    if not kept:
+        raise ShardError(f"every one of the {len(shards)} host(s) is excluded: there is no node left to stage to")
+    if not gone:
+        return shards
+    if mode == "suffix":
+        blobs_of: dict[int, list[Blob]] = {}
+        for s in gone:
+            for b in s.blobs:
+                blobs_of.setdefault(suffix_of(b.name), []).append(b)  # type: ignore[arg-type]
+        for suffix in sorted(x for s in gone for x in s.suffixes):
+            to = min(kept, key=lambda s: (len(s.suffixes), s.rank))
+            to.suffixes.append(suffix)
+            to.blobs.extend(blobs_of.get(suffix, []))
+        for s in kept:
+            s.suffixes.sort()
+    else:
+        heap = [(s.bytes, s.files, s.rank, i) for i, s in enumerate(kept)]
+        heapq.heapify(heap)
+        for blob in sorted((b for s in gone for b in s.blobs), key=lambda b: (-b.size, b.name)):
+            total, count, rank, i = heap[0]
+            kept[i].blobs.append(blob)
+            heapq.heapreplace(heap, (total + blob.size, count + 1, rank, i))
+    for s in kept:
+        s.blobs.sort(key=lambda b: b.name)
+    return kept
+
+
+def moved_files(before: Sequence[Shard], after: Sequence[Shard]) -> dict[str, dict[str, list[str]]]:
+    """``{to_host: {from_host: [blob names]}}``: the blobs whose host differs between two plans
+    (what a stage fetches anew), for the plan's summary and check mode."""
+    owner = {b.name: s.host for s in before for b in s.blobs}
+    out: dict[str, dict[str, list[str]]] = {}
+    for s in after:
+        for b in s.blobs:
+            src = owner.get(b.name)
+            if src != s.host:
+                out.setdefault(s.host, {}).setdefault(src or "", []).append(b.name)
+    return out
+
+
 def empty_source_error(listed: Sequence[Blob] | None, container: str, prefix: str,
                        allow_empty: bool = False) -> str | None:
     """One sentence refusing a listing with no blob (a prefix or container typo would make every

@@ -187,3 +187,28 @@ def test_stage_shared_follows_beeond_or_is_refused_with_the_fix():
     assert "would remove the files other nodes' shards hold" in stage_shared_problem(False, True)
     assert "on two nodes, which node-scope training refuses" in stage_shared_problem("True", False)
     assert stage_shared_problem("sometimes", False) == "stage_shared must be true or false, got 'sometimes'"
+
+
+def test_with_nodes_left_out_every_node_runs_the_launcher_once():
+    """The health gate excluded nodes: AzureML places the job on nodes it chooses, so every node
+    runs launch.py (one process), which starts torchrun with the node's processes where it trains."""
+    verdict = {"file": "/etc/amlhpc/health-verdict.json", "id": "0123abcd"}
+    req = JobRequest(backend="azure_ai_ml", name="cf", compute="gpu", node_count=4, process_count_per_node=8,
+                     data_dir="/data/cosmoflow", data_scope="node", dockerfile="workload/Dockerfile",
+                     node_verdict=verdict)
+    spec = build_spec(req)
+    assert spec["command"] == ("python launch.py --verdict /etc/amlhpc/health-verdict.json --verdict-id 0123abcd "
+                               "--nproc-per-node 8 -- train.py --data-dir /data/cosmoflow --data-scope node "
+                               "--output-dir outputs")
+    assert spec["distribution"] == {"type": "mpi", "process_count_per_instance": 1}
+    assert spec["resources"]["instance_count"] == 4
+    assert "-v /etc/amlhpc/health-verdict.json:/etc/amlhpc/health-verdict.json:ro" in spec["resources"]["docker_args"]
+    v1 = build_spec(JobRequest(**{**req.__dict__, "backend": "azureml_core"}))
+    assert v1["script"] == "launch.py" and v1["arguments"][:6] == ["--verdict", verdict["file"], "--verdict-id",
+                                                                   "0123abcd", "--nproc-per-node", "8"]
+    assert v1["distribution"]["process_count_per_node"] == 1
+    # No node left out: the training script as before.
+    plain = build_spec(JobRequest(**{**req.__dict__, "node_verdict": {}}))
+    assert plain["command"].startswith("python train.py ") and plain["distribution"]["process_count_per_instance"] == 8
+    with pytest.raises(JobSpecError, match="node_verdict needs file and id"):
+        build_spec(JobRequest(**{**req.__dict__, "node_verdict": {"file": "/x"}}))

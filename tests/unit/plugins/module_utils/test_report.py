@@ -85,3 +85,17 @@ def test_run_report_puts_the_skips_after_the_nodes_line():
                               {"inventory_hostname": "localhost"}, None)
     assert lines == ["nodes: 1 (nd-0)", "nvme_raid: skipped on nd-0: nvme_raid_enabled is false",
                      "stage: no staging ran", "submit: no job ran"]
+
+
+def test_run_report_has_the_health_verdicts_section_where_nodes_were_left_out():
+    from amlhpc.health_verdict import report_lines, verdict
+    fail = [{"check": "gpu_xid", "status": "fail", "value": "1 critical", "threshold": "0 critical",
+             "reason": "Xid 79 on PCI 0001:00:00.0"}]
+    v = verdict({"nd-0": fail, "nd-1": []}, ["nd-0", "nd-1"], on_failure="exclude", spares=1,
+                addresses={"nd-1": "10.0.0.5"})
+    v["report_lines"] = report_lines(v)
+    lines = report.run_report(nodes(2), {"inventory_hostname": "localhost", "healthcheck_verdict": v}, None)
+    assert [line for line in lines if line.startswith("healthcheck: ")] == [
+        "healthcheck: health verdict: exclude (excluding 1 of 2 node(s) (healthcheck_spare_nodes: 1): nd-0 "
+        "(gpu_xid: Xid 79 on PCI 0001:00:00.0). Training goes on with the 1 other node(s): nd-1.)",
+        "healthcheck: the job trains on 1 node(s) (nd-1), rendezvous 10.0.0.5:29400; left out: nd-0"]

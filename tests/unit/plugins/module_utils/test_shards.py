@@ -14,7 +14,9 @@ from amlhpc.shards import (
     imbalance,
     include_pattern,
     list_of_files,
+    moved_files,
     plan_shards,
+    plan_shards_without,
     plan_summary,
     split_suffixes,
     suffix_of,
@@ -191,3 +193,55 @@ def test_an_empty_listing_passes_when_meant_and_so_do_a_listing_with_blobs_and_n
     assert empty_source_error([], "cosmoflow", "p", allow_empty=True) is None
     assert empty_source_error([Blob("a_000.tfrecord", 1)], "cosmoflow", "p") is None
     assert empty_source_error(None, "cosmoflow", "p") is None
+
+
+# --------------------------------------------------------------------------------------
+# Leaving nodes out (the health gate's exclude): only their files move
+# --------------------------------------------------------------------------------------
+HOSTS4 = ["n0", "n1", "n2", "n3"]
+
+
+@pytest.mark.parametrize("mode", ["suffix", "balanced"])
+@pytest.mark.parametrize("bad", [["n0"], ["n2"], ["n1", "n3"]])
+def test_excluding_nodes_moves_only_their_files(mode, bad):
+    blobs = cosmo_blobs(2)
+    whole = plan_shards(HOSTS4, mode, blobs)
+    kept = plan_shards_without(HOSTS4, bad, mode, blobs)
+    assert [s.host for s in kept] == [h for h in HOSTS4 if h not in bad]
+    # every blob once, and each kept node still holds all it held before
+    names = [b.name for s in kept for b in s.blobs]
+    assert sorted(names) == sorted(b.name for b in blobs)
+    before = {s.host: {b.name for b in s.blobs} for s in whole}
+    for s in kept:
+        assert before[s.host] <= {b.name for b in s.blobs}
+        assert s.rank == HOSTS4.index(s.host)
+    moved = moved_files(whole, kept)
+    assert sorted(n for to in moved.values() for src, ns in to.items() for n in ns) == sorted(
+        n for h in bad for n in before[h])
+    assert all(set(to) <= set(bad) for to in moved.values())
+    # the bad nodes' files are spread evenly: kept shards differ by at most one suffix / blob count
+    sizes = [len(s.suffixes) if mode == "suffix" else s.files for s in kept]
+    assert max(sizes) - min(sizes) <= 1
+
+
+def test_the_node_back_takes_its_own_shard_back():
+    blobs = cosmo_blobs(1)
+    kept = plan_shards_without(HOSTS4, ["n0"], "suffix", blobs)
+    back = plan_shards_without(HOSTS4, [], "suffix", blobs)
+    assert back == plan_shards(HOSTS4, "suffix", blobs)
+    moved = moved_files(kept, back)
+    assert list(moved) == ["n0"] and sorted(n for ns in moved["n0"].values() for n in ns) == sorted(
+        b.name for b in plan_shards(HOSTS4, "suffix", blobs)[0].blobs)
+
+
+def test_suffix_mode_without_a_listing_deals_the_suffixes():
+    kept = plan_shards_without(HOSTS4, ["n1"], "suffix")
+    # n1's suffixes 16-31 go round, one at a time, to the node with the fewest
+    assert kept[0].suffixes == list(range(16)) + [16, 19, 22, 25, 28, 31]
+    assert kept[1].suffixes == [17, 20, 23, 26, 29] + list(range(32, 48))
+    assert kept[2].suffixes == [18, 21, 24, 27, 30] + list(range(48, 64))
+
+
+def test_excluding_every_node_is_refused():
+    with pytest.raises(ShardError, match="no node left"):
+        plan_shards_without(["a", "b"], ["a", "b"], "suffix")
