@@ -31,7 +31,8 @@ import sys
 from pathlib import Path
 
 from conftest import ACCOUNT_KEY, _spawn_azurite, free_port
-from test_multinode import ANSIBLE_PLAYBOOK, ROOT, azureml_state, job_group_vars, twin_env, user_inventory
+from test_multinode import (ANSIBLE_PLAYBOOK, ROOT, TRAIN_ARGS, azureml_state, job_group_vars, twin_env,
+                            user_inventory)
 
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
@@ -78,6 +79,8 @@ def test_exclude_a_bad_node_then_take_it_back(tmp_path):
         project = tmp_path / "project"
         group_vars = {
             **job_group_vars(twin),
+            # No --n-train: the good nodes' shards differ by a file, and the job reads them evenly.
+            "submit_train_args": {k: v for k, v in TRAIN_ARGS.items() if k not in ("n_train", "n_valid")},
             "amlhpc_project_dir": str(project),
             "submit_download_dir": str(tmp_path / "out"),
             "stage_account_url": f"http://{twin.gateway}:{port}/devstoreaccount1",
@@ -137,7 +140,11 @@ def test_exclude_a_bad_node_then_take_it_back(tmp_path):
         reads = json.loads((tmp_path / "runs" / "hx1" / "reads.json").read_text())
         train = {p.removeprefix("/data/cosmoflow/"): v["count"] for p, v in reads.items() if "/train/" in p}
         assert set(train) <= every and all(c == 1 for c in train.values()), train
-        assert len(train) >= len([n for n in every if n.startswith("train/")]) - 3 * 2
+        # Every good node reads as many files as the smallest shard (whole batches of 2, one
+        # process a node), and the job says how many stay unread.
+        smallest = min(len([n for n in held[h] if n.startswith("train/")]) for h in ("hx-1", "hx-2", "hx-3"))
+        assert len(train) == 3 * (smallest // 2 * 2), (len(train), smallest)
+        assert "stay unread (--uneven-shards even)" in logs, logs[-4000:]
 
         # 2. Check mode says which node would be left out and how many files would move, and
         # changes nothing (no health.json, no file staged or removed).

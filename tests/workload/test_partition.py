@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from cosmoflow.partition import check_partition, fixed_subset, partition_problem, subset_quota
+from cosmoflow.partition import check_partition, fixed_subset, partition_problem, subset_quota, uneven_note
 
 FILES = [f"univ_{i:03d}.tfrecord" for i in range(12)]
 
@@ -159,3 +159,17 @@ def test_subset_quota(counts, scope, limit, records, expected):
 
 def test_the_validation_limit_is_named_by_its_flag():
     assert "--n-valid 5" in subset_quota("validation", {0: 2, 1: 2}, "node", 5)[1]
+
+
+def test_uneven_shards_read_evenly_only_when_asked():
+    """--uneven-shards even (the playbooks' choice where the health gate left a node out): every
+    node reads as many files as the smallest shard, and one line says how many stay unread."""
+    counts = {0: 22, 1: 21, 2: 21}
+    assert subset_quota("train", counts, "node", 0)[0] == 0  # refused, the reference's rule
+    assert subset_quota("train", counts, "node", 0, even=True) == (21, None)
+    assert uneven_note("train", counts, 21) == (
+        "train: the node shards differ (22 files on node 0; 21 on nodes 1, 2): every node reads its first 21 "
+        "files by name, every epoch, and 1 file(s) stay unread (--uneven-shards even).")
+    assert uneven_note("train", {0: 21, 1: 21}, 21) is None
+    # An explicit limit is still checked as before.
+    assert "needs 22 files" in subset_quota("train", counts, "node", 66, even=True)[1]

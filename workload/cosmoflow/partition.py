@@ -147,13 +147,15 @@ def _holdings(counts: dict[int, int]) -> str:
 
 
 def subset_quota(split: str, counts: dict[int, int], scope: str, limit: int,
-                 records_per_file: int = 1) -> tuple[int, str | None]:
+                 records_per_file: int = 1, even: bool = False) -> tuple[int, str | None]:
     """(files each node reads, None), or (0, the sentence saying why not).
 
     ``counts`` maps each node to the files it holds (global scope: one entry, the whole data
     set). As in the reference (mlcommons/hpc cosmoflow/data/cosmo.py ``construct_dataset``),
     ``limit`` samples are whole files, split evenly over the nodes' file sets; with no limit
-    (0) every file is read, which in node scope needs shards of one size."""
+    (0) every file is read, which in node scope needs shards of one size, unless ``even``
+    (``--uneven-shards even``): then every node reads as many files as the smallest shard
+    holds (:func:`uneven_note` says how many stay unread)."""
     if scope not in SCOPES:
         raise ValueError(f"data scope must be one of {SCOPES}, got {scope!r}")
     flag = FLAGS.get(split, f"the {split} limit")
@@ -161,7 +163,7 @@ def subset_quota(split: str, counts: dict[int, int], scope: str, limit: int,
     unit = records_per_file * groups
     smallest = min(counts.values())
     if not limit:
-        if scope == "node" and len(set(counts.values())) > 1:
+        if scope == "node" and len(set(counts.values())) > 1 and not even:
             return 0, (f"{split}: data scope node reads the same number of files on every node, but the "
                        f"shards differ ({_holdings(counts)}); stage shards of one size, or give {flag} a "
                        f"multiple of {unit} up to {smallest * unit}.")
@@ -179,8 +181,18 @@ def subset_quota(split: str, counts: dict[int, int], scope: str, limit: int,
     return quota, None
 
 
+def uneven_note(split: str, counts: dict[int, int], quota: int) -> str | None:
+    """The line that says which files an even read leaves unread (None when nothing is left)."""
+    unread = sum(counts.values()) - quota * len(counts)
+    if not unread:
+        return None
+    return (f"{split}: the node shards differ ({_holdings(counts)}): every node reads its first {quota} "
+            f"files by name, every epoch, and {unread} file(s) stay unread (--uneven-shards even).")
+
+
 def fixed_subset(split: str, files: Sequence[str], scope: str, node: int, limit: int, records_per_file: int,
-                 gather: Gather) -> tuple[list[str], str | None]:
+                 gather: Gather, even: bool = False,
+                 note: Callable[[str], None] | None = None) -> tuple[list[str], str | None]:
     """Collective: the files this rank's node reads, the same every epoch (the first of its
     files by name, as many as :func:`subset_quota` allows), or ([], the sentence of
     :func:`subset_quota`, the same on every rank). Run after :func:`check_partition`, so the
@@ -188,7 +200,11 @@ def fixed_subset(split: str, files: Sequence[str], scope: str, node: int, limit:
     counts: dict[int, int] = {}
     for n, count in gather((node, len(files))):
         counts[n if scope == "node" else 0] = count
-    quota, problem = subset_quota(split, counts, scope, limit, records_per_file)
+    quota, problem = subset_quota(split, counts, scope, limit, records_per_file, even)
     if problem:
         return [], problem
+    if note is not None and scope == "node" and not limit:
+        line = uneven_note(split, counts, quota)
+        if line:
+            note(line)
     return sorted(files, key=os.path.basename)[:quota], None

@@ -68,6 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train on this many samples (0: all), the same every epoch: the first files by name, "
                         "split evenly over the nodes in node scope (the reference's rule)")
     d.add_argument("--n-valid", type=int, default=0, help="validate on this many samples (0: all), as --n-train")
+    d.add_argument("--uneven-shards", choices=("refuse", "even"), default="refuse",
+                   help="node scope with no --n-train/--n-valid and node shards of different sizes: refuse "
+                        "(the reference's rule), or even: every node reads as many files as the smallest "
+                        "shard, the first by name, and one line says how many stay unread (the playbooks "
+                        "set it where the health gate left a node out)")
     d.add_argument("--workers", type=int, default=None,
                    help="DataLoader worker processes per rank (default: from the node's cores per rank)")
     d.add_argument("--prefetch-factor", type=int, default=None, help="batches in flight per worker (default: "
@@ -228,7 +233,8 @@ def loaders(args: argparse.Namespace, data_dir: str, layout: cdist.Layout, devic
         if problem:
             raise SystemExit(problem)
         files, problem = fixed_subset(split, files, args.data_scope, layout.node_rank, limit, args.records_per_file,
-                                      _all_gather)
+                                      _all_gather, even=args.uneven_shards == "even",
+                                      note=lambda line: layout.rank == 0 and print(f"[cosmoflow] {line}", flush=True))
         if problem:
             raise SystemExit(problem)
         ds = cdata.CosmoFlowDataset(files, args.cube, args.channels, args.apply_log, args.records_per_file)

@@ -223,10 +223,16 @@ LAUNCHER = "launch.py"
 def launch_arguments(req: JobRequest) -> tuple[str, list[str], int]:
     """(script, its arguments, processes per node) of every node's command: the training
     script itself, or, where the health gate left nodes out, the per-node launcher that starts
-    torchrun with ``process_count_per_node`` processes where the node's verdict says it trains."""
+    torchrun with ``process_count_per_node`` processes where the node's verdict says it trains.
+    The good nodes then hold the left-out node's files in shards that may differ by a file or
+    so: in node scope, unless ``train_args`` says otherwise, every node reads as many as the
+    smallest shard holds (``--uneven-shards even``, which names the files left unread) instead
+    of the reference's refusal."""
     args = script_arguments(req)
     if not req.node_verdict:
         return req.script, args, req.process_count_per_node
+    if req.data_scope == "node" and "uneven_shards" not in {k.replace("-", "_") for k in req.train_args}:
+        args += ["--uneven-shards", "even"]
     verdict_file, verdict_id = req.node_verdict.get("file"), req.node_verdict.get("id")
     if not verdict_file or not verdict_id:
         raise JobSpecError("node_verdict needs file and id (the healthcheck role's healthcheck_verdict)")

@@ -199,8 +199,11 @@ def test_with_nodes_left_out_every_node_runs_the_launcher_once():
     spec = build_spec(req)
     assert spec["command"] == ("python launch.py --verdict /etc/amlhpc/health-verdict.json --verdict-id 0123abcd "
                                "--nproc-per-node 8 -- train.py --data-dir /data/cosmoflow --data-scope node "
-                               "--output-dir outputs")
+                               "--output-dir outputs --uneven-shards even")
     assert spec["distribution"] == {"type": "mpi", "process_count_per_instance": 1}
+    # The good nodes' shards may differ by a file: read evenly, unless train_args says otherwise.
+    refuse = build_spec(JobRequest(**{**req.__dict__, "train_args": {"uneven_shards": "refuse"}}))
+    assert refuse["command"].endswith("--output-dir outputs --uneven-shards refuse")
     assert spec["resources"]["instance_count"] == 4
     assert "-v /etc/amlhpc/health-verdict.json:/etc/amlhpc/health-verdict.json:ro" in spec["resources"]["docker_args"]
     v1 = build_spec(JobRequest(**{**req.__dict__, "backend": "azureml_core"}))
