@@ -197,3 +197,17 @@ def test_a_rank_that_stops_fails_the_other_within_the_timeout_naming_both(tiny_d
     assert " waited more than 10 s for the other ranks" in output, output[-3000:]
     assert "raise --collective-timeout" in output
     assert waited < 60
+
+
+def test_a_rank_that_never_starts_fails_the_rendezvous_within_the_startup_timeout(tiny_data, tmp_path):
+    """Seen with 32 ranks: 10 minutes in init_process_group. Rank 1 of 2 never starts here."""
+    env = _env() | {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                    "GROUP_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, TRAIN, "--data-dir", str(tiny_data), "--output-dir", str(tmp_path),
+                           "--startup-timeout", "3", *_tiny()], env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode != 0 and time.monotonic() - t0 < 60
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        "rank 0 of 2: the rendezvous at 127.0.0.1:"), proc.stderr[-3000:]
+    assert " waited more than 3 s for the other ranks" in proc.stderr and "raise --startup-timeout" in proc.stderr

@@ -149,15 +149,15 @@ def gpu_index(layout: Layout, gpus_visible: int) -> int:
     return layout.local_rank
 
 
-def collective_failure(error: BaseException, what: str, rank: int, world_size: int,
-                       timeout_s: float) -> str | None:
-    """One sentence for a collective that waited past its timeout or lost a rank; None for any
-    other error (gloo says "Timed out waiting", NCCL and the store "timed out"/"Timeout")."""
+def collective_failure(error: BaseException, what: str, rank: int, world_size: int, timeout_s: float,
+                       flag: str = "--collective-timeout") -> str | None:
+    """One sentence for a collective that waited past its timeout (set by ``flag``) or lost a rank;
+    None for any other error (gloo says "Timed out waiting", NCCL and the store "timed out")."""
     text = str(error)
     where = f"rank {rank} of {world_size}: {what}"
     if "timed out" in text.lower() or "timeout" in text.lower():
         return (f"{where} waited more than {timeout_s:g} s for the other ranks; another rank stopped, hangs "
-                f"or died (its log says why), or raise --collective-timeout if the ranks are only slow")
+                f"or died (its log says why), or raise {flag} if the ranks are only slow")
     if any(sign in text for sign in ("Connection closed by peer", "Connection reset by peer", "Broken pipe")):
         return (f"{where} lost its connection to another rank, which stopped or died; read the other "
                 f"ranks' logs for the first error")
@@ -182,10 +182,12 @@ class CollectiveError(RuntimeError):
 class Collectives:
     """Names the collectives of a phase, so that one that times out says which one it was.
 
-    ``group`` is the process group the phase's collectives use (``None``: the default one)."""
+    ``group`` is the process group the phase's collectives use (``None``: the default one);
+    ``flag`` the option that sets their timeout."""
 
-    def __init__(self, layout: Layout, timeout_s: float, group: dist.ProcessGroup | None = None) -> None:
-        self.layout, self.timeout_s, self.group = layout, timeout_s, group
+    def __init__(self, layout: Layout, timeout_s: float, group: dist.ProcessGroup | None = None,
+                 flag: str = "--collective-timeout") -> None:
+        self.layout, self.timeout_s, self.group, self.flag = layout, timeout_s, group, flag
 
     @contextmanager
     def __call__(self, what: str) -> Iterator[None]:
@@ -194,7 +196,8 @@ class Collectives:
         except RuntimeError as exc:
             if isinstance(exc, CollectiveError):
                 raise
-            message = collective_failure(exc, what, self.layout.rank, self.layout.world_size, self.timeout_s)
+            message = collective_failure(exc, what, self.layout.rank, self.layout.world_size, self.timeout_s,
+                                         self.flag)
             if message is None:
                 raise
             raise CollectiveError(message) from exc
@@ -216,7 +219,7 @@ def init(backend: str | None = None, timeout_s: float = 1800.0,
     if device.type == "cuda":
         torch.cuda.set_device(device)
     addr, port = rendezvous()
-    startup = Collectives(layout, timeout_s)
+    startup = Collectives(layout, timeout_s, flag="--startup-timeout")
     with startup(f"the rendezvous at {addr}:{port}"):
         dist.init_process_group(backend, init_method=f"tcp://{addr}:{port}", rank=layout.rank,
                                 world_size=layout.world_size, timeout=timedelta(seconds=timeout_s))
@@ -234,7 +237,7 @@ def init(backend: str | None = None, timeout_s: float = 1800.0,
     step_timeout_s = timeout_s if step_timeout_s is None else step_timeout_s
     with startup("the creation of the training steps' process group"):
         group = dist.new_group(backend=backend, timeout=timedelta(seconds=step_timeout_s))
-    return layout, device, Collectives(layout, timeout_s), Collectives(layout, step_timeout_s, group)
+    return layout, device, startup, Collectives(layout, step_timeout_s, group)
 
 
 def all_ok(ok: bool, device: torch.device) -> bool:

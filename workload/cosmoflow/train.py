@@ -48,10 +48,6 @@ from cosmoflow.schedule import KerasSGD, learning_rate, parse_decay
 
 __all__ = ["learning_rate", "main", "parse_decay"]
 
-STARTUP_TIMEOUT_S = 1800.0
-"""How long the start-up collectives wait: the rendezvous, the staging barrier (the slowest
-node's staging), the start-up checks."""
-
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description="Train CosmoFlow (MLPerf HPC) with torch.distributed.")
@@ -118,7 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--collective-timeout", type=float, default=600.0,
                    help="seconds a training or evaluation collective (gradient all-reduce, loss sums) waits "
                         "for the other ranks before this rank stops, naming itself and the collective "
-                        "(start-up collectives, the staging barrier included, wait up to 1800 s)")
+                        "(see --startup-timeout for those before training)")
+    t.add_argument("--startup-timeout", type=float, default=1800.0,
+                   help="seconds the start-up collectives wait for the other ranks: the rendezvous (every "
+                        "rank started), the staging barrier (the slowest node's staging), the start-up checks")
     o = p.add_argument_group("outputs")
     o.add_argument("--output-dir", default="outputs")
     o.add_argument("--log-every", type=int, default=10, help="steps between step records")
@@ -292,7 +291,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.account and not args.data_dir:
         raise SystemExit("give --data-dir, or --account/--container/--stage-dir to stage first")
     try:
-        layout, device, startup, steps = cdist.init(args.backend, STARTUP_TIMEOUT_S, args.collective_timeout)
+        layout, device, startup, steps = cdist.init(args.backend, args.startup_timeout, args.collective_timeout)
     except cdist.CollectiveError as exc:
         cdist.finish()
         raise SystemExit(str(exc)) from None
@@ -304,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(str(exc)) from None
     except RuntimeError as exc:  # a start-up collective outside the named ones (partition check, staging)
         message = cdist.collective_failure(exc, cdist.call_site(exc), layout.rank, layout.world_size,
-                                           startup.timeout_s)
+                                           startup.timeout_s, startup.flag)
         if message is None:
             raise
         raise SystemExit(message) from None
