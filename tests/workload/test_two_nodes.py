@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -211,3 +212,48 @@ def test_a_rank_that_never_starts_fails_the_rendezvous_within_the_startup_timeou
     assert proc.stderr.strip().splitlines()[-1].startswith(
         "rank 0 of 2: the rendezvous at 127.0.0.1:"), proc.stderr[-3000:]
     assert " waited more than 3 s for the other ranks" in proc.stderr and "raise --startup-timeout" in proc.stderr
+
+
+def _children(pid):
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="utf-8") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                out.append(int(entry))
+    return out
+
+
+def test_a_hung_dataloader_worker_fails_the_rank_within_the_timeout(tiny_data, tmp_path):
+    """A worker that hangs (stopped with SIGSTOP: alive, so DataLoader's liveness check passes)
+    stops its rank within --collective-timeout, naming the rank and the workers."""
+    out = tmp_path / "out"
+    env = _env() | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    with open(tmp_path / "rank0.out", "w", encoding="utf-8") as stdout:
+        proc = subprocess.Popen([sys.executable, TRAIN, "--data-dir", str(tiny_data), "--output-dir", str(out),
+                                 "--collective-timeout", "10", "--epochs", "1000", "--batch-size", "4",
+                                 *_tiny(), *WORKERS], env=env, stdout=stdout, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        metrics = out / "metrics.jsonl"
+        while not (metrics.exists() and metrics.read_text().count('"kind": "step"') >= 2):
+            assert time.monotonic() < deadline and proc.poll() is None, (tmp_path / "rank0.out").read_text()
+            time.sleep(0.2)
+        workers = _children(proc.pid)
+        assert workers
+        for pid in workers:
+            os.kill(pid, signal.SIGSTOP)
+        proc.wait(timeout=120)
+    finally:
+        stop([proc])
+    output = (tmp_path / "rank0.out").read_text()
+    assert proc.returncode != 0
+    assert re.fullmatch(
+        r"rank 0 of 1: waiting for training batch \d+ from the DataLoader workers took more than 10 s; a worker "
+        r"hangs or the storage stopped answering, or raise --collective-timeout if reading is only slow",
+        output.strip().splitlines()[-1]), output[-3000:]

@@ -34,8 +34,11 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
+import threading
+import time
 import traceback
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -201,6 +204,61 @@ class Collectives:
             if message is None:
                 raise
             raise CollectiveError(message) from exc
+
+
+class Watchdog:
+    """Ends the process, with one sentence naming the rank and what it waited for, when a wait
+    that no timeout of its own bounds takes longer than ``timeout_s``: a batch from DataLoader
+    workers (a worker that hangs, or stops while the rank takes a tensor from it, blocks the rank
+    in a read with no timeout). A daemon thread; :meth:`batches` arms it around each batch."""
+
+    def __init__(self, layout: Layout, timeout_s: float, flag: str = "--collective-timeout") -> None:
+        self.layout, self.timeout_s, self.flag = layout, timeout_s, flag
+        self._cond = threading.Condition()
+        self._what: str | None = None
+        self._deadline = 0.0
+        threading.Thread(target=self._watch, name="cosmoflow-watchdog", daemon=True).start()
+
+    def arm(self, what: str) -> None:
+        with self._cond:
+            self._what, self._deadline = what, time.monotonic() + self.timeout_s
+            self._cond.notify()
+
+    def disarm(self) -> None:
+        with self._cond:
+            self._what = None
+
+    def batches(self, loader: Iterable, what: str) -> Iterator:
+        """``loader``'s batches, each fetched with the watchdog armed."""
+        it = iter(loader)
+        for index in range(1 << 62):
+            self.arm(f"{what} {index + 1} from the DataLoader workers")
+            try:
+                item = next(it)
+            except StopIteration:
+                return
+            finally:
+                self.disarm()
+            yield item
+
+    def message(self, what: str) -> str:
+        return (f"rank {self.layout.rank} of {self.layout.world_size}: waiting for {what} took more than "
+                f"{self.timeout_s:g} s; a worker hangs or the storage stopped answering, or raise {self.flag} "
+                f"if reading is only slow")
+
+    def _watch(self) -> None:
+        with self._cond:
+            while True:
+                if self._what is None:
+                    self._cond.wait()
+                    continue
+                left = self._deadline - time.monotonic()
+                if left > 0:
+                    self._cond.wait(left)
+                    continue
+                sys.stderr.write(self.message(self._what) + "\n")
+                sys.stderr.flush()
+                os._exit(1)  # the main thread is blocked in a read that nothing else would end
 
 
 def init(backend: str | None = None, timeout_s: float = 1800.0,

@@ -113,8 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--backend", choices=("nccl", "gloo"), help="default: nccl with GPUs, else gloo")
     t.add_argument("--collective-timeout", type=float, default=600.0,
                    help="seconds a training or evaluation collective (gradient all-reduce, loss sums) waits "
-                        "for the other ranks before this rank stops, naming itself and the collective "
-                        "(see --startup-timeout for those before training)")
+                        "for the other ranks, and a batch for the DataLoader workers, before this rank stops, "
+                        "naming itself and what it waited for (--startup-timeout: those before training)")
     t.add_argument("--startup-timeout", type=float, default=1800.0,
                    help="seconds the start-up collectives wait for the other ranks: the rendezvous (every "
                         "rank started), the staging barrier (the slowest node's staging), the start-up checks")
@@ -264,14 +264,15 @@ class Step:
                               enabled=self.amp_dtype is not None)
 
 
-def evaluate(model: nn.Module, loader, step: Step,
-             collectives: cdist.Collectives | None = None) -> tuple[float, float, int]:
-    """MSE and MAE over every rank's validation samples (sums all-reduced in ``collectives``' group)."""
+def evaluate(model: nn.Module, loader, step: Step, collectives: cdist.Collectives | None = None,
+             watchdog: cdist.Watchdog | None = None) -> tuple[float, float, int]:
+    """MSE and MAE over every rank's validation samples (sums all-reduced in ``collectives``' group;
+    each batch fetched under ``watchdog``)."""
     device = step.device
     model.eval()
     sums = torch.zeros(3, dtype=torch.float64, device=device)  # squared error, abs error, values
     with torch.no_grad(), step.autocast():
-        for x, y in loader:
+        for x, y in loader if watchdog is None else watchdog.batches(loader, "validation batch"):
             x, y = step.inputs(x, y)
             diff = model(x).float() - y
             sums += torch.stack([diff.pow(2).sum(), diff.abs().sum(),
@@ -414,6 +415,7 @@ def _train(args: argparse.Namespace, layout: cdist.Layout, device: torch.device,
     mllog.start("run_start")
     summary: dict[str, Any] = {}
     done = False
+    watchdog = cdist.Watchdog(layout, args.collective_timeout)
     for epoch in range(start_epoch, args.epochs):
         train_loader.sampler.set_epoch(epoch)
         batches = iter(train_loader)  # the first iterator of persistent workers draws from the RNG...
@@ -424,7 +426,7 @@ def _train(args: argparse.Namespace, layout: cdist.Layout, device: torch.device,
         mllog.start("epoch_start", epoch_num=epoch + 1)
         t0 = time.monotonic()
         loss_sum = torch.zeros(2, dtype=torch.float64, device=device)
-        for x, y in batches:
+        for x, y in watchdog.batches(batches, "training batch"):
             x, y = step_fn.inputs(x, y)
             with step_fn.autocast():
                 loss = loss_fn(forward(x).float(), y)
@@ -448,7 +450,7 @@ def _train(args: argparse.Namespace, layout: cdist.Layout, device: torch.device,
         steps_done = int(loss_sum[1].item()) // layout.world_size
         mllog.end("epoch_stop", epoch_num=epoch + 1)
         mllog.start("eval_start", epoch_num=epoch + 1)
-        val_loss, val_mae, _unused = evaluate(forward, valid_loader, step_fn, steps)
+        val_loss, val_mae, _unused = evaluate(forward, valid_loader, step_fn, steps, watchdog)
         mllog.event("eval_error", val_mae, epoch_num=epoch + 1)
         mllog.end("eval_stop", epoch_num=epoch + 1)
         summary = {"epoch": epoch, "step": step, "train_loss": float(loss_sum[0] / loss_sum[1]),
