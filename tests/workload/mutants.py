@@ -21,24 +21,25 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRAIN = "workload/cosmoflow/train.py"
 
-# (name, file, text, replacement): the text must occur exactly once.
+# (name, file, [(text, replacement), ...]): each text must occur exactly once.
 MUTANTS = [
     ("no gradient all-reduce (forward through the bare model)", TRAIN,
-     "forward = torch.compile(ddp) if args.compile else ddp",
-     "forward = torch.compile(model) if args.compile else model"),
+     [("forward = torch.compile(ddp) if args.compile else ddp",
+       "forward = torch.compile(model) if args.compile else model")]),
     ("gradients summed instead of averaged", TRAIN,
-     "loss.backward()", "(loss * layout.world_size).backward()"),
+     [("loss.backward()", "(loss * layout.world_size).backward()")]),
     ("set_epoch called after iter()", TRAIN,
-     "        train_loader.sampler.set_epoch(epoch)\n        batches = iter(train_loader)",
-     "        batches = iter(train_loader)\n        train_loader.sampler.set_epoch(epoch)"),
+     [("        train_loader.sampler.set_epoch(epoch)\n", ""),
+      ("            batches = iter(train_loader)  #",
+       "            batches = iter(train_loader)\n        train_loader.sampler.set_epoch(epoch)  #")]),
     ("MIN all-reduce of the step count removed", TRAIN,
-     "dist.all_reduce(per_rank, op=dist.ReduceOp.MIN)", "pass"),
+     [("dist.all_reduce(per_rank, op=dist.ReduceOp.MIN)", "pass")]),
     ("node scope shards by global rank", TRAIN,
-     "shard, shards = layout.local_rank, layout.local_world_size",
-     "shard, shards = layout.rank, layout.local_world_size"),
+     [("shard, shards = layout.local_rank, layout.local_world_size",
+       "shard, shards = layout.rank, layout.local_world_size")]),
     ("global scope shards by local rank", TRAIN,
-     "shard, shards = layout.rank, layout.world_size",
-     "shard, shards = layout.local_rank, layout.world_size"),
+     [("shard, shards = layout.rank, layout.world_size",
+       "shard, shards = layout.local_rank, layout.world_size")]),
 ]
 
 
@@ -49,15 +50,17 @@ def copy_tree(dest: str) -> None:
     shutil.copy(os.path.join(ROOT, "pyproject.toml"), dest)
 
 
-def mutate(dest: str, path: str, text: str, replacement: str) -> None:
+def mutate(dest: str, path: str, changes: list[tuple[str, str]]) -> None:
     full = os.path.join(dest, path)
     with open(full, encoding="utf-8") as f:
         source = f.read()
-    if source.count(text) != 1:
-        raise SystemExit(f"{path}: the mutant's text occurs {source.count(text)} times, not once; "
-                         f"update MUTANTS")
+    for text, replacement in changes:
+        if source.count(text) != 1:
+            raise SystemExit(f"{path}: the mutant's text {text!r} occurs {source.count(text)} times, not once; "
+                             f"update MUTANTS")
+        source = source.replace(text, replacement)
     with open(full, "w", encoding="utf-8") as f:
-        f.write(source.replace(text, replacement))
+        f.write(source)
 
 
 def run_tests(dest: str, paths: list[str]) -> tuple[list[str], str]:
@@ -70,16 +73,16 @@ def run_tests(dest: str, paths: list[str]) -> tuple[list[str], str]:
 
 def main(argv: list[str]) -> int:
     if "--list" in argv:
-        for name, path, text, replacement in MUTANTS:
-            print(f"{name}: {path}: {text!r} -> {replacement!r}")
+        for name, path, changes in MUTANTS:
+            print(f"{name}: {path}: " + "; ".join(f"{t!r} -> {r!r}" for t, r in changes))
         return 0
     paths = argv or ["tests/workload/test_two_nodes.py"]
     survived = 0
-    for name, path, text, replacement in [("none (the code as it is)", "", "", ""), *MUTANTS]:
+    for name, path, changes in [("none (the code as it is)", "", []), *MUTANTS]:
         with tempfile.TemporaryDirectory(prefix="mutant-") as dest:
             copy_tree(dest)
             if path:
-                mutate(dest, path, text, replacement)
+                mutate(dest, path, changes)
             t0 = time.monotonic()
             failed, tail = run_tests(dest, paths)
         took = time.monotonic() - t0

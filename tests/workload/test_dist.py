@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from cosmoflow.dist import (Collectives, CollectiveError, Layout, collective_failure, env_layout, gpu_index,
-                            node_key, node_layout, node_problem, rendezvous)
+from cosmoflow.dist import (Collectives, CollectiveError, Layout, Watchdog, collective_failure, env_layout,
+                            gpu_index, node_key, node_layout, node_problem, rendezvous)
 
 
 def test_torchrun_environment():
@@ -104,3 +104,14 @@ def test_collectives_turn_a_timeout_into_a_named_error_and_let_others_through():
     with pytest.raises(RuntimeError, match="^shape mismatch$"):
         with steps("the gradient all-reduce"):
             raise RuntimeError("shape mismatch")
+
+
+def test_the_watchdog_passes_batches_through_and_names_the_wait():
+    watchdog = Watchdog(Layout(3, 8), 600.0)
+    try:
+        assert list(watchdog.batches(iter([1, 2, 3]), "training batch")) == [1, 2, 3]
+        assert watchdog.message("training batch 2 from the DataLoader workers") == (
+            "rank 3 of 8: waiting for training batch 2 from the DataLoader workers took more than 600 s; a worker "
+            "hangs or the storage stopped answering, or raise --collective-timeout if reading is only slow")
+    finally:
+        watchdog.close()

@@ -209,15 +209,22 @@ class Collectives:
 class Watchdog:
     """Ends the process, with one sentence naming the rank and what it waited for, when a wait
     that no timeout of its own bounds takes longer than ``timeout_s``: a batch from DataLoader
-    workers (a worker that hangs, or stops while the rank takes a tensor from it, blocks the rank
-    in a read with no timeout). A daemon thread; :meth:`batches` arms it around each batch."""
+    workers (a worker that hangs blocks the rank with no timeout: persistent workers acknowledge
+    each new epoch, and a tensor is handed over through the worker). A daemon thread;
+    :meth:`waiting` arms it around a block, :meth:`batches` around each batch."""
 
     def __init__(self, layout: Layout, timeout_s: float, flag: str = "--collective-timeout") -> None:
         self.layout, self.timeout_s, self.flag = layout, timeout_s, flag
         self._cond = threading.Condition()
         self._what: str | None = None
-        self._deadline = 0.0
+        self._deadline, self._closed = 0.0, False
         threading.Thread(target=self._watch, name="cosmoflow-watchdog", daemon=True).start()
+
+    def close(self) -> None:
+        """Stop the thread."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
 
     def arm(self, what: str) -> None:
         with self._cond:
@@ -228,17 +235,25 @@ class Watchdog:
         with self._cond:
             self._what = None
 
+    @contextmanager
+    def waiting(self, what: str) -> Iterator[None]:
+        """Armed while the block runs."""
+        self.arm(what)
+        try:
+            yield
+        finally:
+            self.disarm()
+
     def batches(self, loader: Iterable, what: str) -> Iterator:
-        """``loader``'s batches, each fetched with the watchdog armed."""
-        it = iter(loader)
+        """``loader``'s batches, each fetched with the watchdog armed (and the iterator made with
+        it armed: persistent workers acknowledge a new epoch before it starts)."""
+        with self.waiting(f"the DataLoader workers to start the {what}es"):
+            it = iter(loader)
         for index in range(1 << 62):
-            self.arm(f"{what} {index + 1} from the DataLoader workers")
-            try:
-                item = next(it)
-            except StopIteration:
+            with self.waiting(f"{what} {index + 1} from the DataLoader workers"):
+                item = next(it, None)
+            if item is None:
                 return
-            finally:
-                self.disarm()
             yield item
 
     def message(self, what: str) -> str:
@@ -248,7 +263,7 @@ class Watchdog:
 
     def _watch(self) -> None:
         with self._cond:
-            while True:
+            while not self._closed:
                 if self._what is None:
                     self._cond.wait()
                     continue

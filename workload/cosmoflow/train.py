@@ -298,8 +298,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(str(exc)) from None
     rec = Recorder(args.output_dir, layout.rank == 0)
     mllog = MLLog(os.path.join(args.output_dir, "mlperf.log") if layout.rank == 0 else None)
+    watchdog = cdist.Watchdog(layout, args.collective_timeout)
     try:
-        return _train(args, layout, device, rec, mllog, steps)
+        return _train(args, layout, device, rec, mllog, steps, watchdog)
     except cdist.CollectiveError as exc:
         raise SystemExit(str(exc)) from None
     except RuntimeError as exc:  # a start-up collective outside the named ones (partition check, staging)
@@ -309,6 +310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         raise SystemExit(message) from None
     finally:
+        watchdog.close()
         mllog.close()
         rec.close()
         cdist.finish()
@@ -346,7 +348,7 @@ def load_resume(args: argparse.Namespace, ckpt_dir: str, layout: cdist.Layout) -
 
 
 def _train(args: argparse.Namespace, layout: cdist.Layout, device: torch.device, rec: Recorder,
-           mllog: MLLog, steps: cdist.Collectives) -> int:
+           mllog: MLLog, steps: cdist.Collectives, watchdog: cdist.Watchdog) -> int:
     torch.manual_seed(args.seed)
     if device.type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // layout.local_world_size))
@@ -415,10 +417,10 @@ def _train(args: argparse.Namespace, layout: cdist.Layout, device: torch.device,
     mllog.start("run_start")
     summary: dict[str, Any] = {}
     done = False
-    watchdog = cdist.Watchdog(layout, args.collective_timeout)
     for epoch in range(start_epoch, args.epochs):
         train_loader.sampler.set_epoch(epoch)
-        batches = iter(train_loader)  # the first iterator of persistent workers draws from the RNG...
+        with watchdog.waiting(f"the DataLoader workers to start epoch {epoch}"):
+            batches = iter(train_loader)  # the first iterator of persistent workers draws from the RNG...
         torch.manual_seed(args.seed + 1000 * (epoch + 1))  # ...so seed after it: dropout resumes identically
         lr = learning_rate(epoch, peak_lr, args.lr, args.warmup_epochs, decay)
         for group in optimizer.param_groups:
