@@ -10,6 +10,7 @@ import os
 import sys
 
 _LOG = os.environ.get("COSMOFLOW_READ_LOG")
+_FD = os.open(_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644) if _LOG else -1
 
 
 def _hook(event, args):
@@ -24,6 +25,5 @@ def _hook(event, args):
     os.write(_FD, line.encode())
 
 
-if _LOG:
-    _FD = os.open(_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+if _FD >= 0:
     sys.addaudithook(_hook)
