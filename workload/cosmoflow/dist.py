@@ -16,15 +16,30 @@ distribution), otherwise AzureML's MPI variables ``AZ_BATCH_MASTER_NODE`` (``hos
 
 The node rank is NOT taken from the launcher: OpenMPI's ``OMPI_COMM_WORLD_NODE_RANK`` is a rank
 among processes of a node, not a node index, and ``rank // local_size`` assumes block placement.
-After the process group is up, every process shares its host name and nodes are numbered by
-their lowest global rank (:func:`node_layout`): right for any placement.
+After the process group is up, every process shares its node key (:func:`node_key`: the host
+name, with torchrun's ``GROUP_RANK`` when torchrun sets it) and nodes are numbered by their lowest
+global rank (:func:`node_layout`): right for any placement. With ``GROUP_RANK`` in the key, two
+torchrun launchers on one machine (``--nnodes 2 --node-rank 0`` and ``--node-rank 1``) are two
+nodes, as their local ranks and sizes say; a node whose ranks disagree with the launcher's local
+ranks and sizes is refused by name (:func:`node_problem`).
+
+Collectives time out instead of hanging (:class:`Collectives`): the start-up ones (rendezvous,
+the staging barrier, the partition check) after ``startup_timeout_s``, those of the training
+steps and the evaluation (a process group of their own) after ``--collective-timeout``. A
+collective that waits longer, or loses its connection to a rank that died, stops this rank with
+one sentence naming the rank and the collective (:func:`collective_failure`).
 """
 
 from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Mapping, Sequence
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -87,12 +102,38 @@ def rendezvous(env: Mapping[str, str] | None = None) -> tuple[str, int]:
     return "127.0.0.1", port
 
 
+def node_key(env: Mapping[str, str] | None = None, hostname: str | None = None) -> str:
+    """What names this process's node: the host name, and torchrun's ``GROUP_RANK`` (the index of
+    the launcher's node) when set, so that two torchrun launchers on one machine are two nodes."""
+    env = os.environ if env is None else env
+    host = socket.gethostname() if hostname is None else hostname
+    group = env.get("GROUP_RANK") if "RANK" in env and "WORLD_SIZE" in env else None
+    return f"{host}/node {group}" if group not in (None, "") else host
+
+
 def node_layout(hostnames: Sequence[str]) -> tuple[list[int], int]:
     """Node index of every rank (nodes numbered by their lowest rank) and the number of nodes."""
     index: dict[str, int] = {}
     for host in hostnames:
         index.setdefault(host, len(index))
     return [index[h] for h in hostnames], len(index)
+
+
+def node_problem(keys: Sequence[str], local_ranks: Sequence[int], local_sizes: Sequence[int]) -> str | None:
+    """One sentence when the ranks sharing a node key are not what the launcher says of them
+    (as many ranks as the local size, local ranks 0..size-1), else None."""
+    members: dict[str, list[int]] = {}
+    for rank, key in enumerate(keys):
+        members.setdefault(key, []).append(rank)
+    for key, ranks in members.items():
+        sizes = sorted({local_sizes[r] for r in ranks})
+        locals_ = sorted(local_ranks[r] for r in ranks)
+        if sizes != [len(ranks)] or locals_ != list(range(len(ranks))):
+            return (f"node {key} runs ranks {ranks} with local ranks {locals_} and local sizes {sizes}: the "
+                    f"launcher's local ranks and sizes do not match the processes on that node; start one "
+                    f"launcher per node, or give each launcher on a shared machine its own node rank "
+                    f"(torchrun --nnodes N --node-rank K)")
+    return None
 
 
 def gpu_index(layout: Layout, gpus_visible: int) -> int:
@@ -111,8 +152,138 @@ def gpu_index(layout: Layout, gpus_visible: int) -> int:
     return layout.local_rank
 
 
-def init(backend: str | None = None, timeout_s: float = 1800.0) -> tuple[Layout, torch.device]:
-    """Start the process group (NCCL on GPUs, gloo on CPU) and return the full layout."""
+def collective_failure(error: BaseException, what: str, rank: int, world_size: int, timeout_s: float,
+                       flag: str = "--collective-timeout") -> str | None:
+    """One sentence for a collective that waited past its timeout (set by ``flag``) or lost a rank;
+    None for any other error (gloo says "Timed out waiting", NCCL and the store "timed out")."""
+    text = str(error)
+    where = f"rank {rank} of {world_size}: {what}"
+    if "timed out" in text.lower() or "timeout" in text.lower():
+        return (f"{where} waited more than {timeout_s:g} s for the other ranks; another rank stopped, hangs "
+                f"or died (its log says why), or raise {flag} if the ranks are only slow")
+    if any(sign in text for sign in ("Connection closed by peer", "Connection reset by peer", "Broken pipe")):
+        return (f"{where} lost its connection to another rank, which stopped or died; read the other "
+                f"ranks' logs for the first error")
+    return None
+
+
+def call_site(error: BaseException) -> str:
+    """Where in this package ``error`` came from: ``function() (file.py line N)``."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    frames = [f for f in traceback.extract_tb(error.__traceback__)
+              if os.path.dirname(os.path.abspath(f.filename)) == here]
+    if not frames:
+        return "a collective"
+    frame = frames[-1]
+    return f"a collective in {frame.name}() ({os.path.basename(frame.filename)} line {frame.lineno})"
+
+
+class CollectiveError(RuntimeError):
+    """A collective timed out or lost a rank (the message names this rank and the collective)."""
+
+
+class Collectives:
+    """Names the collectives of a phase, so that one that times out says which one it was.
+
+    ``group`` is the process group the phase's collectives use (``None``: the default one);
+    ``flag`` the option that sets their timeout."""
+
+    def __init__(self, layout: Layout, timeout_s: float, group: dist.ProcessGroup | None = None,
+                 flag: str = "--collective-timeout") -> None:
+        self.layout, self.timeout_s, self.group, self.flag = layout, timeout_s, group, flag
+
+    @contextmanager
+    def __call__(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except RuntimeError as exc:
+            if isinstance(exc, CollectiveError):
+                raise
+            message = collective_failure(exc, what, self.layout.rank, self.layout.world_size, self.timeout_s,
+                                         self.flag)
+            if message is None:
+                raise
+            raise CollectiveError(message) from exc
+
+
+class Watchdog:
+    """Ends the process, with one sentence naming the rank and what it waited for, when a wait
+    that no timeout of its own bounds takes longer than ``timeout_s``: a batch from DataLoader
+    workers (a worker that hangs blocks the rank with no timeout: persistent workers acknowledge
+    each new epoch, and a tensor is handed over through the worker). A daemon thread;
+    :meth:`waiting` arms it around a block, :meth:`batches` around each batch."""
+
+    def __init__(self, layout: Layout, timeout_s: float, flag: str = "--collective-timeout") -> None:
+        self.layout, self.timeout_s, self.flag = layout, timeout_s, flag
+        self._cond = threading.Condition()
+        self._what: str | None = None
+        self._deadline, self._closed = 0.0, False
+        threading.Thread(target=self._watch, name="cosmoflow-watchdog", daemon=True).start()
+
+    def close(self) -> None:
+        """Stop the thread."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+
+    def arm(self, what: str) -> None:
+        with self._cond:
+            self._what, self._deadline = what, time.monotonic() + self.timeout_s
+            self._cond.notify()
+
+    def disarm(self) -> None:
+        with self._cond:
+            self._what = None
+
+    @contextmanager
+    def waiting(self, what: str) -> Iterator[None]:
+        """Armed while the block runs."""
+        self.arm(what)
+        try:
+            yield
+        finally:
+            self.disarm()
+
+    def batches(self, loader: Iterable, what: str) -> Iterator:
+        """``loader``'s batches, each fetched with the watchdog armed (and the iterator made with
+        it armed: persistent workers acknowledge a new epoch before it starts)."""
+        with self.waiting(f"the DataLoader workers to start the {what}es"):
+            it = iter(loader)
+        for index in range(1 << 62):
+            with self.waiting(f"{what} {index + 1} from the DataLoader workers"):
+                item = next(it, None)
+            if item is None:
+                return
+            yield item
+
+    def message(self, what: str) -> str:
+        return (f"rank {self.layout.rank} of {self.layout.world_size}: waiting for {what} took more than "
+                f"{self.timeout_s:g} s; a worker hangs or the storage stopped answering, or raise {self.flag} "
+                f"if reading is only slow")
+
+    def _watch(self) -> None:
+        with self._cond:
+            while not self._closed:
+                if self._what is None:
+                    self._cond.wait()
+                    continue
+                left = self._deadline - time.monotonic()
+                if left > 0:
+                    self._cond.wait(left)
+                    continue
+                sys.stderr.write(self.message(self._what) + "\n")
+                sys.stderr.flush()
+                os._exit(1)  # the main thread is blocked in a read that nothing else would end
+
+
+def init(backend: str | None = None, timeout_s: float = 1800.0,
+         step_timeout_s: float | None = None) -> tuple[Layout, torch.device, Collectives, Collectives]:
+    """Start the process group (NCCL on GPUs, gloo on CPU); return the full layout, the device, and
+    the start-up and training :class:`Collectives`.
+
+    The default group's collectives (rendezvous, staging barrier, start-up checks) time out after
+    ``timeout_s``; the training steps' and the evaluation's run in a group of their own that times
+    out after ``step_timeout_s`` (default: ``timeout_s``)."""
     layout = env_layout()
     use_cuda = torch.cuda.is_available()
     backend = backend or ("nccl" if use_cuda else "gloo")
@@ -121,14 +292,25 @@ def init(backend: str | None = None, timeout_s: float = 1800.0) -> tuple[Layout,
     if device.type == "cuda":
         torch.cuda.set_device(device)
     addr, port = rendezvous()
-    dist.init_process_group(backend, init_method=f"tcp://{addr}:{port}", rank=layout.rank,
-                            world_size=layout.world_size, timeout=timedelta(seconds=timeout_s))
-    hosts: list[str | None] = [None] * layout.world_size
-    dist.all_gather_object(hosts, socket.gethostname())
-    ranks, num_nodes = node_layout([str(h) for h in hosts])
+    startup = Collectives(layout, timeout_s, flag="--startup-timeout")
+    with startup(f"the rendezvous at {addr}:{port}"):
+        dist.init_process_group(backend, init_method=f"tcp://{addr}:{port}", rank=layout.rank,
+                                world_size=layout.world_size, timeout=timedelta(seconds=timeout_s))
+    members: list[tuple[str, int, int] | None] = [None] * layout.world_size
+    with startup("the all-gather of the node names"):
+        dist.all_gather_object(members, (node_key(), layout.local_rank, layout.local_world_size))
+    known = [m for m in members if m is not None]
+    keys = [str(m[0]) for m in known]
+    problem = node_problem(keys, [m[1] for m in known], [m[2] for m in known])
+    if problem:
+        raise RuntimeError(problem)
+    ranks, num_nodes = node_layout(keys)
     layout = Layout(layout.rank, layout.world_size, layout.local_rank, layout.local_world_size,
                     ranks[layout.rank], num_nodes, layout.launcher)
-    return layout, device
+    step_timeout_s = timeout_s if step_timeout_s is None else step_timeout_s
+    with startup("the creation of the training steps' process group"):
+        group = dist.new_group(backend=backend, timeout=timedelta(seconds=step_timeout_s))
+    return layout, device, startup, Collectives(layout, step_timeout_s, group)
 
 
 def all_ok(ok: bool, device: torch.device) -> bool:

@@ -126,6 +126,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--compile", action="store_true", help="torch.compile the model")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--backend", choices=("nccl", "gloo"), help="default: nccl with GPUs, else gloo")
+    t.add_argument("--collective-timeout", type=float, default=600.0,
+                   help="seconds a training or evaluation collective (gradient all-reduce, loss sums) waits "
+                        "for the other ranks, and a batch for the DataLoader workers, before this rank stops, "
+                        "naming itself and what it waited for (--startup-timeout: those before training)")
+    t.add_argument("--startup-timeout", type=float, default=1800.0,
+                   help="seconds the start-up collectives wait for the other ranks: the rendezvous (every "
+                        "rank started), the staging barrier (the slowest node's staging), the start-up checks")
     o = p.add_argument_group("outputs")
     o.add_argument("--output-dir", default="outputs")
     o.add_argument("--log-every", type=int, default=10, help="steps between step records")
@@ -294,18 +301,24 @@ class Step:
                               enabled=self.amp_dtype is not None)
 
 
-def evaluate(model: nn.Module, loader, step: Step) -> tuple[float, float, int]:
-    """MSE and MAE over every rank's validation samples (sums all-reduced)."""
+def evaluate(model: nn.Module, loader, step: Step, collectives: cdist.Collectives | None = None,
+             watchdog: cdist.Watchdog | None = None) -> tuple[float, float, int]:
+    """MSE and MAE over every rank's validation samples (sums all-reduced in ``collectives``' group;
+    each batch fetched under ``watchdog``)."""
     device = step.device
     model.eval()
     sums = torch.zeros(3, dtype=torch.float64, device=device)  # squared error, abs error, values
     with torch.no_grad(), step.autocast():
-        for x, y in loader:
+        for x, y in loader if watchdog is None else watchdog.batches(loader, "validation batch"):
             x, y = step.inputs(x, y)
             diff = model(x).float() - y
             sums += torch.stack([diff.pow(2).sum(), diff.abs().sum(),
                                  torch.tensor(float(y.numel()), device=device)]).double()
-    dist.all_reduce(sums)
+    if collectives is None:
+        dist.all_reduce(sums)
+    else:
+        with collectives("the all-reduce of the validation errors"):
+            dist.all_reduce(sums, group=collectives.group)
     sse, sae, n = sums.tolist()
     model.train()
     return sse / n, sae / n, int(n)
@@ -315,12 +328,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not args.account and not args.data_dir:
         raise SystemExit("give --data-dir, or --account/--container/--stage-dir to stage first")
-    layout, device = cdist.init(args.backend)
+    try:
+        layout, device, startup, steps = cdist.init(args.backend, args.startup_timeout, args.collective_timeout)
+    except cdist.CollectiveError as exc:
+        cdist.finish()
+        raise SystemExit(str(exc)) from None
     rec = Recorder(args.output_dir, layout.rank == 0)
     mllog = MLLog(os.path.join(args.output_dir, "mlperf.log") if layout.rank == 0 else None)
+    watchdog = cdist.Watchdog(layout, args.collective_timeout)
     try:
-        return _train(args, layout, device, rec, mllog)
+        return _train(args, layout, device, rec, mllog, steps, watchdog)
+    except cdist.CollectiveError as exc:
+        raise SystemExit(str(exc)) from None
+    except RuntimeError as exc:  # a start-up collective outside the named ones (partition check, staging)
+        message = cdist.collective_failure(exc, cdist.call_site(exc), layout.rank, layout.world_size,
+                                           startup.timeout_s, startup.flag)
+        if message is None:
+            raise
+        raise SystemExit(message) from None
     finally:
+        watchdog.close()
         mllog.close()
         rec.close()
         cdist.finish()
@@ -358,7 +385,7 @@ def load_resume(args: argparse.Namespace, ckpt_dir: str, layout: cdist.Layout) -
 
 
 def _train(args: argparse.Namespace, layout: cdist.Layout, device: torch.device, rec: Recorder,
-           mllog: MLLog) -> int:
+           mllog: MLLog, steps: cdist.Collectives, watchdog: cdist.Watchdog) -> int:
     torch.manual_seed(args.seed)
     if device.type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // layout.local_world_size))
@@ -406,7 +433,9 @@ def _train(args: argparse.Namespace, layout: cdist.Layout, device: torch.device,
         optimizer.load_state_dict(state["optimizer"])
         start_epoch, step = state["epoch"] + 1, state["step"]
         rec.log(f"resumed from {state['path']} (rank 0's, broadcast) at epoch {start_epoch}")
-    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    with steps("the broadcast of the initial weights (DDP set-up)"):
+        ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
+                                      process_group=steps.group)
     forward = torch.compile(ddp) if args.compile else ddp
 
     for key, value in (("global_batch_size", global_batch), ("train_samples", n_train), ("eval_samples", n_valid),
@@ -429,7 +458,8 @@ def _train(args: argparse.Namespace, layout: cdist.Layout, device: torch.device,
     done = False
     for epoch in range(start_epoch, args.epochs):
         train_loader.sampler.set_epoch(epoch)
-        batches = iter(train_loader)  # the first iterator of persistent workers draws from the RNG...
+        with watchdog.waiting(f"the DataLoader workers to start epoch {epoch}"):
+            batches = iter(train_loader)  # the first iterator of persistent workers draws from the RNG...
         torch.manual_seed(args.seed + 1000 * (epoch + 1))  # ...so seed after it: dropout resumes identically
         lr = learning_rate(epoch, peak_lr, args.lr, args.warmup_epochs, decay)
         for group in optimizer.param_groups:
@@ -437,28 +467,31 @@ def _train(args: argparse.Namespace, layout: cdist.Layout, device: torch.device,
         mllog.start("epoch_start", epoch_num=epoch + 1)
         t0 = time.monotonic()
         loss_sum = torch.zeros(2, dtype=torch.float64, device=device)
-        for x, y in batches:
+        for x, y in watchdog.batches(batches, "training batch"):
             x, y = step_fn.inputs(x, y)
             with step_fn.autocast():
                 loss = loss_fn(forward(x).float(), y)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            with steps(f"the gradient all-reduce of step {step + 1}"):
+                loss.backward()
             optimizer.step()
             step += 1
             loss_sum += torch.stack([loss.detach().double(), torch.ones((), dtype=torch.float64, device=device)])
             if args.log_every and step % args.log_every == 0:
                 mean = loss.detach().clone()
-                dist.all_reduce(mean)
+                with steps(f"the all-reduce of step {step}'s loss"):
+                    dist.all_reduce(mean, group=steps.group)
                 rec.record("step", step, epoch=epoch, loss=float(mean) / layout.world_size, lr=lr)
             if args.max_steps and step >= args.max_steps:
                 done = True
                 break
-        dist.all_reduce(loss_sum)
+        with steps(f"the all-reduce of epoch {epoch}'s loss"):
+            dist.all_reduce(loss_sum, group=steps.group)
         train_time = time.monotonic() - t0
         steps_done = int(loss_sum[1].item()) // layout.world_size
         mllog.end("epoch_stop", epoch_num=epoch + 1)
         mllog.start("eval_start", epoch_num=epoch + 1)
-        val_loss, val_mae, _unused = evaluate(forward, valid_loader, step_fn)
+        val_loss, val_mae, _unused = evaluate(forward, valid_loader, step_fn, steps, watchdog)
         mllog.event("eval_error", val_mae, epoch_num=epoch + 1)
         mllog.end("eval_stop", epoch_num=epoch + 1)
         summary = {"epoch": epoch, "step": step, "train_loss": float(loss_sum[0] / loss_sum[1]),
