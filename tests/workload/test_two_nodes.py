@@ -41,20 +41,26 @@ def _tiny(**changes: str) -> list[str]:
     return args
 
 
-def start_nodes(data_dirs, out, tmp_path, *args, timeout=60):
-    """One rank per node, as ``torchrun --nnodes 2 --node-rank K --nproc_per_node 1`` exports
-    them; output to files (two pipes read one after the other can block a rank)."""
+def start_nodes(data_dirs, out, tmp_path, *args, timeout=60, per_node=None):
+    """``per_node[K]`` ranks (default one) on node K, as ``torchrun --nnodes N --node-rank K
+    --nproc_per_node P`` exports them; output to files (two pipes read one after the other can
+    block a rank)."""
     port, procs = free_port(), []
     log = tmp_path / "reads.log"
-    for rank, data_dir in enumerate(data_dirs):
-        env = _env() | {"RANK": str(rank), "WORLD_SIZE": str(len(data_dirs)), "LOCAL_RANK": "0",
-                        "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": str(rank), "MASTER_ADDR": "127.0.0.1",
-                        "MASTER_PORT": str(port), "PYTHONPATH": SPY, "COSMOFLOW_READ_LOG": str(log)}
-        with open(tmp_path / f"rank{rank}.out", "w", encoding="utf-8") as stdout:
-            procs.append(subprocess.Popen(
-                [sys.executable, TRAIN, "--data-dir", str(data_dir), "--output-dir", str(out),
-                 "--collective-timeout", str(timeout), *args], env=env, stdout=stdout,
-                stderr=subprocess.STDOUT, start_new_session=True))
+    per_node = per_node or [1] * len(data_dirs)
+    world = sum(per_node)
+    for node, data_dir in enumerate(data_dirs):
+        for local in range(per_node[node]):
+            rank = len(procs)
+            env = _env() | {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(local),
+                            "LOCAL_WORLD_SIZE": str(per_node[node]), "GROUP_RANK": str(node),
+                            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "PYTHONPATH": SPY,
+                            "COSMOFLOW_READ_LOG": str(log)}
+            with open(tmp_path / f"rank{rank}.out", "w", encoding="utf-8") as stdout:
+                procs.append(subprocess.Popen(
+                    [sys.executable, TRAIN, "--data-dir", str(data_dir), "--output-dir", str(out),
+                     "--collective-timeout", str(timeout), *args], env=env, stdout=stdout,
+                    stderr=subprocess.STDOUT, start_new_session=True))
     return procs
 
 
@@ -65,8 +71,8 @@ def stop(procs):
         proc.wait()
 
 
-def run_nodes(data_dirs, out, tmp_path, *args, timeout=60):
-    procs = start_nodes(data_dirs, out, tmp_path, *args, timeout=timeout)
+def run_nodes(data_dirs, out, tmp_path, *args, timeout=60, per_node=None):
+    procs = start_nodes(data_dirs, out, tmp_path, *args, timeout=timeout, per_node=per_node)
     try:
         for proc in procs:
             proc.wait(timeout=240)
@@ -130,16 +136,19 @@ def test_two_nodes_read_every_sample_once_an_epoch_in_a_new_order(scope, tiny_da
     assert (summary["num_nodes"], summary["step"]) == (2, 16)
 
 
-def test_nodes_with_unequal_shards_run_the_same_steps(tiny_data, tmp_path):
-    """Node-local shards of 36 and 28 files: both ranks take 28 a epoch (7 steps), so their
-    collectives stay in step."""
-    data = node_shards(tiny_data, tmp_path, [36, 28])
+def test_nodes_with_different_process_counts_run_the_same_steps(tiny_data, tmp_path):
+    """Node-local shards of 32 files each, two ranks on node 0 and one on node 1 (node shards of
+    different sizes are refused, so a rank count per node is what makes per-rank sizes differ):
+    node 0's ranks hold 16 samples each, node 1's rank 32, and every rank takes 16 an epoch
+    (4 steps), so their collectives stay in step."""
+    data = node_shards(tiny_data, tmp_path, [32, 32])
     run_nodes(data, tmp_path / "out", tmp_path, "--data-scope", "node", "--epochs", "2", "--batch-size", "4",
-              *_tiny(), *WORKERS)
+              *_tiny(), *WORKERS, per_node=[2, 1])
     train = reads(tmp_path, "train")
     per_rank = Counter(rank for (rank, _w), seq in train.items() for _name in seq)
-    assert per_rank == {"0": 2 * 28, "1": 2 * 28}
-    assert json.loads((tmp_path / "out" / "summary.json").read_text())["step"] == 14
+    assert per_rank == {"0": 2 * 16, "1": 2 * 16, "2": 2 * 16}
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert (summary["world_size"], summary["num_nodes"], summary["step"]) == (3, 2, 8)
 
 
 def _weights(out):
