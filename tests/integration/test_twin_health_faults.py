@@ -121,7 +121,8 @@ def test_a_node_whose_scratch_cannot_be_written_is_named(cluster):
         rf"health check failed on 1 of {NODES} node\(s\)\. {host(2)} failed fs_write \(file system benchmark under "
         r"/mnt/scratch failed: \[Errno 30\] Read-only file system: [^)]*\); fs_read \([^)]*\); fix: make the "
         r"scratch mount writable again \(rerun the beeond or nvme_raid role\), or leave it out \(the inventory's "
-        r"node_filter\) until AmlCompute replaces the VM\. \(healthcheck_ignore_failures: true submits anyway\.\)",
+        r"node_filter\) until AmlCompute replaces the VM\. \(healthcheck_on_failure: exclude with "
+        r"healthcheck_spare_nodes: N trains on the other nodes\.\)",
         msg), msg
 
 
@@ -169,6 +170,7 @@ def test_a_node_that_stops_answering_mid_run_is_named_unreachable(cluster, tmp_p
     assert msg == (f"health check failed on 1 of {NODES} node(s). {host(2)} did not answer: no health check results "
                    "(host failed or unreachable); fix: check that the node is running and answers SSH, then rerun; "
                    "if it does not, leave it out (the inventory's node_filter) until AmlCompute replaces the VM. "
-                   "(healthcheck_ignore_failures: true submits anyway.)"), msg
+                   "(healthcheck_on_failure: exclude with healthcheck_spare_nodes: N trains on the other "
+                   "nodes.)"), msg
     assert "unreachable=1" in recap(res.stdout)[host(2)]
     print(f"frozen node named after {time.monotonic() - started:.0f} s")

@@ -178,7 +178,8 @@ def test_slow_node_is_named_and_the_run_stops(cluster):
             "(0000000C:00:00.0): 2 uncorrectable ECC error(s) since boot); nccl_all_reduce_node 171.1 GB/s @ "
             "8589934592 B (needs >= 228 GB/s) (busbw at 8589934592 B 171.1 GB/s is below 228 GB/s); fix: reset the "
             "GPU (reboot the node); if the errors stay leave it out (the inventory's node_filter) until AmlCompute "
-            "replaces the VM. (healthcheck_ignore_failures: true submits anyway.)" in res.stdout)
+            "replaces the VM. (healthcheck_on_failure: exclude with healthcheck_spare_nodes: N trains on the other "
+            "nodes.)" in res.stdout)
     assert "n0 failed" not in res.stdout
 
 

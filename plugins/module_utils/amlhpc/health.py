@@ -727,7 +727,8 @@ def report(results: Mapping[str, Iterable[Mapping[str, Any]] | None]) -> dict[st
     if failing:
         message = (f"health check failed on {len(failing)} of {len(results)} node(s). "
                    + " ".join(f["sentence"] for f in failing)
-                   + " (healthcheck_ignore_failures: true submits anyway.)")
+                   + " (healthcheck_on_failure: exclude with healthcheck_spare_nodes: N trains on the other"
+                   " nodes.)")
     return {"table": render_table(results), "failing": failing,
             "failing_nodes": [f["node"] for f in failing], "counts": counts, "message": message,
             "sentences": [f["sentence"] for f in failing],

@@ -245,7 +245,8 @@ def test_report_names_failing_nodes_and_unreachable_ones():
         "AmlCompute replaces the VM."]
     assert [f["checks"] for f in r["failing"]] == [["gpu_count"], ["unreachable"]]
     assert r["message"] == ("health check failed on 2 of 3 node(s). " + " ".join(r["sentences"])
-                            + " (healthcheck_ignore_failures: true submits anyway.)")
+                            + " (healthcheck_on_failure: exclude with healthcheck_spare_nodes: N trains on the"
+                            " other nodes.)")
     assert r["table"][0].split() == ["NODE", "CHECK", "STATUS", "VALUE", "THRESHOLD", "REASON"]
     assert any(line.startswith("nd-1") and " FAIL " in line and "gpu_count" in line for line in r["table"])
     assert r["counts"] == {"pass": 3, "fail": 1, "skip": 1}
