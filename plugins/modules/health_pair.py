@@ -127,6 +127,9 @@ output:
 import os
 import shlex
 import shutil
+import signal
+import tempfile
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc import pair_gate
@@ -145,6 +148,29 @@ def has_ib() -> bool:
         return bool(os.listdir("/sys/class/infiniband"))
     except OSError:
         return False
+
+
+def end_stale_server(pidfile: str, port: int) -> None:
+    """End an earlier gate's iperf3 server on ``port`` that a test which never ended (a peer
+    stopped mid-test) keeps busy: the process named by ``pidfile``, only if it is that server."""
+    try:
+        with open(pidfile, encoding="ascii") as f:
+            pid = int(f.read().strip() or 0)
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except (OSError, ValueError):
+        return
+    if pid <= 1 or not pair_gate.is_gate_server(cmdline, port, pidfile):
+        return
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            return
+        for _attempt in range(50):
+            if not os.path.exists(f"/proc/{pid}"):
+                return
+            time.sleep(0.1)
 
 
 def main() -> None:
@@ -177,8 +203,9 @@ def main() -> None:
     if not binary:
         module.fail_json(msg=f"{names['all_reduce_perf' if tool == 'nccl' else tool]} is not on PATH or in "
                              f"healthcheck_tool_dirs on this node: install it or set healthcheck_pair_tool")
+    pidfile = pair_gate.iperf3_pidfile(tempfile.gettempdir(), os.getuid(), p["port"])
     if tool == "iperf3":
-        argv = pair_gate.iperf3_argv(binary, role, p["peer_address"], p["port"], p["seconds"])
+        argv = pair_gate.iperf3_argv(binary, role, p["peer_address"], p["port"], p["seconds"], pidfile)
     elif tool == "ib_write_bw":
         argv = pair_gate.ib_write_bw_argv(binary, role, p["peer_address"], p["port"], p["seconds"], p["ib_device"])
     else:
@@ -188,6 +215,7 @@ def main() -> None:
                                         p["nccl_args"], p["mpirun_args"])
     if role == "server":
         if tool == "iperf3":  # daemonizes itself (-D) once it listens
+            end_stale_server(pidfile, p["port"])
             rc, out, err = module.run_command(argv)
             if rc != 0:
                 module.fail_json(msg=f"iperf3 could not serve on port {p['port']}: {(err or out).strip()}")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 from test_multinode import ANSIBLE_PLAYBOOK, ROOT, recap, user_inventory
 
@@ -91,8 +92,18 @@ def test_pair_gate_names_the_node_with_a_bad_link(tmp_path):
         assert res.returncode != 0, got
         assert got["verdict"] == "hg-1 (link to hg-0)" and got["rounds"] == 2, got
         assert got["rows"] == {n: "FAIL" if n == "hg-1" else "PASS" for n in names}, got
-        assert re.search(r"hg-1 failed pair_link [\d.]+ Gb/s \(needs >= 0\.05 Gb/s\) \(the link between hg-0 and "
-                         r"hg-1 is slow", res.stdout), res.stdout[-4000:]
+        assert re.search(r"hg-1 failed pair_link .*\(the link between hg-0 and hg-1 is slow", res.stdout), \
+            res.stdout[-4000:]
+        # An earlier gate's test that never ended (its client stopped mid-test) keeps hg-0's server
+        # busy on round 1's port: the next gate ends that server of its own and passes.
+        hg0, hg1 = twin.ranked()[0], twin.ranked()[1]
+        started = subprocess.run([str(Path(ANSIBLE_PLAYBOOK).with_name("ansible")), "-i", str(inv), "hg-0", "-b",
+                                  "-m", "amlhpc.azureml.health_pair",
+                                  "-a", "role=server tool=iperf3 port=5301 seconds=2"],
+                                 cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+        assert started.returncode == 0, started.stdout + started.stderr
+        twin.exec(hg1, "sh", "-c", f"iperf3 -c {hg0.private_ip} -p 5301 -t 300 >/dev/null 2>&1 & "
+                                   "sleep 2; kill -STOP $!")
         # The faults are gone: the gate passes again.
         res, got = gate(inv, tmp_path, "after")
         assert res.returncode == 0 and got["verdict"] == "every link passed", got

@@ -342,12 +342,30 @@ def rounds_bound(nodes: int, failed_pairs: int = 1) -> int:
 # --------------------------------------------------------------------------------------
 # The tools: command lines and their output
 # --------------------------------------------------------------------------------------
-def iperf3_argv(binary: str, role: str, peer_address: str, port: int, seconds: int) -> list[str]:
-    """The iperf3 side of ``role``: a one-off server in the background that gives up when idle,
-    or a client that runs both directions at once (``--bidir``) with JSON output."""
+def iperf3_argv(binary: str, role: str, peer_address: str, port: int, seconds: int,
+                pidfile: str = "") -> list[str]:
+    """The iperf3 side of ``role``: a one-off server in the background that gives up when idle
+    (its pid in ``pidfile``, so that the next gate can end it), or a client that runs both
+    directions at once (``--bidir``) with JSON output."""
     if role == "server":
-        return [binary, "-s", "-1", "-D", "-p", str(port), "--idle-timeout", str(max(30, 4 * seconds))]
+        return [binary, "-s", "-1", "-D", "-p", str(port), "--idle-timeout", str(max(30, 4 * seconds)),
+                *(["-I", pidfile] if pidfile else [])]
     return [binary, "-c", peer_address, "-p", str(port), "-t", str(seconds), "--bidir", "-J"]
+
+
+def iperf3_pidfile(tmpdir: str, uid: int, port: int) -> str:
+    """Where the gate's iperf3 server on ``port`` keeps its pid (one per user and port)."""
+    return f"{tmpdir.rstrip('/')}/amlhpc-pair-iperf3-{uid}-{port}.pid"
+
+
+def is_gate_server(cmdline: list[str], port: int, pidfile: str) -> bool:
+    """Whether a process's argv is the gate's own iperf3 server on ``port`` (started with that
+    ``pidfile``): an earlier gate's server left busy by a test that never ended, safe to end.
+    Any other process, an unrelated iperf3 included, is not."""
+    if not cmdline or not cmdline[0].rsplit("/", 1)[-1].startswith("iperf3") or "-s" not in cmdline:
+        return False
+    pairs = set(zip(cmdline, cmdline[1:]))
+    return ("-p", str(port)) in pairs and ("-I", pidfile) in pairs
 
 
 def parse_iperf3(text: str) -> tuple[float | None, str]:

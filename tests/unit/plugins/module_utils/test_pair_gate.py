@@ -172,6 +172,18 @@ def test_parse_nccl_pair_and_argv():
     assert pair_gate.ib_write_bw_argv("ib_write_bw", "client", "10.0.0.2", 18515, 5, "mlx5_ib0")[-1] == "10.0.0.2"
 
 
+def test_only_the_gates_own_server_on_that_port_counts_as_stale():
+    pidfile = pair_gate.iperf3_pidfile("/tmp/", 1000, 5301)
+    assert pidfile == "/tmp/amlhpc-pair-iperf3-1000-5301.pid"
+    server = pair_gate.iperf3_argv("/usr/bin/iperf3", "server", "", 5301, 2, pidfile)
+    assert server[-2:] == ["-I", pidfile]
+    assert pair_gate.is_gate_server(server, 5301, pidfile)
+    assert not pair_gate.is_gate_server(server, 5302, pidfile)  # another round's
+    assert not pair_gate.is_gate_server(["iperf3", "-s", "-p", "5301"], 5301, pidfile)  # a user's own
+    assert not pair_gate.is_gate_server(["sleep", "-s", "-p", "5301", "-I", pidfile], 5301, pidfile)
+    assert not pair_gate.is_gate_server([], 5301, pidfile)
+
+
 def test_the_run_report_has_the_gate_section():
     from amlhpc import report
 
