@@ -144,3 +144,13 @@ def close_orphans() -> None:
                 continue
     time.sleep(0.5)
     _reap()
+
+
+def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Least-squares (intercept, slope); slope 0 with one point."""
+    if len(xs) < 2:
+        return ys[0], 0.0
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    return my - slope * mx, slope

@@ -34,22 +34,13 @@ sys.path.insert(0, str(ROOT / "tests" / "integration"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import cpumeter  # noqa: E402
+from cpumeter import fit  # noqa: E402
 from test_multinode import ANSIBLE_PLAYBOOK, user_inventory  # noqa: E402
 from twin.cluster import Twin  # noqa: E402
 from twin.netfaults import slow_link  # noqa: E402
 
 PROJECTED_NODES = 512
 PROJECTED_CORES = 4
-
-
-def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
-    """Least-squares (intercept, slope); slope 0 with one point."""
-    if len(xs) < 2:
-        return ys[0], 0.0
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    sxx = sum((x - mx) ** 2 for x in xs)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
-    return my - slope * mx, slope
 
 
 def measure(inv: Path, pairs: bool, repeat: int) -> tuple[cpumeter.Measured, dict]:

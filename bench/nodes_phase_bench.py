@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import cpumeter  # noqa: E402
+from cpumeter import fit  # noqa: E402
 import pyspy_breakdown  # noqa: E402
 from twin.cluster import VM_SIZE, Twin, free_base_port  # noqa: E402
 
@@ -82,16 +83,6 @@ def slowest_tasks(output: str, n: int) -> list[str]:
     """The profile_tasks callback's lines (task name ... seconds), slowest first."""
     lines = re.findall(r"^(.+?) -+ (\d+\.\d+)s$", output, re.M)
     return [f"{float(s):7.2f}s  {name.strip()}" for name, s in sorted(lines, key=lambda x: -float(x[1]))[:n]]
-
-
-def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
-    """Least-squares (intercept, slope); slope 0 with one point."""
-    if len(xs) < 2:
-        return ys[0], 0.0
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    sxx = sum((x - mx) ** 2 for x in xs)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
-    return my - slope * mx, slope
 
 
 def write_inventory(cluster: Twin, size: int, tmp: Path, extra: dict) -> Path:

@@ -290,12 +290,9 @@ _NVBW_RUNNING = re.compile(r"^Running (\S+?)\.?\s*$")
 _NVBW_ROW = re.compile(r"^\s*(\d+)((?:\s+(?:[\d.]+|N/A))+)\s*$")
 
 
-def parse_nvbandwidth(text: str) -> dict[str, dict[int, float]]:
-    """``nvbandwidth`` text output: {testcase: {gpu: GB/s}} for the CPU<->GPU testcases.
-
-    A host<->device matrix has one row (the CPU) and a column per GPU.
-    """
-    out: dict[str, dict[int, float]] = {}
+def _nvbandwidth_matrices(text: str) -> dict[str, dict[tuple[int, int], float]]:
+    """``nvbandwidth`` text output: {testcase: {(row, column): GB/s}}, N/A cells left out."""
+    out: dict[str, dict[tuple[int, int], float]] = {}
     current = None
     header: list[int] = []
     for line in text.splitlines():
@@ -310,10 +307,23 @@ def parse_nvbandwidth(text: str) -> dict[str, dict[int, float]]:
             header = [int(t) for t in stripped.split()]
             continue
         row = _NVBW_ROW.match(line)
-        if header and row and current.startswith(("host_to_device", "device_to_host")):
-            values = row.group(2).split()
+        if header and row:
+            src = int(row.group(1))
             out.setdefault(current, {}).update(
-                {gpu: float(v) for gpu, v in zip(header, values) if v != "N/A"})
+                {(src, col): float(v) for col, v in zip(header, row.group(2).split()) if v != "N/A"})
+    return out
+
+
+def parse_nvbandwidth(text: str) -> dict[str, dict[int, float]]:
+    """``nvbandwidth`` text output: {testcase: {gpu: GB/s}} for the CPU<->GPU testcases.
+
+    A host<->device matrix has one row (the CPU) and a column per GPU.
+    """
+    out: dict[str, dict[int, float]] = {}
+    for testcase, cells in _nvbandwidth_matrices(text).items():
+        if testcase.startswith(("host_to_device", "device_to_host")):
+            for (_row, gpu), value in cells.items():
+                out.setdefault(testcase, {})[gpu] = value
     return out
 
 
@@ -458,25 +468,7 @@ P2P_TESTCASE = "device_to_device_memcpy_read_ce"
 def parse_nvbandwidth_p2p(text: str) -> dict[tuple[int, int], float]:
     """``nvbandwidth -t device_to_device_memcpy_read_ce``: {(row GPU, column GPU): GB/s}, the
     diagonal (N/A) left out."""
-    out: dict[tuple[int, int], float] = {}
-    current = None
-    header: list[int] = []
-    for line in text.splitlines():
-        m = _NVBW_RUNNING.match(line.strip())
-        if m:
-            current, header = m.group(1), []
-            continue
-        if current != P2P_TESTCASE:
-            continue
-        stripped = line.strip()
-        if stripped and all(tok.isdigit() for tok in stripped.split()) and not header:
-            header = [int(t) for t in stripped.split()]
-            continue
-        row = _NVBW_ROW.match(line)
-        if header and row:
-            src = int(row.group(1))
-            out.update({(src, dst): float(v) for dst, v in zip(header, row.group(2).split()) if v != "N/A"})
-    return out
+    return _nvbandwidth_matrices(text).get(P2P_TESTCASE, {})
 
 
 def p2p_check(text: str, minimum: float | None) -> dict[str, Any]:
