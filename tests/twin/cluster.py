@@ -184,7 +184,7 @@ class Twin:
                  image: str | None = None) -> None:
         self.size = size
         self.workdir = Path(workdir)
-        self.prefix = prefix
+        self.prefix = namespaced(prefix)
         self.base_port = base_port
         self.shared_scratch = shared_scratch
         self.scratch_path = scratch_path.rstrip("/")
@@ -553,10 +553,25 @@ class Twin:
         return str(dest)
 
 
+def namespaced(prefix: str) -> str:
+    """``prefix`` under ``$AMLHPC_TWIN_NS`` when set: two checkouts testing at once on one
+    Docker engine (parallel branches) then name different containers, networks and subnets."""
+    ns = os.environ.get("AMLHPC_TWIN_NS", "")
+    return prefix if not ns or prefix.startswith(f"{ns}-") else f"{ns}-{prefix}"
+
+
 def free_base_port(count: int, start: int = DEFAULT_BASE_PORT, stop: int = 60000) -> int:
     """The first port from ``start`` with ``count`` free ports after it on 127.0.0.1 (step
-    ``count``), so that twins of parallel users do not collide."""
-    for base in range(start, stop - count, max(count, 1)):
+    ``count``), so that twins of parallel users do not collide. Under ``$AMLHPC_TWIN_NS`` the
+    scan starts at an offset of its own in the range (and wraps), so parallel checkouts
+    rarely race for the same ports."""
+    step = max(count, 1)
+    bases = list(range(start, stop - count, step))
+    ns = os.environ.get("AMLHPC_TWIN_NS", "")
+    if ns and bases:
+        k = int(hashlib.sha256(ns.encode()).hexdigest(), 16) % len(bases)
+        bases = bases[k:] + bases[:k]
+    for base in bases:
         if all(_bindable(PUBLIC_ADDRESS, port) for port in range(base, base + count)):
             return base
     raise RuntimeError(f"no {count} free ports between {start} and {stop}")
