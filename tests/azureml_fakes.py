@@ -7,7 +7,13 @@
   from a REST ``ComputeResource`` payload through the SDK's own ``ScaleSettings`` and
   ``AmlComputeStatus`` deserializers.
 * SDK v2 (azure-ai-ml): the real ``MLClient`` with its HTTP transport replaced. Everything
-  above the wire is the real SDK, including the 1.35.x ``AmlComputeNodeInfo`` bug.
+  above the wire is the real SDK, including the 1.35.x ``AmlComputeNodeInfo`` bug. Jobs
+  (``World.add_job``) answer the job GET (resource manager), the workspace's discovery URL,
+  the artifact datastore and run history's run details, so the SDK's own ``jobs.stream``
+  runs and raises its ``JobException`` for a failed job exactly as it does against Azure.
+  ``jobs.download`` alone is replaced (``install_v2``): it fetches blobs through
+  azure-storage-blob, which does not take the client's transport; the fake asks the job's
+  status through the real client first and refuses a job that has not ended, as the SDK does.
 
 ``World`` holds the workspace's clusters and counts the calls.
 """
@@ -99,6 +105,44 @@ def compute_payload(name: str, vm_size: str = "STANDARD_ND96ASR_V4", min_nodes: 
     }
 
 
+API = "https://eastus.api.azureml.ms"
+WS_ID = f"/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.MachineLearningServices/workspaces/{WS}"
+
+# The workspace's artifact store (GET .../datastores/workspaceartifactstore), as the resource manager answers.
+ARTIFACT_DATASTORE = {
+    "id": f"{WS_ID}/datastores/workspaceartifactstore", "name": "workspaceartifactstore",
+    "type": "Microsoft.MachineLearningServices/workspaces/datastores",
+    "properties": {"datastoreType": "AzureBlob", "accountName": "wshpcstore", "containerName": "azureml",
+                   "endpoint": "core.windows.net", "protocol": "https", "credentials": {"credentialsType": "AccountKey"},
+                   "isDefault": False, "tags": {}, "properties": {}}}
+
+
+def job_payload(name: str, status: str, compute: str = "gpu") -> dict[str, Any]:
+    """A REST JobBase of a command job (GET .../jobs/<name>), with the default output every job
+    gets (the artifact store) and the studio link, as the resource manager returns them."""
+    return {
+        "id": f"{WS_ID}/jobs/{name}", "name": name, "type": "Microsoft.MachineLearningServices/workspaces/jobs",
+        "properties": {
+            "jobType": "Command", "status": status, "displayName": name, "experimentName": "cosmoflow",
+            "command": "python train.py", "computeId": f"{WS_ID}/computes/{compute}",
+            "environmentId": f"{WS_ID}/environments/amlhpc-cosmoflow/versions/1",
+            "distribution": {"distributionType": "Mpi", "processCountPerInstance": 8},
+            "resources": {"instanceCount": 4, "shmSize": "64g"},
+            "services": {"Studio": {"jobServiceType": "Studio",
+                                    "endpoint": f"https://ml.azure.com/runs/{name}?wsid={WS_ID}"}},
+            "outputs": {"default": {"jobOutputType": "uri_folder", "mode": "ReadWriteMount",
+                                    "uri": f"azureml://datastores/workspaceartifactstore/ExperimentRun/dcid.{name}"}},
+            "properties": {}, "tags": {}, "isArchived": False},
+        "systemData": {"createdAt": "2026-11-01T10:00:00.000Z", "createdBy": "amlhpc", "createdByType": "User"}}
+
+
+def run_details_payload(name: str, status: str, error: dict[str, Any] | None) -> dict[str, Any]:
+    """Run history's RunDetails (GET .../runs/<name>/details); the logs of a command job on
+    the common runtime live in the artifact store, not in ``logFiles``."""
+    return {"runId": name, "target": "gpu", "status": status, "error": error, "logFiles": {}, "warnings": [],
+            "startTimeUtc": "2026-11-01T10:06:00.000Z", "properties": {}}
+
+
 @dataclass
 class World:
     """A workspace with clusters; both fakes read and change it."""
@@ -122,6 +166,23 @@ class World:
     # releases them once they have been idle for the idle time); 0: at once.
     release_after_polls: int = 0
     _releasing: dict[str, list[int]] = field(default_factory=dict)
+    # name -> a v2 job: {"statuses": [...], "at": index, "error": {...} | None, "artifacts": {path: text}}
+    jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def add_job(self, name: str, statuses: list[str], error: str | None = None,
+                artifacts: dict[str, str] | None = None) -> None:
+        """A command job whose status goes through ``statuses``: the job GET reads the current one,
+        each run-details read of run history moves on to the next (the last one stays).
+        ``error``: the message of the run's error (run history's ``error.error.message``);
+        ``artifacts``: its files in the artifact store (``user_logs/std_log_process_0.txt``, ``outputs/...``)."""
+        self.jobs[name] = {"statuses": list(statuses), "at": 0, "artifacts": dict(artifacts or {}),
+                           "error": {"error": {"code": "UserError", "message": error}} if error else None}
+
+    def job_status(self, name: str, advance: bool = False) -> str:
+        job = self.jobs[name]
+        if advance:
+            job["at"] = min(job["at"] + 1, len(job["statuses"]) - 1)
+        return job["statuses"][job["at"]]
 
     def refresh(self) -> None:
         """Called when a client connects (azureml-core's Workspace): a world kept elsewhere
@@ -361,7 +422,9 @@ def fake_transport(world: World):
         r.raw = io.BytesIO(r._content)
         r.headers["Content-Type"] = "application/json"
         r.url = request.url
-        return RestRequestsTransportResponse(request=request, internal_response=r)
+        response = RestRequestsTransportResponse(request=request, internal_response=r)
+        response.read()  # azure-ai-ml reads some answers (discovery, logs) without its pipeline's help
+        return response
 
     def not_found(request, what: str):
         return respond(request, 404, {"error": {"code": "ResourceNotFound", "message": f"The Resource '{what}' "
@@ -421,17 +484,37 @@ def fake_transport(world: World):
                 return respond(request, 200, world.clusters[name]["compute"])
             job = re.search(r"/jobs/([^/?]+)$", path)
             if job and method == "GET":
-                # No job history in this workspace: every job name is free (azure-ai-ml's
-                # jobs.get raises ResourceNotFoundError).
+                # A job of World.jobs; any other name is free (azure-ai-ml's jobs.get raises
+                # ResourceNotFoundError).
                 world.calls["v2 GET job"] += 1
-                return not_found(request, f"jobs/{job.group(1)}")
+                if job.group(1) not in world.jobs:
+                    return not_found(request, f"jobs/{job.group(1)}")
+                return respond(request, 200, job_payload(job.group(1), world.job_status(job.group(1))))
+            details = re.search(r"/history/v1\.0/.*/runs/([^/?]+)/details$", path)
+            if details and url.startswith(API) and method == "GET":
+                world.calls["v2 GET run details"] += 1
+                name = details.group(1)
+                if name not in world.jobs:
+                    return not_found(request, f"runs/{name}")
+                return respond(request, 200, run_details_payload(name, world.job_status(name, advance=True),
+                                                                  world.jobs[name]["error"]))
+            if url == f"{API}/discovery":
+                world.calls["v2 GET discovery"] += 1
+                return respond(request, 200, {"api": API, "history": API, "experimentation": API,
+                                              "modelmanagement": API, "pipelines": API, "studiocoreservices": API})
+            if ws and re.search(r"/datastores/workspaceartifactstore(/listSecrets)?$", path):
+                world.calls[f"v2 {method} artifact datastore"] += 1
+                if path.endswith("/listSecrets"):
+                    return respond(request, 200, {"secretsType": "AccountKey", "key": "ZmFrZS1rZXk="})
+                return respond(request, 200, ARTIFACT_DATASTORE)
             if ws and path.endswith(f"/workspaces/{world.workspace}"):
                 world.calls["v2 GET workspace"] += 1
                 return respond(request, 200, {
                     "id": f"/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.MachineLearningServices/"
                           f"workspaces/{WS}", "name": WS, "location": "eastus",
                     "type": "Microsoft.MachineLearningServices/workspaces", "kind": "Default",
-                    "properties": {"friendlyName": WS, "provisioningState": "Succeeded"}})
+                    "properties": {"friendlyName": WS, "provisioningState": "Succeeded",
+                                   "discoveryUrl": f"{API}/discovery"}})
             raise AssertionError(f"the fake Azure has no answer for {method} {url}")
 
     return Transport()
@@ -477,5 +560,30 @@ def install_v2(monkeypatch, world: World) -> None:
             kwargs["transport"] = fake_transport(world)
             super().__init__(fake_credential(world, credential), subscription_id, resource_group_name, workspace_name,
                              **kwargs)
+            self.jobs.download = fake_download(world, self.jobs)
 
     monkeypatch.setattr(azure.ai.ml, "MLClient", FakeMLClient)
+
+
+def fake_download(world: World, jobs: Any):
+    """``jobs.download`` over ``world``: the job asked through the real client, refused (the
+    SDK's JobException) unless it has ended, its artifacts written where the SDK puts them
+    (``<download_path>/artifacts/<path>``)."""
+    from pathlib import Path
+
+    from azure.ai.ml.exceptions import ErrorTarget, JobException
+    from azure.ai.ml.operations._run_history_constants import RunHistoryConstants
+
+    def download(name: str, *, download_path: Any = ".", output_name: Any = None, all: bool = False) -> None:
+        world.calls["v2 download"] += 1
+        status = jobs.get(name).status
+        if status not in RunHistoryConstants.TERMINAL_STATUSES:
+            msg = f"This job is in state {status}. Download is allowed only in states " \
+                  f"{RunHistoryConstants.TERMINAL_STATUSES}"
+            raise JobException(message=msg, target=ErrorTarget.JOB, no_personal_data_message=msg)
+        for path, text in world.jobs[name]["artifacts"].items():
+            target = Path(download_path) / "artifacts" / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+
+    return download
