@@ -71,7 +71,8 @@ def identity_payload(block: dict[str, Any] | None) -> dict[str, Any] | None:
 def compute_payload(name: str, vm_size: str = "STANDARD_ND96ASR_V4", min_nodes: int = 4, max_nodes: int = 4,
                     admin_user: str = "azureuser", ssh_key: str | None = FAKE_KEY,
                     public_access: str = "Enabled", current: int | None = None, vm_priority: str = "Dedicated",
-                    identity: dict[str, Any] | None = None, idle: str = "PT1800S") -> dict[str, Any]:
+                    identity: dict[str, Any] | None = None, idle: str = "PT1800S",
+                    subnet: str | None = None, node_public_ip: bool = True) -> dict[str, Any]:
     """A REST ComputeResource of an AmlCompute cluster (GET .../computes/<name>). ``identity``:
     the identity block as a create request sends it (None: the cluster has none)."""
     current = max_nodes if current is None else current
@@ -94,8 +95,8 @@ def compute_payload(name: str, vm_size: str = "STANDARD_ND96ASR_V4", min_nodes: 
                 "vmSize": vm_size, "vmPriority": vm_priority, "osType": "Linux",
                 "scaleSettings": {"minNodeCount": min_nodes, "maxNodeCount": max_nodes,
                                   "nodeIdleTimeBeforeScaleDown": idle},
-                "userAccountCredentials": creds, "subnet": None,
-                "remoteLoginPortPublicAccess": public_access, "enableNodePublicIp": True,
+                "userAccountCredentials": creds, "subnet": {"id": subnet} if subnet else None,
+                "remoteLoginPortPublicAccess": public_access, "enableNodePublicIp": node_public_ip,
                 "allocationState": "Steady", "allocationStateTransitionTime": "2026-11-01T10:05:00.000Z",
                 "errors": None, "currentNodeCount": current, "targetNodeCount": current,
                 "nodeStateCounts": {"idleNodeCount": current, "runningNodeCount": 0, "preparingNodeCount": 0,
@@ -103,6 +104,15 @@ def compute_payload(name: str, vm_size: str = "STANDARD_ND96ASR_V4", min_nodes: 
             },
         },
     }
+
+
+def rest_enum(value: str, members: tuple[str, ...]) -> str:
+    """``value`` as the REST enum spells it (ARM matches enum values without regard to case);
+    a value that is none of ``members`` is refused, as ARM refuses it (400)."""
+    for member in members:
+        if str(value).lower() == member.lower():
+            return member
+    raise ValueError(f"The value '{value}' is not valid; expected one of {', '.join(members)}")
 
 
 API = "https://eastus.api.azureml.ms"
@@ -166,6 +176,8 @@ class World:
     # releases them once they have been idle for the idle time); 0: at once.
     release_after_polls: int = 0
     _releasing: dict[str, list[int]] = field(default_factory=dict)
+    # name -> the properties.properties of each request that created or changed it, as the SDK serialised them
+    sent: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     # name -> a v2 job: {"statuses": [...], "at": index, "error": {...} | None, "artifacts": {path: text}}
     jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -231,10 +243,19 @@ class World:
             compute["properties"]["properties"]["currentNodeCount"] = min_nodes
 
     def create(self, name: str, vm_size: str, min_nodes: int, max_nodes: int, admin_user: str,
-               ssh_key: str | None, public_access: str) -> None:
-        self.clusters[name] = {"compute": compute_payload(name, vm_size, min_nodes, max_nodes, admin_user, ssh_key,
-                                                          public_access, current=0,
-                                                          identity=self.identities.get(name)), "nodes": []}
+               ssh_key: str | None, public_access: str, sent: dict[str, Any] | None = None) -> None:
+        """A cluster made from a create request; ``sent``: the request's properties.properties,
+        whose VM priority, subnet and node public IP the answer carries (the priority as the
+        REST enum spells it: ARM reads enums without regard to case)."""
+        sent = sent or {}
+        if sent:
+            self.sent.setdefault(name, []).append(sent)
+        subnet = (sent.get("subnet") or {}).get("id")
+        self.clusters[name] = {"compute": compute_payload(
+            name, vm_size, min_nodes, max_nodes, admin_user, ssh_key, public_access, current=0,
+            identity=self.identities.get(name), vm_priority=rest_enum(sent.get("vmPriority") or "Dedicated",
+                                                                      ("Dedicated", "LowPriority")),
+            subnet=subnet, node_public_ip=sent.get("enableNodePublicIp", True) is not False), "nodes": []}
         self.set_scale(name, min_nodes, max_nodes)
 
     def identity_of(self, name: str) -> dict[str, Any] | None:
@@ -373,9 +394,11 @@ def install_v1(monkeypatch, world: World) -> None:
             c = provisioning_configuration
             c.validate_configuration()
             # The REST body azureml-core would send (its own serialiser), for what the fake does not model.
-            world.identities[name] = RealAmlCompute._build_create_payload(c, "eastus", SUB).get("identity")
+            body = RealAmlCompute._build_create_payload(c, "eastus", SUB)
+            world.identities[name] = body.get("identity")
             world.create(name, c.vm_size, c.scale_settings.minimum_node_count, c.scale_settings.maximum_node_count,
-                         c.admin_username, c.admin_user_ssh_key, c.remote_login_port_public_access)
+                         c.admin_username, c.admin_user_ssh_key, c.remote_login_port_public_access,
+                         sent=body["properties"]["properties"])
             return FakeAmlCompute(workspace, name)
 
     from azureml.core import authentication
@@ -472,12 +495,16 @@ def fake_transport(world: World):
                     creds = inner.get("userAccountCredentials") or {}
                     scale = inner["scaleSettings"]
                     if name in world.clusters:
+                        world.sent.setdefault(name, []).append(inner)
                         world.set_scale(name, scale.get("minNodeCount", 0), scale["maxNodeCount"],
                                         scale.get("nodeIdleTimeBeforeScaleDown"))
                     else:
-                        world.create(name, inner["vmSize"], scale.get("minNodeCount", 0), scale["maxNodeCount"],
-                                     creds.get("adminUserName"), creds.get("adminUserSshPublicKey"),
-                                     inner.get("remoteLoginPortPublicAccess", "NotSpecified"))
+                        try:
+                            world.create(name, inner["vmSize"], scale.get("minNodeCount", 0), scale["maxNodeCount"],
+                                         creds.get("adminUserName"), creds.get("adminUserSshPublicKey"),
+                                         inner.get("remoteLoginPortPublicAccess", "NotSpecified"), sent=inner)
+                        except ValueError as exc:
+                            return respond(request, 400, {"error": {"code": "BadRequest", "message": str(exc)}})
                     return respond(request, 200, world.clusters[name]["compute"])
                 if name not in world.clusters:
                     return not_found(request, f"computes/{name}")

@@ -62,6 +62,11 @@ def _exc_text(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+# azure-ai-ml's AmlCompute tier for our vm_priority: the SDK sends snake_to_pascal(tier), and the
+# REST enum is Dedicated | LowPriority ("lowpriority" would go out as "Lowpriority").
+V2_TIER = {"dedicated": "dedicated", "lowpriority": "low_priority"}
+
+
 def _enum_text(value: Any) -> str | None:
     if value is None:
         return None
@@ -352,7 +357,7 @@ class AzureAiMlClient(AmlClient):
                 ManagedIdentityConfiguration(resource_id=spec.identity_resource_id)])}
         entity = AmlCompute(
             **identity, name=spec.name, size=spec.vm_size, min_instances=spec.min_nodes, max_instances=spec.max_nodes,
-            idle_time_before_scale_down=spec.idle_at_creation, tier=spec.vm_priority,
+            idle_time_before_scale_down=spec.idle_at_creation, tier=V2_TIER.get(spec.vm_priority, spec.vm_priority),
             ssh_public_access_enabled=spec.remote_login_port_public_access == "Enabled",
             ssh_settings=AmlComputeSshSettings(admin_username=spec.admin_user, ssh_key_value=spec.ssh_public_key))
         try:

@@ -362,3 +362,21 @@ def test_secret_is_not_logged(capsys, monkeypatch, world):
                            secret="very-secret-value"))
     assert "very-secret-value" not in json.dumps(out)
     assert out["changed"]
+
+
+# --- low priority: the values the service takes, through each SDK's own serialisation --------
+
+@pytest.mark.parametrize("sdk", SDKS)
+def test_a_low_priority_cluster_is_asked_for_in_the_services_words(capsys, monkeypatch, world, sdk):
+    """The REST enum is Dedicated | LowPriority: azure-ai-ml sends it from tier="low_priority"
+    (its "lowpriority" would go out as "Lowpriority"); azureml-core from its own "lowpriority"."""
+    install(monkeypatch, world, sdk)
+    out = run(capsys, args(sdk, vm_priority="lowpriority"))
+    assert out["changed"] is True and out["action"] == "create", out
+    sent = world.sent["gpu"][-1]["vmPriority"]  # the request body, as the SDK serialised it
+    assert sent == ("LowPriority" if sdk == "azure-ai-ml" else "lowpriority"), sent
+    assert world.clusters["gpu"]["compute"]["properties"]["properties"]["vmPriority"] == "LowPriority"
+    again = run(capsys, args(sdk, vm_priority="lowpriority"))
+    assert again["changed"] is False and again["action"] == "none", again
+    other = run(capsys, args(sdk, vm_priority="dedicated"))
+    assert other["failed"] is True and "vm_priority lowpriority (wanted dedicated)" in other["msg"], other
