@@ -416,12 +416,16 @@ def install_v1(monkeypatch, world: World) -> None:
     class ServicePrincipalAuthentication(Auth):
         def __init__(self, tenant_id, service_principal_id, service_principal_password, cloud="AzureCloud"):
             super().__init__(tenant_id=tenant_id, service_principal_id=service_principal_id,
-                             service_principal_password=service_principal_password)
+                             service_principal_password=service_principal_password, cloud=cloud)
 
     class MsiAuthentication(Auth):
         pass
 
-    for cls in (AzureCliAuthentication, ServicePrincipalAuthentication, MsiAuthentication):
+    class TokenAuthentication(Auth):
+        def __init__(self, get_token_for_audience, cloud=None):
+            super().__init__(get_token_for_audience=get_token_for_audience, cloud=cloud)
+
+    for cls in (AzureCliAuthentication, ServicePrincipalAuthentication, MsiAuthentication, TokenAuthentication):
         monkeypatch.setattr(authentication, cls.__name__, cls)
     monkeypatch.setattr(azureml.core, "Workspace", FakeWorkspace)
     monkeypatch.setattr(azureml.core.compute, "AmlCompute", FakeAmlCompute)
@@ -469,6 +473,7 @@ def fake_transport(world: World):
         def send(self, request, **kwargs):
             url, method = request.url, request.method
             path = url.split("?")[0]
+            world.calls[f"host {url.split('/')[2]}"] += 1
             ws = re.search(r"/workspaces/([^/?]+)", path)
             if ws and ws.group(1) != world.workspace:
                 world.calls[f"v2 {method} (no workspace)"] += 1
@@ -564,10 +569,12 @@ def fake_credential(world: World, wrapped: Any = None) -> Any:
 
         def get_token(self, *scopes, **kwargs):
             self._check()
+            world.calls[f"scope {' '.join(scopes)}"] += 1
             return AccessToken("fake-token", int(time.time()) + 3600)
 
         def get_token_info(self, *scopes, **kwargs):
             self._check()
+            world.calls[f"scope {' '.join(scopes)}"] += 1
             return AccessTokenInfo("fake-token", int(time.time()) + 3600)
 
     return Credential(wrapped)
@@ -614,3 +621,88 @@ def fake_download(world: World, jobs: Any):
             target.write_text(text)
 
     return download
+
+
+def write_certificate(path: Any) -> str:
+    """A self-signed certificate with its private key, PEM, as a certificate service principal
+    holds it (azure-identity's CertificateCredential reads it when it is built)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import NameOID
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "amlhpc-test-sp")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now)
+            .not_valid_after(now + datetime.timedelta(days=1)).sign(key, hashes.SHA256()))
+    with open(path, "wb") as f:
+        f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                  serialization.NoEncryption()))
+        f.write(cert.public_bytes(serialization.Encoding.PEM))
+    return str(path)
+
+
+def fake_login(seen: list[dict[str, Any]] | None = None):
+    """An azure-core HTTP transport that answers azure-identity's token requests as Microsoft Entra
+    ID (any cloud's authority: tenant discovery, the token endpoint) and a managed identity
+    endpoint (App Service's IDENTITY_ENDPOINT) do; every request is appended to ``seen``
+    (method, host, path, query, form or None)."""
+    import requests
+    from urllib.parse import parse_qs, urlsplit
+
+    from azure.core.pipeline.transport import HttpTransport
+    from azure.core.rest._requests_basic import RestRequestsTransportResponse
+
+    seen = [] if seen is None else seen
+
+    def respond(request, payload: Any, status: int = 200):
+        r = requests.Response()
+        r.status_code = status
+        r._content = json.dumps(payload).encode()
+        r.raw = io.BytesIO(r._content)
+        r.headers["Content-Type"] = "application/json"
+        r.url = request.url
+        response = RestRequestsTransportResponse(request=request, internal_response=r)
+        response.read()
+        return response
+
+    class Login(HttpTransport):
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *args):
+            pass
+
+        def open(self):
+            pass
+
+        def close(self):
+            pass
+
+        def send(self, request, **kwargs):
+            url = urlsplit(request.url)
+            body = request.content if isinstance(request.content, (str, bytes, dict)) else request.body
+            if body and not isinstance(body, dict):
+                body = {k: v[0] for k, v in parse_qs(body.decode() if isinstance(body, bytes) else body).items()}
+            form = body or None
+            seen.append({"method": request.method, "host": url.netloc, "path": url.path,
+                         "query": {k: v[0] for k, v in parse_qs(url.query).items()}, "form": form,
+                         "headers": dict(request.headers)})
+            tenant = url.path.split("/")[1] if url.path.count("/") > 1 else ""
+            if url.path.endswith("/.well-known/openid-configuration"):
+                base = f"https://{url.netloc}/{tenant}"
+                return respond(request, {"token_endpoint": f"{base}/oauth2/v2.0/token", "issuer": f"{base}/v2.0",
+                                         "authorization_endpoint": f"{base}/oauth2/v2.0/authorize"})
+            if url.path.endswith("/oauth2/v2.0/token"):
+                return respond(request, {"access_token": f"token-from-{url.netloc}", "expires_in": 3600,
+                                         "token_type": "Bearer"})
+            if url.netloc == "169.254.169.254" or url.path.startswith("/msi"):
+                return respond(request, {"access_token": "token-from-managed-identity", "expires_on":
+                                         int(time.time()) + 3600, "resource": "x", "token_type": "Bearer"})
+            raise AssertionError(f"the fake login has no answer for {request.method} {request.url}")
+
+    return Login()

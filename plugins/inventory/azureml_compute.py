@@ -299,7 +299,8 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.known_hosts 
     stale_fact_hosts,
 )
 
-_TEMPLATED = ("subscription_id", "resource_group", "workspace_name", "client_id", "secret", "tenant")
+_TEMPLATED = ("subscription_id", "resource_group", "workspace_name", "client_id", "secret", "tenant", "profile",
+              "x509_certificate_path", "cloud_environment")
 _PROPERTY_KEYS = ("admin_user", "min_nodes", "max_nodes", "vm_size")
 
 

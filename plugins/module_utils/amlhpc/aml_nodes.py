@@ -25,7 +25,17 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import azure_auth
 from .autoscale import autoscale_refusal
+from .azure_auth import (  # noqa: F401  (the auth plan's names, as before, for the plugins that import them here)
+    AUTH_SOURCES,
+    ENV_NAMES,
+    AuthError,
+    AuthPlan,
+    auth_argument_spec,
+    auth_failed,
+    subscription_from,
+)
 
 # AmlCompute nodeState values (REST NodeState), and the ones a job can use.
 NODE_STATES = ("idle", "running", "preparing", "unusable", "leaving", "preempted")
@@ -35,7 +45,6 @@ USABLE_STATES = frozenset({"idle", "running", "preparing"})
 DEFAULT_EXCLUDED_STATES = ("unusable", "leaving", "preempted")
 
 SOURCES = ("azureml-core", "azure-ai-ml", "nodes_file")
-AUTH_SOURCES = ("auto", "cli", "env", "msi", "service_principal")
 HOSTNAME_STYLES = ("rank", "node_id")
 
 # (snake_case attribute of the v2 entity, camelCase REST / v1 key)
@@ -349,13 +358,6 @@ def not_amlcompute(cluster: str, workspace: str, kind: str) -> str:
     return f"compute '{cluster}' in workspace '{workspace}' is a {kind}, not an AmlCompute cluster"
 
 
-def auth_failed(source: str, requested: str, detail: str) -> str:
-    how = source if source == requested else f"{source}, chosen by auth_source {requested}"
-    first = (detail.strip().splitlines() or [""])[0][:300]
-    return (f"Azure authentication failed with auth_source {how}: {first} "
-            "(check the credentials, or pick another auth_source)")
-
-
 def cluster_not_created(cluster: str, workspace: str) -> str:
     """The warning for a cluster that does not exist yet (the inventory reads as empty)."""
     return (f"cluster '{cluster}' was not found in workspace '{workspace}': playbooks/cluster.yml creates it "
@@ -374,89 +376,16 @@ def none_left(cluster: str, total: int) -> str:
 
 
 # ---------------------------------------------------------------------------------------
-# Authentication (names as in azure.azcollection)
-
-# Environment variable names, azure.azcollection's first, azure-identity's second.
-ENV_NAMES = {
-    "client_id": ("AZURE_CLIENT_ID",),
-    "secret": ("AZURE_SECRET", "AZURE_CLIENT_SECRET"),
-    "tenant": ("AZURE_TENANT", "AZURE_TENANT_ID"),
-    "subscription_id": ("AZURE_SUBSCRIPTION_ID",),
-}
+# Authentication (module_utils/amlhpc/azure_auth.py: the names of azure.azcollection and azure-identity)
 
 
-def auth_argument_spec(workspace_required: bool = False) -> dict[str, dict[str, Any]]:
-    """The workspace and credential options of the modules (doc fragment amlhpc.azureml.azure_auth);
-    ``workspace_required`` for a module that always talks to a workspace (aml_compute_cluster)."""
-    workspace: dict[str, Any] = {"type": "str", "required": True} if workspace_required else {"type": "str"}
-    return {
-        "subscription_id": {"type": "str"},
-        "resource_group": dict(workspace),
-        "workspace_name": dict(workspace),
-        "auth_source": {"type": "str", "default": "auto", "choices": list(AUTH_SOURCES)},
-        "client_id": {"type": "str"},
-        "secret": {"type": "str", "no_log": True},
-        "tenant": {"type": "str"},
-    }
-
-
-@dataclass(frozen=True)
-class AuthPlan:
-    """The credential to build: a concrete source and what it needs."""
-
-    source: str
-    requested: str
-    client_id: str | None = None
-    secret: str | None = field(default=None, repr=False)
-    tenant: str | None = None
-
-
-def _from_env(environ: Mapping[str, str], name: str) -> str | None:
-    for var in ENV_NAMES[name]:
-        if environ.get(var):
-            return environ[var]
-    return None
-
-
-def subscription_from(options: Mapping[str, Any], environ: Mapping[str, str]) -> str | None:
-    return options.get("subscription_id") or _from_env(environ, "subscription_id")
-
-
-def resolve_auth(requested: str, options: Mapping[str, Any], environ: Mapping[str, str]) -> AuthPlan:
-    """Pick the credential: ``auto`` takes a service principal from the options, then one from
-    ``AZURE_*`` variables, then a managed identity (when its endpoint is set), then the Azure CLI."""
-    if requested not in AUTH_SOURCES:
-        raise AmlNodesError(f"auth_source must be one of {', '.join(AUTH_SOURCES)}, not {requested!r}")
-    opt = {k: options.get(k) or None for k in ("client_id", "secret", "tenant")}
-    env = {k: _from_env(environ, k) for k in ("client_id", "secret", "tenant")}
-
-    def principal(values: dict[str, str | None], source: str) -> AuthPlan:
-        missing = [k for k in ("client_id", "secret", "tenant") if not values[k]]
-        if missing:
-            if source == "env":
-                names = ", ".join(ENV_NAMES[k][0] for k in missing)
-            else:
-                names = ", ".join(f"{k} (or {ENV_NAMES[k][0]})" for k in missing)
-            raise AmlNodesError(f"auth_source {source} needs {names}, which {'is' if len(missing) == 1 else 'are'} "
-                                "not set")
-        return AuthPlan(source, requested, values["client_id"], values["secret"], values["tenant"])
-
-    if requested == "service_principal":
-        merged = {k: opt[k] or env[k] for k in opt}
-        return principal(merged, "service_principal")
-    if requested == "env":
-        return principal(env, "env")
-    if requested == "msi":
-        return AuthPlan("msi", requested, client_id=opt["client_id"] or env["client_id"])
-    if requested == "cli":
-        return AuthPlan("cli", requested)
-    if all(opt.values()):
-        return AuthPlan("service_principal", requested, opt["client_id"], opt["secret"], opt["tenant"])
-    if all(env.values()):
-        return AuthPlan("env", requested, env["client_id"], env["secret"], env["tenant"])
-    if environ.get("IDENTITY_ENDPOINT") or environ.get("MSI_ENDPOINT"):
-        return AuthPlan("msi", requested, client_id=opt["client_id"] or env["client_id"])
-    return AuthPlan("cli", requested)
+def resolve_auth(requested: str, options: Mapping[str, Any], environ: Mapping[str, str],
+                 home: str | None = None) -> AuthPlan:
+    """azure_auth.resolve_auth, its refusals as AmlNodesError (what the plugins and modules catch)."""
+    try:
+        return azure_auth.resolve_auth(requested, options, environ, home)
+    except AuthError as exc:
+        raise AmlNodesError(str(exc)) from None
 
 
 # ---------------------------------------------------------------------------------------

@@ -34,6 +34,49 @@ from .aml_nodes import (
 )
 
 
+def token_scope(resource: str) -> str:
+    """azure-identity's scope for a resource URI (azureml-core asks for tokens by resource)."""
+    return resource.rstrip("/") + "/.default"
+
+
+class IdentityTokens:
+    """azureml-core's ``get_token_for_audience`` from an azure-identity credential."""
+
+    def __init__(self, credential: Any) -> None:
+        self.credential = credential
+
+    def __call__(self, audience: str) -> str:
+        return self.credential.get_token(token_scope(audience)).token
+
+
+def identity_credential(plan: AuthPlan, **pipeline: Any) -> Any:
+    """azure-identity's credential for ``plan``, against its cloud's login authority.
+    ``pipeline``: azure-core pipeline options of the credential's HTTP requests (``transport``)."""
+    from azure import identity
+    authority = plan.cloud_info.authority
+    if plan.kind == "secret":
+        return identity.ClientSecretCredential(tenant_id=plan.tenant, client_id=plan.client_id,
+                                               client_secret=plan.secret, authority=authority, **pipeline)
+    if plan.kind == "certificate":
+        return identity.CertificateCredential(tenant_id=plan.tenant, client_id=plan.client_id,
+                                              certificate_path=plan.certificate_path,
+                                              password=plan.certificate_password, authority=authority, **pipeline)
+    if plan.kind == "workload_identity":
+        return identity.WorkloadIdentityCredential(tenant_id=plan.tenant, client_id=plan.client_id,
+                                                   token_file_path=plan.federated_token_file, authority=authority,
+                                                   **pipeline)
+    if plan.source == "msi":
+        return identity.ManagedIdentityCredential(**({"client_id": plan.client_id} if plan.client_id else {}),
+                                                  **pipeline)
+    if plan.source == "cli":
+        return identity.AzureCliCredential()
+    # auto's last step: azure-identity's own chain (its environment names, workload identity, managed
+    # identity, the Azure CLI, ...); a client_id among the options names the managed identity.
+    return identity.DefaultAzureCredential(authority=authority, exclude_interactive_browser_credential=True,
+                                           **({"managed_identity_client_id": plan.client_id} if plan.client_id
+                                              else {}), **pipeline)
+
+
 def _exc_names(exc: BaseException) -> set[str]:
     return {cls.__name__ for cls in type(exc).__mro__}
 
@@ -155,12 +198,17 @@ class AzuremlCoreClient(AmlClient):
     def _credential(self) -> Any:
         from azureml.core import authentication as a
         plan = self.auth
-        if plan.source in ("service_principal", "env"):
+        if plan.kind == "secret":
             return a.ServicePrincipalAuthentication(tenant_id=plan.tenant, service_principal_id=plan.client_id,
-                                                    service_principal_password=plan.secret)
+                                                    service_principal_password=plan.secret, cloud=plan.cloud)
         if plan.source == "msi":
-            return a.MsiAuthentication(identity_config={"client_id": plan.client_id} if plan.client_id else None)
-        return a.AzureCliAuthentication()
+            return a.MsiAuthentication(cloud=plan.cloud,
+                                       identity_config={"client_id": plan.client_id} if plan.client_id else None)
+        if plan.source == "cli":
+            return a.AzureCliAuthentication(cloud=plan.cloud)
+        # A certificate, a workload identity or DefaultAzureCredential: azure-identity's credential,
+        # handed to azureml-core as the source of its tokens (an audience is a resource URI).
+        return a.TokenAuthentication(IdentityTokens(identity_credential(plan)), cloud=plan.cloud)
 
     def workspace(self) -> Any:
         if self._ws is None:
@@ -280,22 +328,15 @@ class AzureAiMlClient(AmlClient):
         self._client = None
 
     def _credential(self) -> Any:
-        from azure import identity
-        plan = self.auth
-        if plan.source in ("service_principal", "env"):
-            return identity.ClientSecretCredential(tenant_id=plan.tenant, client_id=plan.client_id,
-                                                   client_secret=plan.secret)
-        if plan.source == "msi":
-            return identity.ManagedIdentityCredential(client_id=plan.client_id) if plan.client_id \
-                else identity.ManagedIdentityCredential()
-        return identity.AzureCliCredential()
+        return identity_credential(self.auth)
 
     def client(self) -> Any:
         if self._client is None:
             from azure.ai.ml import MLClient
             try:
                 self._client = MLClient(self._credential(), self.subscription_id, self.resource_group,
-                                        self.workspace_name, enable_telemetry=False, show_progress=False)
+                                        self.workspace_name, cloud=self.auth.cloud, enable_telemetry=False,
+                                        show_progress=False)
             except Exception as exc:
                 raise self._fail(exc) from None
         return self._client
@@ -404,6 +445,7 @@ def connect(source: str, subscription_id: str | None, resource_group: str | None
 
     ``who`` names the caller in the errors (default ``source 'SDK'``, the inventory's option);
     ``alternative`` is the way round a missing SDK."""
+    subscription_id = subscription_id or auth.subscription_id  # a credential file profile's
     missing = [n for n, v in (("subscription_id", subscription_id), ("resource_group", resource_group),
                               ("workspace_name", workspace_name)) if not v]
     if missing:

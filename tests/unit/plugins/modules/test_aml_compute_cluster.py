@@ -380,3 +380,14 @@ def test_a_low_priority_cluster_is_asked_for_in_the_services_words(capsys, monke
     assert again["changed"] is False and again["action"] == "none", again
     other = run(capsys, args(sdk, vm_priority="dedicated"))
     assert other["failed"] is True and "vm_priority lowpriority (wanted dedicated)" in other["msg"], other
+
+
+def test_a_sovereign_cloud_is_reached_at_its_own_resource_manager(capsys, monkeypatch, world):
+    """cloud_environment: azure-ai-ml talks to the cloud's resource manager and asks for tokens of
+    its audience (the login authority is checked in test_azure_auth.py)."""
+    install_v2(monkeypatch, world)
+    out = run(capsys, args("azure-ai-ml", cloud_environment="AzureChinaCloud"))
+    assert out["changed"] is True, out
+    hosts = {k for k in world.calls if k.startswith("host ")}
+    assert hosts == {"host management.chinacloudapi.cn"}, hosts
+    assert {k for k in world.calls if k.startswith("scope ")} == {"scope https://management.chinacloudapi.cn/.default"}

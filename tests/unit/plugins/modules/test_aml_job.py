@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import ansible.module_utils
@@ -24,7 +25,7 @@ _spec.loader.exec_module(aml_job)
 from amlhpc.aml_job_v1 import v1_objects  # noqa: E402
 from amlhpc.aml_job_v2 import v2_job  # noqa: E402
 from amlhpc.job_spec import JobRequest, build_spec  # noqa: E402
-from azureml_fakes import RG, SUB, WS, World, install_v1, install_v2  # noqa: E402
+from azureml_fakes import RG, SUB, WS, World, install_v1, install_v2, write_certificate  # noqa: E402
 
 SAS = "sv=2024-11-04&ss=b&srt=co&sp=rl&se=2026-12-01T00%3A00%3A00Z&sig=FAKE-test-signature%3D"
 DOCKERFILE = ROOT / "workload" / "Dockerfile"
@@ -427,7 +428,9 @@ def test_nccl_settings_and_data_scope_reach_both_services():
 # --- authentication: the same plan as the inventory plugin and aml_compute_cluster ---------
 
 AUTH_ENV = ("AZURE_CLIENT_ID", "AZURE_SECRET", "AZURE_CLIENT_SECRET", "AZURE_TENANT", "AZURE_TENANT_ID",
-            "AZURE_SUBSCRIPTION_ID", "IDENTITY_ENDPOINT", "MSI_ENDPOINT")
+            "AZURE_SUBSCRIPTION_ID", "IDENTITY_ENDPOINT", "MSI_ENDPOINT", "AZURE_X509_CERTIFICATE_PATH",
+            "AZURE_CLIENT_CERTIFICATE_PATH", "AZURE_CLIENT_CERTIFICATE_PASSWORD", "AZURE_FEDERATED_TOKEN_FILE",
+            "AZURE_PROFILE", "AZURE_CLOUD_ENVIRONMENT", "AZURE_AUTHORITY_HOST")
 
 # (auth options of the task, environment of the controller)
 AUTH_CASES = {
@@ -449,12 +452,28 @@ AUTH_CASES = {
     "service_principal, the tenant from azure-identity's variable": (
         {"auth_source": "service_principal", "client_id": "app", "secret": "s3"}, {"AZURE_TENANT_ID": "tn"}),
     "cli": ({"auth_source": "cli"}, {}),
+    "env, a workload identity (GitHub Actions, AKS)": (
+        {"auth_source": "env"}, {"AZURE_CLIENT_ID": "app", "AZURE_TENANT_ID": "tn",
+                                 "AZURE_FEDERATED_TOKEN_FILE": "/var/run/secrets/azure/tokens/azure-identity-token"}),
+    "auto, a workload identity in the environment": (
+        {"auth_source": "auto"}, {"AZURE_CLIENT_ID": "app", "AZURE_TENANT_ID": "tn",
+                                  "AZURE_FEDERATED_TOKEN_FILE": "/var/run/secrets/azure/tokens/azure-identity-token"}),
+    "service_principal with a certificate": (
+        {"auth_source": "service_principal", "client_id": "app", "tenant": "tn",
+         "x509_certificate_path": "{home}/sp.pem"}, {}),
+    "credential_file, a profile": ({"auth_source": "credential_file", "profile": "hpc"}, {}),
+    "auto, a sovereign cloud": ({"auth_source": "auto", "cloud_environment": "AzureChinaCloud"}, {}),
 }
 
 
 def _v1_credential(cred) -> tuple:
-    """The v1 fakes record their keyword arguments: the credential as built."""
-    return type(cred).__name__, sorted(vars(cred).items())
+    """The v1 fakes record their keyword arguments: the credential as built (for a token source,
+    the azure-identity credential behind it)."""
+    built = dict(vars(cred))
+    tokens = built.pop("_get_token_for_audience", None)
+    if tokens is not None:
+        built["tokens"] = _v2_credential(tokens.credential)
+    return type(cred).__name__, sorted(built.items())
 
 
 def _v2_credential(cred) -> tuple:
@@ -464,9 +483,16 @@ def _v2_credential(cred) -> tuple:
 
 
 @pytest.fixture()
-def auth_env(monkeypatch):
+def auth_env(monkeypatch, tmp_path):
+    """No Azure variables, and a home whose ~/.azure/credentials has a profile "hpc"."""
     for name in AUTH_ENV:
         monkeypatch.delenv(name, raising=False)
+    home = tmp_path / "home"
+    (home / ".azure").mkdir(parents=True)
+    (home / ".azure" / "credentials").write_text(
+        f"[hpc]\nsubscription_id = {SUB}\nclient_id = app\nsecret = s3\ntenant = tn\n")
+    write_certificate(home / "sp.pem")
+    monkeypatch.setenv("HOME", str(home))
 
     def put(env):
         for k, v in env.items():
@@ -483,12 +509,12 @@ def test_v1_workspace_credential_is_the_shared_auth_plans(case, capsys, tmp_path
     import azureml.core
 
     options, env = AUTH_CASES[case]
+    options = {k: v.replace("{home}", os.environ["HOME"]) for k, v in options.items()}
     auth_env(env)
     world = World()
     install_v1(monkeypatch, world)
     monkeypatch.setattr(azureml.core, "Experiment", FakeV1(world).experiment)
     params = {"subscription_id": SUB, "resource_group": RG, "workspace_name": WS, **options}
-    import os
     aml_sdk.connect("azureml-core", subscription_from(params, os.environ), RG, WS,
                     resolve_auth(params["auth_source"], params, os.environ)).workspace()
     monkeypatch.chdir(tmp_path)
@@ -502,9 +528,9 @@ def test_v1_workspace_credential_is_the_shared_auth_plans(case, capsys, tmp_path
 def test_v2_client_credential_is_the_shared_auth_plans(case, capsys, tmp_path, monkeypatch, auth_env):
     from amlhpc import aml_sdk
     from amlhpc.aml_nodes import resolve_auth
-    import os
 
     options, env = AUTH_CASES[case]
+    options = {k: v.replace("{home}", os.environ["HOME"]) for k, v in options.items()}
     auth_env(env)
     world = World()
     install_v2(monkeypatch, world)
@@ -524,7 +550,8 @@ def test_service_principal_without_its_secret_is_refused_in_the_shared_words(cap
     out = run_module(capsys, module_args(tmp_path, _ansible_check_mode=True, auth_source="service_principal",
                                          client_id="app", tenant="tn"))
     assert out["failed"] is True
-    assert out["msg"] == "auth_source service_principal needs secret (or AZURE_SECRET), which is not set"
+    assert out["msg"] == ("auth_source service_principal needs secret (or AZURE_SECRET) or x509_certificate_path "
+                          "(or AZURE_X509_CERTIFICATE_PATH), which is not set")
 
 
 @pytest.mark.parametrize("backend", ["azureml_core", "azure_ai_ml"])
@@ -539,8 +566,9 @@ def test_a_refused_login_is_one_sentence_naming_the_auth_source(backend, capsys,
     monkeypatch.chdir(tmp_path)
     out = run_module(capsys, module_args(tmp_path, backend=backend, _ansible_check_mode=True, auth_source="auto"))
     assert out["failed"] is True
-    assert out["msg"].startswith("Azure authentication failed with auth_source cli, chosen by auth_source auto: "
-                                 "AADSTS700016"), out["msg"]
+    assert out["msg"].startswith("Azure authentication failed with auth_source auto (azure-identity's "
+                                 "DefaultAzureCredential: environment, workload identity, managed identity, Azure "
+                                 "CLI, ...): AADSTS700016"), out["msg"]
     assert "Traceback" not in out["msg"]
 
 
