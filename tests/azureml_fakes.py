@@ -37,15 +37,17 @@ FAKE_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFAKEKEY amlhpc@controller"
 
 
 def make_nodes(n: int, cluster: str = "gpu", states: dict[int, str] | None = None, shuffle: bool = True,
-               public_ip: str | None = "20.84.17.201") -> list[dict[str, Any]]:
-    """``n`` camelCase node records like the resource provider returns (NAT ports from 50000)."""
+               public_ip: str | None = "20.84.17.201", nat: bool = True) -> list[dict[str, Any]]:
+    """``n`` camelCase node records like the resource provider returns (NAT ports from 50000).
+    ``nat=False``: a cluster without node public IPs (enableNodePublicIp false), whose records
+    carry no public IP and no port (AmlComputeNodeInformation's publicIpAddress and port, null)."""
     states = states or {}
     out = []
     for i in range(n):
         digest = hashlib.sha256(f"{cluster}-{i}".encode()).hexdigest()
         out.append({"nodeId": f"tvmps_{digest}_d", "privateIpAddress": f"10.0.{i // 250}.{4 + i % 250}",
-                    "publicIpAddress": public_ip, "port": 50000 + i, "nodeState": states.get(i, "idle"),
-                    "runId": None})
+                    "publicIpAddress": public_ip if nat else None, "port": 50000 + i if nat else None,
+                    "nodeState": states.get(i, "idle"), "runId": None})
     if shuffle:  # the API does not list nodes in rank order
         out = out[1::2] + out[0::2]
     return out
@@ -210,7 +212,7 @@ class World:
         if releasing is not None:
             if releasing[0] <= 0:
                 del self._releasing[name]
-                self.clusters[name]["nodes"] = make_nodes(releasing[1], name)
+                self.clusters[name]["nodes"] = make_nodes(releasing[1], name, nat=self.node_public_ip(name))
             releasing[0] -= 1
         nodes = self.clusters[name]["nodes"]
         chunks = [nodes[i:i + self.page_size] for i in range(0, len(nodes), self.page_size)] or [[]]
@@ -239,7 +241,7 @@ class World:
         if self.release_after_polls and len(self.clusters[name]["nodes"]) > min_nodes:
             self._releasing[name] = [self.release_after_polls, min_nodes]
         elif self.grow_on_scale:
-            self.clusters[name]["nodes"] = make_nodes(min_nodes, name)
+            self.clusters[name]["nodes"] = make_nodes(min_nodes, name, nat=self.node_public_ip(name))
             compute["properties"]["properties"]["currentNodeCount"] = min_nodes
 
     def create(self, name: str, vm_size: str, min_nodes: int, max_nodes: int, admin_user: str,
@@ -257,6 +259,10 @@ class World:
                                                                       ("Dedicated", "LowPriority")),
             subnet=subnet, node_public_ip=sent.get("enableNodePublicIp", True) is not False), "nodes": []}
         self.set_scale(name, min_nodes, max_nodes)
+
+    def node_public_ip(self, name: str) -> bool:
+        """Whether the cluster's nodes get public IPs (and NAT ports)."""
+        return self.clusters[name]["compute"]["properties"]["properties"].get("enableNodePublicIp", True) is not False
 
     def identity_of(self, name: str) -> dict[str, Any] | None:
         return self.clusters[name]["compute"].get("identity")
@@ -350,6 +356,11 @@ def install_v1(monkeypatch, world: World) -> None:
             self.admin_username = creds.get("adminUserName")
             self.admin_user_ssh_key = creds.get("adminUserSshPublicKey")
             self.remote_login_port_public_access = inner.get("remoteLoginPortPublicAccess")
+            # As azureml-core's AmlCompute._initialize reads the subnet (its id split into names).
+            subnet = (inner.get("subnet") or {}).get("id")
+            self.vnet_resourcegroup_name = subnet.split("/resourceGroups/")[1].split("/")[0] if subnet else None
+            self.vnet_name = subnet.split("/virtualNetworks/")[1].split("/")[0] if subnet else None
+            self.subnet_name = subnet.split("/subnets/")[1] if subnet else None
             self.status = AmlComputeStatus.deserialize(props)
             # As azureml-core's AmlCompute._initialize reads them.
             self.identity_type = compute["identity"]["type"] if "identity" in compute else None

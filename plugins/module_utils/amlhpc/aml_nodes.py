@@ -76,7 +76,7 @@ class AmlNode:
     node_id: str
     private_ip: str
     public_ip: str | None
-    port: int
+    port: int | None  # the public NAT port; None on a cluster without node public IPs
     state: str
     run_id: str = ""
 
@@ -104,6 +104,8 @@ class ClusterInfo:
     vm_priority: str | None = None  # Dedicated / LowPriority (v2: dedicated / low_priority)
     identity_type: str | None = None  # e.g. UserAssigned, SystemAssigned,UserAssigned (None: no identity)
     identity_ids: tuple[str, ...] = ()  # ARM ids of its user-assigned identities, as Azure spells them
+    subnet: str | None = None  # ARM id of the subnet its nodes are in ("": none; None: not known)
+    node_public_ip: bool | None = None  # enableNodePublicIp (None: not known)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -192,7 +194,9 @@ def node_from_record(record: Mapping[str, Any], cluster: str, where: str) -> Aml
         port = int(port)
     if isinstance(port, float) and port.is_integer():
         port = int(port)  # azureml-core's REST model types the port as a float (50001.0)
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+    if port is None and public_ip is None:
+        pass  # a node without a public IP (enableNodePublicIp false) has no NAT port either
+    elif isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
         raise AmlNodesError(f"{where}: 'port' must be an integer 1-65535, not {port!r}")
     if state not in NODE_STATES:
         raise AmlNodesError(f"{where}: 'nodeState' {state!r} is not one of {', '.join(NODE_STATES)}")
@@ -251,9 +255,10 @@ def rank_order(nodes: Iterable[AmlNode]) -> list[AmlNode]:
 
     The ports of one cluster are distinct (the load balancer's NAT rules: 50000, 50001, ...),
     so the order does not depend on the order the API lists the nodes in, and the host
-    names, the MPI nodefile and the shard plan agree on it.
+    names, the MPI nodefile and the shard plan agree on it. Nodes without a public port (a
+    cluster without node public IPs) come by private IP.
     """
-    return sorted(nodes, key=lambda n: (n.port, _ip_key(n.private_ip), n.node_id))
+    return sorted(nodes, key=lambda n: (n.port is None, n.port or 0, _ip_key(n.private_ip), n.node_id))
 
 
 _GROUP_BAD = re.compile(r"[^A-Za-z0-9_]")
@@ -280,7 +285,7 @@ def host_vars(node: AmlNode, rank: int, info: ClusterInfo, use_private_ip: bool 
     if use_private_ip:
         address, port = node.private_ip, ssh_port
     else:
-        if not node.public_ip:
+        if not node.public_ip or node.port is None:
             raise AmlNodesError(f"cluster '{node.cluster}': node {node.node_id} has no publicIpAddress (a cluster "
                                 "without node public IPs): set use_private_ip: true and run from inside the VNet")
         address, port = node.public_ip, node.port
@@ -293,7 +298,7 @@ def host_vars(node: AmlNode, rank: int, info: ClusterInfo, use_private_ip: bool 
         "aml_node_state": node.state,
         "aml_private_ip": node.private_ip,
         "aml_public_ip": node.public_ip or "",
-        "aml_public_port": node.port,
+        "aml_public_port": node.port if node.port is not None else "",
         "aml_run_id": node.run_id,
     }
     user = ansible_user or info.admin_user
@@ -415,6 +420,10 @@ class ClusterSpec:
     # existing cluster that lacks it), e.g. for staging with no SAS:
     # /subscriptions/<s>/resourceGroups/<rg>/providers/Microsoft.ManagedIdentity/userAssignedIdentities/<name>
     identity_resource_id: str = ""
+    # ARM id of the subnet the nodes are in ("": AmlCompute's own network), and whether they get
+    # public IPs (False: reachable on their private IPs only, from inside the VNet).
+    subnet: str = ""
+    node_public_ip: bool = True
 
     @property
     def idle_at_creation(self) -> int:
@@ -441,7 +450,28 @@ def spec_problems(spec: ClusterSpec) -> list[str]:
                         "(it should start with ssh-ed25519, ssh-rsa or ecdsa-)")
     if spec.remote_login_port_public_access not in ("Enabled", "Disabled", "NotSpecified"):
         problems.append("remote_login_port_public_access must be Enabled, Disabled or NotSpecified")
+    if spec.subnet and not SUBNET_ID.fullmatch(spec.subnet):
+        problems.append(f"cluster '{spec.name}': subnet must be a subnet's resource id (/subscriptions/<s>/"
+                        "resourceGroups/<rg>/providers/Microsoft.Network/virtualNetworks/<vnet>/subnets/<name>), "
+                        f"not {spec.subnet!r}")
+    if not spec.node_public_ip and not spec.subnet:
+        problems.append(f"a cluster without node public IPs lives in a VNet: set the subnet of cluster '{spec.name}' "
+                        "(subnet: its resource id), or keep node_public_ip true")
+    if not spec.node_public_ip and spec.remote_login_port_public_access == "Enabled":
+        problems.append(f"cluster '{spec.name}' has no node public IPs, so no public SSH port: set "
+                        "remote_login_port_public_access: Disabled and reach the nodes on their private IPs "
+                        "(use_private_ip)")
     return problems
+
+
+SUBNET_ID = re.compile(r"/subscriptions/[^/]+/resourceGroups/[^/]+/providers/Microsoft\.Network/virtualNetworks/"
+                       r"[^/]+/subnets/[^/]+", re.I)
+
+
+def subnet_parts(subnet: str) -> tuple[str, str, str, str]:
+    """(subscription, resource group, virtual network, subnet) of a subnet's resource id."""
+    parts = subnet.strip("/").split("/")
+    return parts[1], parts[3], parts[7], parts[9]
 
 
 def _key_body(key: str | None) -> str | None:
@@ -494,6 +524,10 @@ def plan_cluster(spec: ClusterSpec, current: ClusterInfo | None, sdk: str = "azu
     access = current.remote_login_port_public_access
     if access and spec.remote_login_port_public_access != "NotSpecified" and access != spec.remote_login_port_public_access:
         fixed.append(f"remote login port public access {access} (wanted {spec.remote_login_port_public_access})")
+    if current.subnet is not None and (current.subnet or "").lower() != spec.subnet.lower():
+        fixed.append(f"subnet {current.subnet or 'none'} (wanted {spec.subnet or 'none'})")
+    if current.node_public_ip is not None and current.node_public_ip != spec.node_public_ip:
+        fixed.append(f"node_public_ip {current.node_public_ip} (wanted {spec.node_public_ip})")
     if fixed:
         raise AmlNodesError(f"cluster '{spec.name}' exists with {'; '.join(fixed)}, which AmlCompute cannot change "
                             "in place: delete the cluster (az ml compute delete) or change the wanted settings")

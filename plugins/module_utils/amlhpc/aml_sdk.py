@@ -30,6 +30,7 @@ from .aml_nodes import (
     not_amlcompute,
     record_from_object,
     sdk_missing,
+    subnet_parts,
     workspace_not_found,
 )
 
@@ -182,6 +183,15 @@ class AmlClient:
 # SDK v1: azureml-core
 
 
+def _v1_subnet(subnet: str) -> dict[str, str]:
+    """azureml-core's provisioning_configuration arguments of a subnet's resource id (it takes the
+    names and builds the id in the workspace's subscription)."""
+    if not subnet:
+        return {}
+    _subscription, group, vnet, name = subnet_parts(subnet)
+    return {"vnet_resourcegroup_name": group, "vnet_name": vnet, "subnet_name": name}
+
+
 class AzuremlCoreClient(AmlClient):
     source = "azureml-core"
 
@@ -260,7 +270,12 @@ class AzuremlCoreClient(AmlClient):
             idle_seconds=getattr(scale, "idle_seconds_before_scaledown", None),
             vm_priority=getattr(target, "vm_priority", None), identity_type=getattr(target, "identity_type", None),
             # identity_id: the GET's userAssignedIdentities, a mapping id -> {principalId, clientId}
-            identity_ids=tuple(getattr(target, "identity_id", None) or ()))
+            identity_ids=tuple(getattr(target, "identity_id", None) or ()),
+            # azureml-core keeps the subnet's names (the id rebuilt in the workspace's subscription, as
+            # it builds it); it does not read enableNodePublicIp back.
+            subnet=(f"/subscriptions/{self.subscription_id}/resourceGroups/{target.vnet_resourcegroup_name}/providers/"
+                    f"Microsoft.Network/virtualNetworks/{target.vnet_name}/subnets/{target.subnet_name}"
+                    if getattr(target, "subnet_name", None) else ""))
 
     def list_nodes(self, name: str) -> list[dict[str, Any]]:
         target = self._target(name)
@@ -279,6 +294,7 @@ class AzuremlCoreClient(AmlClient):
             idle_seconds_before_scaledown=spec.idle_at_creation, admin_username=spec.admin_user,
             admin_user_ssh_key=spec.ssh_public_key,
             remote_login_port_public_access=spec.remote_login_port_public_access,
+            enable_node_public_ip=spec.node_public_ip, **_v1_subnet(spec.subnet),
             **({"identity_type": "UserAssigned", "identity_id": [spec.identity_resource_id]}
                if spec.identity_resource_id else {}))
         try:
@@ -380,7 +396,9 @@ class AzureAiMlClient(AmlClient):
             idle_seconds=getattr(entity, "idle_time_before_scale_down", None),
             vm_priority=getattr(entity, "tier", None),
             identity_type=getattr(identity, "type", None),
-            identity_ids=tuple(u.resource_id for u in getattr(identity, "user_assigned_identities", None) or ()))
+            identity_ids=tuple(u.resource_id for u in getattr(identity, "user_assigned_identities", None) or ()),
+            subnet=getattr(getattr(entity, "network_settings", None), "subnet", None) or "",
+            node_public_ip=getattr(entity, "enable_node_public_ip", None))
 
     def list_nodes(self, name: str) -> list[dict[str, Any]]:
         try:
@@ -396,8 +414,12 @@ class AzureAiMlClient(AmlClient):
             from azure.ai.ml.entities import IdentityConfiguration, ManagedIdentityConfiguration
             identity = {"identity": IdentityConfiguration(type="user_assigned", user_assigned_identities=[
                 ManagedIdentityConfiguration(resource_id=spec.identity_resource_id)])}
+        if spec.subnet:
+            from azure.ai.ml.entities import NetworkSettings
+            identity["network_settings"] = NetworkSettings(subnet=spec.subnet)
         entity = AmlCompute(
-            **identity, name=spec.name, size=spec.vm_size, min_instances=spec.min_nodes, max_instances=spec.max_nodes,
+            **identity, enable_node_public_ip=spec.node_public_ip,
+            name=spec.name, size=spec.vm_size, min_instances=spec.min_nodes, max_instances=spec.max_nodes,
             idle_time_before_scale_down=spec.idle_at_creation, tier=V2_TIER.get(spec.vm_priority, spec.vm_priority),
             ssh_public_access_enabled=spec.remote_login_port_public_access == "Enabled",
             ssh_settings=AmlComputeSshSettings(admin_username=spec.admin_user, ssh_key_value=spec.ssh_public_key))
