@@ -620,8 +620,13 @@ def test_ansible_inventory_cli_with_a_project_config_of_the_users_own(tmp_path):
 EXAMPLES = ROOT / "inventory" / "examples"
 
 
-def test_example_saved_payload():
-    inv = load(EXAMPLES / "saved.azureml_compute.yml")
+def test_example_saved_payload(tmp_path):
+    """Copied beside its nodes.json, as the example says (tests/unit/plugins/inventory/test_saved_example.py
+    runs it as an installed user does)."""
+    import shutil
+    shutil.copy(EXAMPLES / "saved.azureml_compute.yml", tmp_path / "saved.azureml_compute.yml")
+    shutil.copy(FIXTURE, tmp_path / "nodes.json")
+    inv = load(tmp_path / "saved.azureml_compute.yml")
     assert len(inv.groups["cluster_gpu"].get_hosts()) == 4
     assert hv(inv, "gpu-0")["aml_vm_size"] == "Standard_ND96asr_v4"
 
