@@ -539,8 +539,8 @@ def fake_transport(world: World):
                 name = details.group(1)
                 if name not in world.jobs:
                     return not_found(request, f"runs/{name}")
-                return respond(request, 200, run_details_payload(name, world.job_status(name, advance=True),
-                                                                  world.jobs[name]["error"]))
+                details = run_details_payload(name, world.job_status(name, advance=True), world.jobs[name]["error"])
+                return respond(request, 200, details)
             if url == f"{API}/discovery":
                 world.calls["v2 GET discovery"] += 1
                 return respond(request, 200, {"api": API, "history": API, "experimentation": API,

@@ -77,7 +77,8 @@ def run_pipelined(action: ActionBase, result: dict[str, Any], task_vars: dict[st
                   module_args: dict[str, Any]) -> dict[str, Any]:
     """The task's module with ``module_args``, run by ``action`` pipelined (or refused, saying
     why it cannot be), into ``result``."""
-    # pylint: disable=protected-access  (_task, _connection, _play_context, _execute_module: what ActionBase hands its plugins)
+    # _task, _connection, _play_context, _execute_module: what ActionBase hands its plugins.
+    # pylint: disable=protected-access
     wrap_async = bool(action._task.async_val)
     if _is_mitogen(action._connection):
         # Mitogen keeps a module's arguments in memory unless async.

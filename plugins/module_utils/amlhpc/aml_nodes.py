@@ -27,7 +27,8 @@ from typing import Any
 
 from . import azure_auth
 from .autoscale import autoscale_refusal
-from .azure_auth import (  # noqa: F401  (the auth plan's names, as before, for the plugins that import them here)
+# The auth plan's names, as before, for the plugins that import them from here.
+from .azure_auth import (  # noqa: F401  pylint: disable=unused-import
     AUTH_SOURCES,
     ENV_NAMES,
     AuthError,

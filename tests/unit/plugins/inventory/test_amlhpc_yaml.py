@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -55,8 +56,10 @@ def test_a_broken_plugin_file_shows_its_plugins_error_alone(tmp_path):
     res = _cli_inventory(bad, ROOT / "ansible.cfg")
     assert res.returncode != 0
     assert "missing.json does not exist" in " ".join(res.stderr.split())
-    assert "Plugin configuration YAML file" not in res.stderr and res.stderr.count("[WARNING]: Failed to parse") == 1, \
-        res.stderr
+    said = " ".join(res.stderr.split())
+    assert "Plugin configuration YAML file" not in said, said
+    # Only the azureml_compute plugin failed on it (2.18 and 2.21 word their warnings apart).
+    assert set(re.findall(r"Failed to parse .*?(\w+)'? plugin", said)) == {"azureml_compute"}, said
 
 
 def test_the_local_default_reads_as_it_did(tmp_path):

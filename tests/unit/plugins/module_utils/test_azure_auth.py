@@ -143,10 +143,10 @@ def test_azureml_core_gets_its_tokens_from_the_identity_credential(tmp_path):
     ("env", {}, {"AZURE_CLIENT_ID": "app"}, "auth_source env needs AZURE_TENANT or AZURE_TENANT_ID, AZURE_SECRET or "
                                             "AZURE_CLIENT_SECRET (or a certificate, AZURE_CLIENT_CERTIFICATE_PATH, or "
                                             "a federated token, AZURE_FEDERATED_TOKEN_FILE), which are not set"),
-    ("service_principal", {"client_id": "app", "secret": "s"}, {}, "auth_source service_principal needs tenant (or "
-                                                                    "AZURE_TENANT), which is not set"),
-    ("auto", {"cloud_environment": "AzureGermanCloud"}, {}, "cloud_environment must be one of AzureCloud, "
-                                                            "AzureChinaCloud, AzureUSGovernment, not 'AzureGermanCloud'"),
+    ("service_principal", {"client_id": "app", "secret": "s"}, {},
+     "auth_source service_principal needs tenant (or AZURE_TENANT), which is not set"),
+    ("auto", {"cloud_environment": "AzureGermanCloud"}, {},
+     "cloud_environment must be one of AzureCloud, AzureChinaCloud, AzureUSGovernment, not 'AzureGermanCloud'"),
     ("kerberos", {}, {}, "auth_source must be one of auto, cli, env, msi, credential_file, service_principal"),
 ])
 def test_what_is_missing_is_named(requested, options, environ, message, tmp_path):

@@ -471,8 +471,7 @@ def test_the_wait_asks_each_node_on_its_private_ip(capsys, monkeypatch, world, s
         nodes = make_nodes(2, public_ip=None, nat=False)
         for node, ip in zip(nodes, ips):
             node["privateIpAddress"] = ip
-        world.add("gpu", nodes, min_nodes=2, max_nodes=2, **{k: v for k, v in PRIVATE.items()
-                                                              if k != "remote_login_port_public_access"},
+        world.add("gpu", nodes, min_nodes=2, max_nodes=2, subnet=SUBNET, node_public_ip=False,
                   public_access="Disabled")
         install(monkeypatch, world, sdk)
         out = run(capsys, args(sdk, max_nodes=2, wait=True, wait_timeout=30, use_private_ip=True, ssh_port=port,
