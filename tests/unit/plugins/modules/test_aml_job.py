@@ -748,3 +748,30 @@ def test_v2_a_job_left_cancelling_is_waited_for_until_it_has_ended(v2_world, cap
     out = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml"))
     assert out["failed"] is True and out["status"] == "Canceled" and len(slept) == 1, out
     assert "Last lines of user_logs/std_log_process_3.txt" in out["msg"], out["msg"]
+
+
+def test_the_twins_failed_job_is_reported_as_the_sdks(tmp_path):
+    """The twin's AzureML (tests/twin/azureml.py) answers a failed run as azure-ai-ml does: its
+    stream raises JobException with the run's error, its download brings each node's log; the
+    backend's wait reads them as it reads the SDK's."""
+    from amlhpc.aml_job_v2 import wait_v2
+    from amlhpc.job_runs import failing_log, node_logs
+    from twin.azureml import TwinJobs
+
+    logs = tmp_path / "run" / "user_logs"
+    logs.mkdir(parents=True)
+    (logs / "std_log_node_0.txt").write_text("[cosmoflow] epoch 0\n")
+    (logs / "std_log_node_1.txt").write_text("Traceback (most recent call last):\nRuntimeError: killed\n")
+    (tmp_path / "run" / "logs.txt").write_text("===== node 0 (rc 0)\n")
+    error = {"error": {"code": "UserError", "message": "Execution failed. User process on node 1 exited with status "
+                                                       "code 137. Please check log file 'user_logs/std_log_node_1.txt'"}}
+    state = tmp_path / "azureml.json"
+    state.write_text(json.dumps({"jobs": {"cf": {"status": "Failed", "logs": str(tmp_path / "run" / "logs.txt"),
+                                                 "outputs": str(tmp_path / "run" / "outputs"),
+                                                 "user_logs": str(logs), "error": error}}}))
+    jobs = TwinJobs(str(state))
+    job, said = wait_v2(jobs, "cf")
+    assert job.status == "Failed" and said.startswith("Execution failed. User process on node 1 exited"), said
+    jobs.download("cf", download_path=str(tmp_path / "dl"), all=True)
+    found = node_logs(str(tmp_path / "dl" / "artifacts"))
+    assert failing_log({n: Path(p).read_text() for n, p in found.items()}, said) == "user_logs/std_log_node_1.txt"
