@@ -183,6 +183,16 @@ class AmlClient:
 # SDK v1: azureml-core
 
 
+def _keep_subnet(entity: Any) -> Any:
+    """``entity`` (an AmlCompute read back) ready for ``begin_update``'s PUT of the whole cluster:
+    azure-ai-ml serialises its public ``subnet`` field, which only ``begin_create_or_update`` fills
+    in (from ``network_settings``); left empty, the PUT would send ``"subnet": {}``."""
+    subnet = getattr(getattr(entity, "network_settings", None), "subnet", None)
+    if subnet and not getattr(entity, "subnet", None):
+        entity.subnet = subnet
+    return entity
+
+
 def _v1_subnet(subnet: str) -> dict[str, str]:
     """azureml-core's provisioning_configuration arguments of a subnet's resource id (it takes the
     names and builds the id in the workspace's subscription)."""
@@ -435,7 +445,7 @@ class AzureAiMlClient(AmlClient):
         entity.min_instances, entity.max_instances = min_nodes, max_nodes
         entity.idle_time_before_scale_down = idle_seconds
         try:
-            self.client().compute.begin_update(entity).result(timeout=timeout_s)
+            self.client().compute.begin_update(_keep_subnet(entity)).result(timeout=timeout_s)
         except Exception as exc:
             raise self._fail(exc, name) from None
 
@@ -453,7 +463,7 @@ class AzureAiMlClient(AmlClient):
                 identity.type = f"{identity.type},user_assigned"  # system_assigned,user_assigned
             identity.user_assigned_identities = [*(identity.user_assigned_identities or []), wanted]
         try:
-            self.client().compute.begin_update(entity).result(timeout=timeout_s)
+            self.client().compute.begin_update(_keep_subnet(entity)).result(timeout=timeout_s)
         except Exception as exc:
             raise self._fail(exc, name) from None
 

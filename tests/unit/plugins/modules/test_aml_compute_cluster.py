@@ -414,6 +414,14 @@ def test_a_cluster_in_a_subnet_without_node_public_ips(capsys, monkeypatch, worl
     assert {(n["publicIpAddress"], n["port"]) for n in world.clusters["gpu"]["nodes"]} == {(None, None)}
     again = run(capsys, args(sdk, **PRIVATE))
     assert again["changed"] is False and again["action"] == "none", again
+    # A scale keeps the cluster in its subnet without public IPs (azure-ai-ml PUTs the whole cluster).
+    grown = run(capsys, args(sdk, **{**PRIVATE, "max_nodes": 5}))
+    assert grown["changed"] is True and grown["action"] == "update", grown
+    if sdk == "azure-ai-ml":
+        sent = world.sent["gpu"][-1]
+        assert sent["subnet"] == {"id": SUBNET} and sent["enableNodePublicIp"] is False, sent
+    assert len(world.clusters["gpu"]["nodes"]) == 5
+    assert {(n["publicIpAddress"], n["port"]) for n in world.clusters["gpu"]["nodes"]} == {(None, None)}
     other = run(capsys, args(sdk, **{**PRIVATE, "subnet": SUBNET.replace("/nodes", "/other")}))
     assert other["failed"] is True and "subnet" in other["msg"] and "in place" in other["msg"], other
     public = run(capsys, args(sdk))
