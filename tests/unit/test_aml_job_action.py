@@ -23,6 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def _module_ran(out: str) -> bool:
     """Whether a -vvv log shows aml_job's module sent to the node (pipelined or from a file)."""
     return re.search(r"^Using module file \S*/aml_job\.py$", out, re.M) is not None
+
+
 ANSIBLE_PLAYBOOK = ansible_cli("ansible-playbook")
 
 
