@@ -58,8 +58,9 @@ test-unit: setup  ## pytest tests/unit
 test-workload: setup  ## pytest tests/workload with the workload venv (torch CPU)
 	.venv-workload/bin/python -m pytest tests/workload
 
-lint: setup  ## ansible-lint (production profile) + yamllint + antsibull-changelog (fragments, CHANGELOG.md)
+lint: setup  ## public Ansible APIs only in plugins/ + ansible-lint (production profile) + yamllint + antsibull-changelog (fragments, CHANGELOG.md)
 	@.ci/bootstrap lint
+	$(VENV)/bin/python .ci/public-apis plugins
 	$(LINTBIN)/yamllint --strict .
 	ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/.cache/collections $(LINTBIN)/ansible-lint --profile production
 	.ci/changelog

@@ -7,7 +7,13 @@
   from a REST ``ComputeResource`` payload through the SDK's own ``ScaleSettings`` and
   ``AmlComputeStatus`` deserializers.
 * SDK v2 (azure-ai-ml): the real ``MLClient`` with its HTTP transport replaced. Everything
-  above the wire is the real SDK, including the 1.35.x ``AmlComputeNodeInfo`` bug.
+  above the wire is the real SDK, including the 1.35.x ``AmlComputeNodeInfo`` bug. Jobs
+  (``World.add_job``) answer the job GET (resource manager), the workspace's discovery URL,
+  the artifact datastore and run history's run details, so the SDK's own ``jobs.stream``
+  runs and raises its ``JobException`` for a failed job exactly as it does against Azure.
+  ``jobs.download`` alone is replaced (``install_v2``): it fetches blobs through
+  azure-storage-blob, which does not take the client's transport; the fake asks the job's
+  status through the real client first and refuses a job that has not ended, as the SDK does.
 
 ``World`` holds the workspace's clusters and counts the calls.
 """
@@ -31,15 +37,17 @@ FAKE_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFAKEKEY amlhpc@controller"
 
 
 def make_nodes(n: int, cluster: str = "gpu", states: dict[int, str] | None = None, shuffle: bool = True,
-               public_ip: str | None = "20.84.17.201") -> list[dict[str, Any]]:
-    """``n`` camelCase node records like the resource provider returns (NAT ports from 50000)."""
+               public_ip: str | None = "20.84.17.201", nat: bool = True) -> list[dict[str, Any]]:
+    """``n`` camelCase node records like the resource provider returns (NAT ports from 50000).
+    ``nat=False``: a cluster without node public IPs (enableNodePublicIp false), whose records
+    carry no public IP and no port (AmlComputeNodeInformation's publicIpAddress and port, null)."""
     states = states or {}
     out = []
     for i in range(n):
         digest = hashlib.sha256(f"{cluster}-{i}".encode()).hexdigest()
         out.append({"nodeId": f"tvmps_{digest}_d", "privateIpAddress": f"10.0.{i // 250}.{4 + i % 250}",
-                    "publicIpAddress": public_ip, "port": 50000 + i, "nodeState": states.get(i, "idle"),
-                    "runId": None})
+                    "publicIpAddress": public_ip if nat else None, "port": 50000 + i if nat else None,
+                    "nodeState": states.get(i, "idle"), "runId": None})
     if shuffle:  # the API does not list nodes in rank order
         out = out[1::2] + out[0::2]
     return out
@@ -65,7 +73,8 @@ def identity_payload(block: dict[str, Any] | None) -> dict[str, Any] | None:
 def compute_payload(name: str, vm_size: str = "STANDARD_ND96ASR_V4", min_nodes: int = 4, max_nodes: int = 4,
                     admin_user: str = "azureuser", ssh_key: str | None = FAKE_KEY,
                     public_access: str = "Enabled", current: int | None = None, vm_priority: str = "Dedicated",
-                    identity: dict[str, Any] | None = None, idle: str = "PT1800S") -> dict[str, Any]:
+                    identity: dict[str, Any] | None = None, idle: str = "PT1800S",
+                    subnet: str | None = None, node_public_ip: bool = True) -> dict[str, Any]:
     """A REST ComputeResource of an AmlCompute cluster (GET .../computes/<name>). ``identity``:
     the identity block as a create request sends it (None: the cluster has none)."""
     current = max_nodes if current is None else current
@@ -88,8 +97,8 @@ def compute_payload(name: str, vm_size: str = "STANDARD_ND96ASR_V4", min_nodes: 
                 "vmSize": vm_size, "vmPriority": vm_priority, "osType": "Linux",
                 "scaleSettings": {"minNodeCount": min_nodes, "maxNodeCount": max_nodes,
                                   "nodeIdleTimeBeforeScaleDown": idle},
-                "userAccountCredentials": creds, "subnet": None,
-                "remoteLoginPortPublicAccess": public_access, "enableNodePublicIp": True,
+                "userAccountCredentials": creds, "subnet": {"id": subnet} if subnet else None,
+                "remoteLoginPortPublicAccess": public_access, "enableNodePublicIp": node_public_ip,
                 "allocationState": "Steady", "allocationStateTransitionTime": "2026-11-01T10:05:00.000Z",
                 "errors": None, "currentNodeCount": current, "targetNodeCount": current,
                 "nodeStateCounts": {"idleNodeCount": current, "runningNodeCount": 0, "preparingNodeCount": 0,
@@ -97,6 +106,53 @@ def compute_payload(name: str, vm_size: str = "STANDARD_ND96ASR_V4", min_nodes: 
             },
         },
     }
+
+
+def rest_enum(value: str, members: tuple[str, ...]) -> str:
+    """``value`` as the REST enum spells it (ARM matches enum values without regard to case);
+    a value that is none of ``members`` is refused, as ARM refuses it (400)."""
+    for member in members:
+        if str(value).lower() == member.lower():
+            return member
+    raise ValueError(f"The value '{value}' is not valid; expected one of {', '.join(members)}")
+
+
+API = "https://eastus.api.azureml.ms"
+WS_ID = f"/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.MachineLearningServices/workspaces/{WS}"
+
+# The workspace's artifact store (GET .../datastores/workspaceartifactstore), as the resource manager answers.
+ARTIFACT_DATASTORE = {
+    "id": f"{WS_ID}/datastores/workspaceartifactstore", "name": "workspaceartifactstore",
+    "type": "Microsoft.MachineLearningServices/workspaces/datastores",
+    "properties": {"datastoreType": "AzureBlob", "accountName": "wshpcstore", "containerName": "azureml",
+                   "endpoint": "core.windows.net", "protocol": "https", "credentials": {"credentialsType": "AccountKey"},
+                   "isDefault": False, "tags": {}, "properties": {}}}
+
+
+def job_payload(name: str, status: str, compute: str = "gpu") -> dict[str, Any]:
+    """A REST JobBase of a command job (GET .../jobs/<name>), with the default output every job
+    gets (the artifact store) and the studio link, as the resource manager returns them."""
+    return {
+        "id": f"{WS_ID}/jobs/{name}", "name": name, "type": "Microsoft.MachineLearningServices/workspaces/jobs",
+        "properties": {
+            "jobType": "Command", "status": status, "displayName": name, "experimentName": "cosmoflow",
+            "command": "python train.py", "computeId": f"{WS_ID}/computes/{compute}",
+            "environmentId": f"{WS_ID}/environments/amlhpc-cosmoflow/versions/1",
+            "distribution": {"distributionType": "Mpi", "processCountPerInstance": 8},
+            "resources": {"instanceCount": 4, "shmSize": "64g"},
+            "services": {"Studio": {"jobServiceType": "Studio",
+                                    "endpoint": f"https://ml.azure.com/runs/{name}?wsid={WS_ID}"}},
+            "outputs": {"default": {"jobOutputType": "uri_folder", "mode": "ReadWriteMount",
+                                    "uri": f"azureml://datastores/workspaceartifactstore/ExperimentRun/dcid.{name}"}},
+            "properties": {}, "tags": {}, "isArchived": False},
+        "systemData": {"createdAt": "2026-11-01T10:00:00.000Z", "createdBy": "amlhpc", "createdByType": "User"}}
+
+
+def run_details_payload(name: str, status: str, error: dict[str, Any] | None) -> dict[str, Any]:
+    """Run history's RunDetails (GET .../runs/<name>/details); the logs of a command job on
+    the common runtime live in the artifact store, not in ``logFiles``."""
+    return {"runId": name, "target": "gpu", "status": status, "error": error, "logFiles": {}, "warnings": [],
+            "startTimeUtc": "2026-11-01T10:06:00.000Z", "properties": {}}
 
 
 @dataclass
@@ -122,6 +178,25 @@ class World:
     # releases them once they have been idle for the idle time); 0: at once.
     release_after_polls: int = 0
     _releasing: dict[str, list[int]] = field(default_factory=dict)
+    # name -> the properties.properties of each request that created or changed it, as the SDK serialised them
+    sent: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # name -> a v2 job: {"statuses": [...], "at": index, "error": {...} | None, "artifacts": {path: text}}
+    jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def add_job(self, name: str, statuses: list[str], error: str | None = None,
+                artifacts: dict[str, str] | None = None) -> None:
+        """A command job whose status goes through ``statuses``: the job GET reads the current one,
+        each run-details read of run history moves on to the next (the last one stays).
+        ``error``: the message of the run's error (run history's ``error.error.message``);
+        ``artifacts``: its files in the artifact store (``user_logs/std_log_process_0.txt``, ``outputs/...``)."""
+        self.jobs[name] = {"statuses": list(statuses), "at": 0, "artifacts": dict(artifacts or {}),
+                           "error": {"error": {"code": "UserError", "message": error}} if error else None}
+
+    def job_status(self, name: str, advance: bool = False) -> str:
+        job = self.jobs[name]
+        if advance:
+            job["at"] = min(job["at"] + 1, len(job["statuses"]) - 1)
+        return job["statuses"][job["at"]]
 
     def refresh(self) -> None:
         """Called when a client connects (azureml-core's Workspace): a world kept elsewhere
@@ -137,7 +212,7 @@ class World:
         if releasing is not None:
             if releasing[0] <= 0:
                 del self._releasing[name]
-                self.clusters[name]["nodes"] = make_nodes(releasing[1], name)
+                self.clusters[name]["nodes"] = make_nodes(releasing[1], name, nat=self.node_public_ip(name))
             releasing[0] -= 1
         nodes = self.clusters[name]["nodes"]
         chunks = [nodes[i:i + self.page_size] for i in range(0, len(nodes), self.page_size)] or [[]]
@@ -166,15 +241,28 @@ class World:
         if self.release_after_polls and len(self.clusters[name]["nodes"]) > min_nodes:
             self._releasing[name] = [self.release_after_polls, min_nodes]
         elif self.grow_on_scale:
-            self.clusters[name]["nodes"] = make_nodes(min_nodes, name)
+            self.clusters[name]["nodes"] = make_nodes(min_nodes, name, nat=self.node_public_ip(name))
             compute["properties"]["properties"]["currentNodeCount"] = min_nodes
 
     def create(self, name: str, vm_size: str, min_nodes: int, max_nodes: int, admin_user: str,
-               ssh_key: str | None, public_access: str) -> None:
-        self.clusters[name] = {"compute": compute_payload(name, vm_size, min_nodes, max_nodes, admin_user, ssh_key,
-                                                          public_access, current=0,
-                                                          identity=self.identities.get(name)), "nodes": []}
+               ssh_key: str | None, public_access: str, sent: dict[str, Any] | None = None) -> None:
+        """A cluster made from a create request; ``sent``: the request's properties.properties,
+        whose VM priority, subnet and node public IP the answer carries (the priority as the
+        REST enum spells it: ARM reads enums without regard to case)."""
+        sent = sent or {}
+        if sent:
+            self.sent.setdefault(name, []).append(sent)
+        subnet = (sent.get("subnet") or {}).get("id")
+        self.clusters[name] = {"compute": compute_payload(
+            name, vm_size, min_nodes, max_nodes, admin_user, ssh_key, public_access, current=0,
+            identity=self.identities.get(name), vm_priority=rest_enum(sent.get("vmPriority") or "Dedicated",
+                                                                      ("Dedicated", "LowPriority")),
+            subnet=subnet, node_public_ip=sent.get("enableNodePublicIp", True) is not False), "nodes": []}
         self.set_scale(name, min_nodes, max_nodes)
+
+    def node_public_ip(self, name: str) -> bool:
+        """Whether the cluster's nodes get public IPs (and NAT ports)."""
+        return self.clusters[name]["compute"]["properties"]["properties"].get("enableNodePublicIp", True) is not False
 
     def identity_of(self, name: str) -> dict[str, Any] | None:
         return self.clusters[name]["compute"].get("identity")
@@ -268,6 +356,11 @@ def install_v1(monkeypatch, world: World) -> None:
             self.admin_username = creds.get("adminUserName")
             self.admin_user_ssh_key = creds.get("adminUserSshPublicKey")
             self.remote_login_port_public_access = inner.get("remoteLoginPortPublicAccess")
+            # As azureml-core's AmlCompute._initialize reads the subnet (its id split into names).
+            subnet = (inner.get("subnet") or {}).get("id")
+            self.vnet_resourcegroup_name = subnet.split("/resourceGroups/")[1].split("/")[0] if subnet else None
+            self.vnet_name = subnet.split("/virtualNetworks/")[1].split("/")[0] if subnet else None
+            self.subnet_name = subnet.split("/subnets/")[1] if subnet else None
             self.status = AmlComputeStatus.deserialize(props)
             # As azureml-core's AmlCompute._initialize reads them.
             self.identity_type = compute["identity"]["type"] if "identity" in compute else None
@@ -312,9 +405,11 @@ def install_v1(monkeypatch, world: World) -> None:
             c = provisioning_configuration
             c.validate_configuration()
             # The REST body azureml-core would send (its own serialiser), for what the fake does not model.
-            world.identities[name] = RealAmlCompute._build_create_payload(c, "eastus", SUB).get("identity")
+            body = RealAmlCompute._build_create_payload(c, "eastus", SUB)
+            world.identities[name] = body.get("identity")
             world.create(name, c.vm_size, c.scale_settings.minimum_node_count, c.scale_settings.maximum_node_count,
-                         c.admin_username, c.admin_user_ssh_key, c.remote_login_port_public_access)
+                         c.admin_username, c.admin_user_ssh_key, c.remote_login_port_public_access,
+                         sent=body["properties"]["properties"])
             return FakeAmlCompute(workspace, name)
 
     from azureml.core import authentication
@@ -332,12 +427,16 @@ def install_v1(monkeypatch, world: World) -> None:
     class ServicePrincipalAuthentication(Auth):
         def __init__(self, tenant_id, service_principal_id, service_principal_password, cloud="AzureCloud"):
             super().__init__(tenant_id=tenant_id, service_principal_id=service_principal_id,
-                             service_principal_password=service_principal_password)
+                             service_principal_password=service_principal_password, cloud=cloud)
 
     class MsiAuthentication(Auth):
         pass
 
-    for cls in (AzureCliAuthentication, ServicePrincipalAuthentication, MsiAuthentication):
+    class TokenAuthentication(Auth):
+        def __init__(self, get_token_for_audience, cloud=None):
+            super().__init__(get_token_for_audience=get_token_for_audience, cloud=cloud)
+
+    for cls in (AzureCliAuthentication, ServicePrincipalAuthentication, MsiAuthentication, TokenAuthentication):
         monkeypatch.setattr(authentication, cls.__name__, cls)
     monkeypatch.setattr(azureml.core, "Workspace", FakeWorkspace)
     monkeypatch.setattr(azureml.core.compute, "AmlCompute", FakeAmlCompute)
@@ -361,7 +460,9 @@ def fake_transport(world: World):
         r.raw = io.BytesIO(r._content)
         r.headers["Content-Type"] = "application/json"
         r.url = request.url
-        return RestRequestsTransportResponse(request=request, internal_response=r)
+        response = RestRequestsTransportResponse(request=request, internal_response=r)
+        response.read()  # azure-ai-ml reads some answers (discovery, logs) without its pipeline's help
+        return response
 
     def not_found(request, what: str):
         return respond(request, 404, {"error": {"code": "ResourceNotFound", "message": f"The Resource '{what}' "
@@ -383,6 +484,7 @@ def fake_transport(world: World):
         def send(self, request, **kwargs):
             url, method = request.url, request.method
             path = url.split("?")[0]
+            world.calls[f"host {url.split('/')[2]}"] += 1
             ws = re.search(r"/workspaces/([^/?]+)", path)
             if ws and ws.group(1) != world.workspace:
                 world.calls[f"v2 {method} (no workspace)"] += 1
@@ -409,29 +511,53 @@ def fake_transport(world: World):
                     creds = inner.get("userAccountCredentials") or {}
                     scale = inner["scaleSettings"]
                     if name in world.clusters:
+                        world.sent.setdefault(name, []).append(inner)
                         world.set_scale(name, scale.get("minNodeCount", 0), scale["maxNodeCount"],
                                         scale.get("nodeIdleTimeBeforeScaleDown"))
                     else:
-                        world.create(name, inner["vmSize"], scale.get("minNodeCount", 0), scale["maxNodeCount"],
-                                     creds.get("adminUserName"), creds.get("adminUserSshPublicKey"),
-                                     inner.get("remoteLoginPortPublicAccess", "NotSpecified"))
+                        try:
+                            world.create(name, inner["vmSize"], scale.get("minNodeCount", 0), scale["maxNodeCount"],
+                                         creds.get("adminUserName"), creds.get("adminUserSshPublicKey"),
+                                         inner.get("remoteLoginPortPublicAccess", "NotSpecified"), sent=inner)
+                        except ValueError as exc:
+                            return respond(request, 400, {"error": {"code": "BadRequest", "message": str(exc)}})
                     return respond(request, 200, world.clusters[name]["compute"])
                 if name not in world.clusters:
                     return not_found(request, f"computes/{name}")
                 return respond(request, 200, world.clusters[name]["compute"])
             job = re.search(r"/jobs/([^/?]+)$", path)
             if job and method == "GET":
-                # No job history in this workspace: every job name is free (azure-ai-ml's
-                # jobs.get raises ResourceNotFoundError).
+                # A job of World.jobs; any other name is free (azure-ai-ml's jobs.get raises
+                # ResourceNotFoundError).
                 world.calls["v2 GET job"] += 1
-                return not_found(request, f"jobs/{job.group(1)}")
+                if job.group(1) not in world.jobs:
+                    return not_found(request, f"jobs/{job.group(1)}")
+                return respond(request, 200, job_payload(job.group(1), world.job_status(job.group(1))))
+            details = re.search(r"/history/v1\.0/.*/runs/([^/?]+)/details$", path)
+            if details and url.startswith(API) and method == "GET":
+                world.calls["v2 GET run details"] += 1
+                name = details.group(1)
+                if name not in world.jobs:
+                    return not_found(request, f"runs/{name}")
+                details = run_details_payload(name, world.job_status(name, advance=True), world.jobs[name]["error"])
+                return respond(request, 200, details)
+            if url == f"{API}/discovery":
+                world.calls["v2 GET discovery"] += 1
+                return respond(request, 200, {"api": API, "history": API, "experimentation": API,
+                                              "modelmanagement": API, "pipelines": API, "studiocoreservices": API})
+            if ws and re.search(r"/datastores/workspaceartifactstore(/listSecrets)?$", path):
+                world.calls[f"v2 {method} artifact datastore"] += 1
+                if path.endswith("/listSecrets"):
+                    return respond(request, 200, {"secretsType": "AccountKey", "key": "ZmFrZS1rZXk="})
+                return respond(request, 200, ARTIFACT_DATASTORE)
             if ws and path.endswith(f"/workspaces/{world.workspace}"):
                 world.calls["v2 GET workspace"] += 1
                 return respond(request, 200, {
                     "id": f"/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.MachineLearningServices/"
                           f"workspaces/{WS}", "name": WS, "location": "eastus",
                     "type": "Microsoft.MachineLearningServices/workspaces", "kind": "Default",
-                    "properties": {"friendlyName": WS, "provisioningState": "Succeeded"}})
+                    "properties": {"friendlyName": WS, "provisioningState": "Succeeded",
+                                   "discoveryUrl": f"{API}/discovery"}})
             raise AssertionError(f"the fake Azure has no answer for {method} {url}")
 
     return Transport()
@@ -454,10 +580,12 @@ def fake_credential(world: World, wrapped: Any = None) -> Any:
 
         def get_token(self, *scopes, **kwargs):
             self._check()
+            world.calls[f"scope {' '.join(scopes)}"] += 1
             return AccessToken("fake-token", int(time.time()) + 3600)
 
         def get_token_info(self, *scopes, **kwargs):
             self._check()
+            world.calls[f"scope {' '.join(scopes)}"] += 1
             return AccessTokenInfo("fake-token", int(time.time()) + 3600)
 
     return Credential(wrapped)
@@ -477,5 +605,115 @@ def install_v2(monkeypatch, world: World) -> None:
             kwargs["transport"] = fake_transport(world)
             super().__init__(fake_credential(world, credential), subscription_id, resource_group_name, workspace_name,
                              **kwargs)
+            self.jobs.download = fake_download(world, self.jobs)
 
     monkeypatch.setattr(azure.ai.ml, "MLClient", FakeMLClient)
+
+
+def fake_download(world: World, jobs: Any):
+    """``jobs.download`` over ``world``: the job asked through the real client, refused (the
+    SDK's JobException) unless it has ended, its artifacts written where the SDK puts them
+    (``<download_path>/artifacts/<path>``)."""
+    from pathlib import Path
+
+    from azure.ai.ml.exceptions import ErrorTarget, JobException
+    from azure.ai.ml.operations._run_history_constants import RunHistoryConstants
+
+    def download(name: str, *, download_path: Any = ".", output_name: Any = None, all: bool = False) -> None:
+        world.calls["v2 download"] += 1
+        status = jobs.get(name).status
+        if status not in RunHistoryConstants.TERMINAL_STATUSES:
+            msg = f"This job is in state {status}. Download is allowed only in states " \
+                  f"{RunHistoryConstants.TERMINAL_STATUSES}"
+            raise JobException(message=msg, target=ErrorTarget.JOB, no_personal_data_message=msg)
+        for path, text in world.jobs[name]["artifacts"].items():
+            target = Path(download_path) / "artifacts" / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+
+    return download
+
+
+def write_certificate(path: Any) -> str:
+    """A self-signed certificate with its private key, PEM, as a certificate service principal
+    holds it (azure-identity's CertificateCredential reads it when it is built)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import NameOID
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "amlhpc-test-sp")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now)
+            .not_valid_after(now + datetime.timedelta(days=1)).sign(key, hashes.SHA256()))
+    with open(path, "wb") as f:
+        f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                  serialization.NoEncryption()))
+        f.write(cert.public_bytes(serialization.Encoding.PEM))
+    return str(path)
+
+
+def fake_login(seen: list[dict[str, Any]] | None = None):
+    """An azure-core HTTP transport that answers azure-identity's token requests as Microsoft Entra
+    ID (any cloud's authority: tenant discovery, the token endpoint) and a managed identity
+    endpoint (App Service's IDENTITY_ENDPOINT) do; every request is appended to ``seen``
+    (method, host, path, query, form or None)."""
+    import requests
+    from urllib.parse import parse_qs, urlsplit
+
+    from azure.core.pipeline.transport import HttpTransport
+    from azure.core.rest._requests_basic import RestRequestsTransportResponse
+
+    seen = [] if seen is None else seen
+
+    def respond(request, payload: Any, status: int = 200):
+        r = requests.Response()
+        r.status_code = status
+        r._content = json.dumps(payload).encode()
+        r.raw = io.BytesIO(r._content)
+        r.headers["Content-Type"] = "application/json"
+        r.url = request.url
+        response = RestRequestsTransportResponse(request=request, internal_response=r)
+        response.read()
+        return response
+
+    class Login(HttpTransport):
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *args):
+            pass
+
+        def open(self):
+            pass
+
+        def close(self):
+            pass
+
+        def send(self, request, **kwargs):
+            url = urlsplit(request.url)
+            body = request.content if isinstance(request.content, (str, bytes, dict)) else request.body
+            if body and not isinstance(body, dict):
+                body = {k: v[0] for k, v in parse_qs(body.decode() if isinstance(body, bytes) else body).items()}
+            form = body or None
+            seen.append({"method": request.method, "host": url.netloc, "path": url.path,
+                         "query": {k: v[0] for k, v in parse_qs(url.query).items()}, "form": form,
+                         "headers": dict(request.headers)})
+            tenant = url.path.split("/")[1] if url.path.count("/") > 1 else ""
+            if url.path.endswith("/.well-known/openid-configuration"):
+                base = f"https://{url.netloc}/{tenant}"
+                return respond(request, {"token_endpoint": f"{base}/oauth2/v2.0/token", "issuer": f"{base}/v2.0",
+                                         "authorization_endpoint": f"{base}/oauth2/v2.0/authorize"})
+            if url.path.endswith("/oauth2/v2.0/token"):
+                return respond(request, {"access_token": f"token-from-{url.netloc}", "expires_in": 3600,
+                                         "token_type": "Bearer"})
+            if url.netloc == "169.254.169.254" or url.path.startswith("/msi"):
+                return respond(request, {"access_token": "token-from-managed-identity", "expires_on":
+                                         int(time.time()) + 3600, "resource": "x", "token_type": "Bearer"})
+            raise AssertionError(f"the fake login has no answer for {request.method} {request.url}")
+
+    return Login()

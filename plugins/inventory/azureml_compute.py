@@ -267,7 +267,7 @@ from typing import Any
 
 from ansible.errors import AnsibleError, AnsibleParserError
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
-from ansible.release import __version__ as ansible_core_version
+from ansible.module_utils.ansible_release import __version__ as ansible_core_version
 
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.core_range import core_floor_error
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_nodes import (
@@ -299,7 +299,8 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.known_hosts 
     stale_fact_hosts,
 )
 
-_TEMPLATED = ("subscription_id", "resource_group", "workspace_name", "client_id", "secret", "tenant")
+_TEMPLATED = ("subscription_id", "resource_group", "workspace_name", "client_id", "secret", "tenant", "profile",
+              "x509_certificate_path", "cloud_environment")
 _PROPERTY_KEYS = ("admin_user", "min_nodes", "max_nodes", "vm_size")
 
 

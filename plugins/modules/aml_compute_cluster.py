@@ -21,9 +21,11 @@ description:
     O(beeond_enabled) is true, because a scale-down destroys the BeeOND file system.
   - On an existing cluster it also sets the idle time when O(idle_seconds_before_scaledown)
     differs, and adds O(identity_resource_id) when the cluster lacks it.
-  - A cluster that exists with another VM size, VM priority, admin user, SSH key or remote
-    login setting is refused (AmlCompute cannot change them in place); the module never
-    deletes a cluster.
+  - A cluster that exists with another VM size, VM priority, admin user, SSH key, remote
+    login setting, subnet or node public IP setting is refused (AmlCompute cannot change them
+    in place); the module never deletes a cluster.
+  - A cluster in a subnet without node public IPs (O(subnet), O(node_public_ip=false)) is reached on
+    its nodes' private IPs (O(use_private_ip)), from a controller inside the VNet or peered with it.
   - Works through azure-ai-ml (SDK v2, the default) or azureml-core (SDK v1, out of support
     since 2026-06-30), with the same authentication options as the azureml_compute inventory
     plugin.
@@ -125,9 +127,37 @@ options:
     type: int
     default: 15
   check_reachable:
-    description: With O(wait), also require an SSH banner from each node's public IP and port.
+    description:
+      - With O(wait), also require an SSH banner from each node - on its public IP and NAT port, or
+        with O(use_private_ip) on its private IP and O(ssh_port).
     type: bool
     default: true
+  subnet:
+    description:
+      - Resource id of the subnet the nodes are put in
+        (C(/subscriptions/<s>/resourceGroups/<rg>/providers/Microsoft.Network/virtualNetworks/<vnet>/subnets/<name>));
+        empty - AmlCompute's own network. Set when the cluster is created; a cluster in another subnet is refused.
+      - With O(sdk=azureml-core) the subnet must be in the workspace's subscription (that SDK builds the id there).
+    type: str
+    default: ""
+    version_added: 2.2.0
+  node_public_ip:
+    description:
+      - Whether the nodes get public IPs (and NAT ports for SSH). C(false) needs O(subnet) and
+        O(remote_login_port_public_access=Disabled); the nodes are then reachable on their private IPs only.
+    type: bool
+    default: true
+    version_added: 2.2.0
+  use_private_ip:
+    description: Wait for SSH on each node's private IP and O(ssh_port), as the inventory plugin's C(use_private_ip) reaches them.
+    type: bool
+    default: false
+    version_added: 2.2.0
+  ssh_port:
+    description: The SSH port on the private IPs, with O(use_private_ip).
+    type: int
+    default: 22
+    version_added: 2.2.0
 """
 
 EXAMPLES = r"""
@@ -233,12 +263,19 @@ def _info_dict(info: ClusterInfo | None) -> dict[str, Any]:
     if info is None:
         return {}
     out = {k: getattr(info, k) for k in ("name", "vm_size", "min_nodes", "max_nodes", "admin_user",
-                                         "remote_login_port_public_access", "provisioning_state")}
+                                         "remote_login_port_public_access", "provisioning_state", "subnet",
+                                         "node_public_ip")}
     out["identity"] = list(info.identity_ids)
     return out
 
 
+def ssh_endpoint(node: Any, use_private_ip: bool, ssh_port: int) -> tuple[str | None, int | None]:
+    """Where the controller reaches ``node``'s sshd: its private IP and ``ssh_port``, or its public IP and NAT port."""
+    return (node.private_ip, ssh_port) if use_private_ip else (node.public_ip, node.port)
+
+
 def wait_for_nodes(module: AnsibleModule, client, name: str, want: int, reachable: bool) -> tuple[list, str]:
+    private, ssh_port = module.params["use_private_ip"], module.params["ssh_port"]
     deadline = time.monotonic() + module.params["wait_timeout"]
     status = "not looked yet"
     while True:
@@ -249,8 +286,14 @@ def wait_for_nodes(module: AnsibleModule, client, name: str, want: int, reachabl
         else:
             ok, status = nodes_ready(nodes, want)
             if ok and reachable:
-                silent = [f"{n.node_id} ({n.public_ip}:{n.port})" for n in nodes
-                          if not n.public_ip or not ssh_banner(n.public_ip, n.port)]
+                endpoints = {n.node_id: ssh_endpoint(n, private, ssh_port) for n in nodes}
+                unaddressed = [n.node_id for n in nodes if None in endpoints[n.node_id]]
+                if unaddressed:
+                    module.fail_json(msg=f"cluster '{name}': node(s) {', '.join(unaddressed[:5])} have no public IP "
+                                         "(a cluster without node public IPs): set use_private_ip: true and run from "
+                                         "inside the VNet, or check_reachable: false", wait_status=status)
+                silent = [f"{n.node_id} ({endpoints[n.node_id][0]}:{endpoints[n.node_id][1]})" for n in nodes
+                          if not ssh_banner(*endpoints[n.node_id])]
                 if silent:
                     ok, status = False, f"{len(silent)} node(s) idle but not answering on SSH: {', '.join(silent[:5])}"
         if ok:
@@ -289,7 +332,8 @@ def run(module: AnsibleModule) -> dict[str, Any]:
                            remote_login_port_public_access=p["remote_login_port_public_access"],
                            vm_priority=p["vm_priority"],
                            idle_seconds_before_scaledown=p["idle_seconds_before_scaledown"],
-                           beeond_enabled=p["beeond_enabled"], identity_resource_id=p["identity_resource_id"])
+                           beeond_enabled=p["beeond_enabled"], identity_resource_id=p["identity_resource_id"],
+                           subnet=p["subnet"], node_public_ip=p["node_public_ip"])
         problems = spec_problems(spec)
         if problems:
             module.fail_json(msg="; ".join(problems))
@@ -307,7 +351,8 @@ def run(module: AnsibleModule) -> dict[str, Any]:
     if plan.action == "create":
         after = {"name": name, "vm_size": spec.vm_size, "min_nodes": spec.min_nodes, "max_nodes": spec.max_nodes,
                  "admin_user": spec.admin_user, "remote_login_port_public_access": spec.remote_login_port_public_access,
-                 "identity": [spec.identity_resource_id] if spec.identity_resource_id else []}
+                 "identity": [spec.identity_resource_id] if spec.identity_resource_id else [],
+                 "subnet": spec.subnet, "node_public_ip": spec.node_public_ip}
     if module._diff:
         result["diff"] = {"before": before, "after": after}
     if module.check_mode:
@@ -360,6 +405,10 @@ def main() -> None:
             wait_timeout=dict(type="int", default=1800),
             poll_interval=dict(type="int", default=15),
             check_reachable=dict(type="bool", default=True),
+            subnet=dict(type="str", default=""),
+            node_public_ip=dict(type="bool", default=True),
+            use_private_ip=dict(type="bool", default=False),
+            ssh_port=dict(type="int", default=22),
         ),
         supports_check_mode=True,
     )

@@ -41,6 +41,14 @@ description:
     only when it would submit, with the run name it would use. It uploads and submits nothing.
   - Waiting streams the run's log into O(log_path) (module output is JSON only), then downloads
     the run's C(outputs/) folder to O(download_dir) and returns its metrics.
+  - A run waited for that does not end C(Completed) fails the task with one message - the run, its
+    status, its studio link, the service's error and the last lines of the failing node's log (the
+    log the error names, else the first rank whose log ends in a traceback; the logs of every process
+    are downloaded to O(download_dir), C(artifacts/user_logs/) or C(logs/)). C(Failed), C(Canceled)
+    and C(CancelRequested) - the next run of the task submits a new attempt. C(NotResponding) (it may
+    come back), C(Paused) and C(Unknown) or any status the module does not know - no new attempt is
+    submitted on its own (a second copy could run beside it); the message says what to do, and
+    O(force=true) submits one.
   - A completed run, once downloaded, is recorded in C(<download_dir>/.amlhpc-job.json) (the
     backend, the workspace, the job name, the run). While that record and the outputs are there,
     running the task again (check mode too) answers from them, changed=false, without asking the
@@ -329,6 +337,21 @@ log_path:
   description: The streamed log of the run.
   returned: when waited for
   type: str
+error:
+  description: The service's error of a run that did not complete (empty when it gave none).
+  returned: when waited for and the run did not complete
+  type: str
+  version_added: 2.2.0
+failed_log:
+  description: The downloaded log of the node that failed (the one the message quotes).
+  returned: when waited for, the run did not complete and its node logs came down
+  type: str
+  version_added: 2.2.0
+download_error:
+  description: Why the outputs or logs of a run that did not complete could not be downloaded.
+  returned: when that download failed
+  type: str
+  version_added: 2.2.0
 """
 
 import os
@@ -353,7 +376,14 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_nodes im
     subscription_from,
 )
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_sdk import AmlClient, connect
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.job_runs import FAILED, log_tail, write_record
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.job_runs import (
+    COMPLETED,
+    failing_log,
+    failure_message,
+    log_tail,
+    node_logs,
+    write_record,
+)
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.job_spec import (
     JobRequest,
     JobSpecError,
@@ -365,6 +395,26 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.job_spec imp
 
 # The SDK of each AzureML backend (aml_sdk's client names).
 SDKS = {"azureml_core": "azureml-core", "azure_ai_ml": "azure-ai-ml"}
+# Where each backend's run logs land in download_dir (azure-ai-ml's jobs.download: the artifact
+# store under artifacts/; azureml-core's get_all_logs: logs/).
+LOGS = {"azure_ai_ml": "artifacts", "azureml_core": "logs"}
+
+
+def unfinished(p: dict[str, Any], result: dict[str, Any], log_path: str) -> str:
+    """The message of an AzureML run that was waited for and did not complete, with the last
+    lines of its failing node's log (the streamed log when no node log came down); records
+    that log's path in ``result['failed_log']``."""
+    logs = node_logs(os.path.join(p["download_dir"], LOGS[p["backend"]])) if p["download_dir"] else {}
+    error = result.get("error") or ""
+    name = failing_log({n: log_tail(path) for n, path in logs.items()}, error)
+    if name:
+        result["failed_log"], tail = logs[name], log_tail(logs[name])
+    else:
+        name, tail = f"the streamed log {log_path}", log_tail(log_path)
+        if result.get("download_error"):
+            name += f" (the node logs did not come down: {result['download_error']})"
+    return failure_message(result["run_id"], result["status"], result.get("portal_url"), error,
+                           result.get("next_attempt", "a new name"), name, tail)
 
 
 def workspace_client(p: dict[str, Any]) -> AmlClient:
@@ -450,11 +500,16 @@ def main() -> None:
     if module.check_mode:
         module.exit_json(**result)
     result["log_path"] = log_path
-    if result["status"] in FAILED:
-        decided = result.pop("msg", "")
-        module.fail_json(msg=f"run {result['run_id']} ended {result['status']} ({decided or 'local run'}); running "
-                             f"the task again submits a new attempt. Last lines of {log_path}:\n"
-                             f"{log_tail(log_path)}", **result)
+    if result["status"] not in COMPLETED and (p["backend"] == "local" or p["wait"]):
+        if p["backend"] == "local":
+            message = (f"run {result['run_id']} ended {result['status']} (local run); running the task again runs "
+                       f"it again. Last lines of {log_path}:\n{log_tail(log_path)}")
+        else:
+            message = unfinished(p, result, log_path)
+        result.pop("msg", None)
+        result.pop("next_attempt", None)
+        module.fail_json(msg=message, **result)
+    result.pop("next_attempt", None)
     module.exit_json(**result)
 
 

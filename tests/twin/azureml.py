@@ -7,7 +7,9 @@ stand-in turns it into the REST payload the service would receive
 (``job._to_job()._to_rest_object()``) and runs that on the twin's nodes (``Twin.run_job``):
 command, instance count, processes per instance, docker arguments, shared memory and
 environment variables, all from the payload. The job history (name -> status) lives in the
-state file, so a second ``aml_job`` sees the finished run as the service would.
+state file, so a second ``aml_job`` sees the finished run as the service would. A failed run's
+stream raises azure-ai-ml's ``JobException`` with the run's error (the first node that failed, its
+log named), and its download brings each node's log (``artifacts/user_logs/``), as the SDK's do.
 
 Set by the test: ``TWIN_AZUREML_STATE`` (a JSON file: ``{"twin": <Twin.save_state path>,
 "python": <the workload venv's interpreter>, "jobs": {...}}``, and for the cluster's API
@@ -66,17 +68,35 @@ class TwinJobs:
         (runs / "rest.json").write_text(json.dumps(rest, indent=2, default=str))
         (runs / "logs.txt").write_text("\n".join(f"===== node {i} (rc {rc})\n{log}" for i, (rc, log)
                                                  in enumerate(zip(run.returncodes, run.logs))))
+        # Each node's log where AzureML's artifact store keeps the processes' logs (user_logs/),
+        # and the run's error as run history gives it: the first node that failed, its log named.
+        (runs / "user_logs").mkdir(exist_ok=True)
+        for i, log in enumerate(run.logs):
+            (runs / "user_logs" / f"std_log_node_{i}.txt").write_text(log)
+        failed = [(i, rc) for i, rc in enumerate(run.returncodes) if rc != 0]
+        error = None if run.ok else {"error": {"code": "UserError", "message": (
+            f"Execution failed. User process on node {failed[0][0]} exited with status code {failed[0][1]}. Please "
+            f"check log file 'user_logs/std_log_node_{failed[0][0]}.txt' for error details." if failed else
+            "Execution failed.")}}
         (runs / "reads.json").write_text(json.dumps({p: {"count": n, "ranks": sorted(run.readers[p])}
                                                      for p, n in run.reads.items()}, indent=2))
         state.setdefault("jobs", {})[name] = {"status": "Completed" if run.ok else "Failed",
                                               "outputs": str(runs / "outputs"), "logs": str(runs / "logs.txt"),
+                                              "user_logs": str(runs / "user_logs"), "error": error,
                                               "experiment": experiment_name}
         self._save(state)
         return _Job(name, state["jobs"][name]["status"])
 
     def stream(self, name: str) -> None:
+        """The run's log; for a failed run, azure-ai-ml's JobException with the run's error, worded
+        as the SDK's stream words it."""
         job = self._state()["jobs"][name]
         print(Path(job["logs"]).read_text())
+        if job["status"] == "Failed":
+            from azure.ai.ml.exceptions import ErrorCategory, ErrorTarget, JobException
+            raise JobException(message="Exception : \n {} ".format(json.dumps(job.get("error"), indent=4)),
+                               target=ErrorTarget.JOB, no_personal_data_message="Exception raised on failed job.",
+                               error_category=ErrorCategory.SYSTEM_ERROR)
 
     def download(self, name: str, download_path: str, all: bool = False, **_: Any) -> None:  # noqa: A002
         state = self._state()
@@ -88,6 +108,8 @@ class TwinJobs:
             shutil.rmtree(dest)
         if Path(job["outputs"]).exists():
             shutil.copytree(job["outputs"], dest)
+        if job.get("user_logs") and Path(job["user_logs"]).exists():
+            shutil.copytree(job["user_logs"], Path(download_path) / "artifacts" / "user_logs", dirs_exist_ok=True)
 
 
 class TwinWorld(World):

@@ -8,7 +8,10 @@ What it stands in for (and how)
   the scratch mount point (``/mnt/scratch``) belong to root, as on a real node.
 * **Addresses.** One public address (127.0.0.1) with a NAT port per node (``base_port``,
   ``base_port + 1``, ...; 50000 by default, as AmlCompute numbers them); the nodes see each other
-  on private IPs of their own Docker network (``<prefix>-net``).
+  on private IPs of their own Docker network (``<prefix>-net``). With ``node_public_ip=False``
+  (a cluster in a VNet subnet without node public IPs) no port is published: the nodes answer
+  only on their private IPs, which the host reaches over the Docker network as a controller
+  inside the VNet would, and ``list_nodes`` gives them no public IP and no port.
 * **The inventory's view.** :meth:`Twin.list_nodes` is what azureml-core's
   ``AmlCompute.list_nodes()`` returns (camelCase dicts); :meth:`Twin.write_nodes_file` saves it for
   the azureml_compute inventory plugin's ``nodes_file`` source.
@@ -35,7 +38,7 @@ AzureML service (image builds, run history, Key Vault), real network throughput.
 API (stable; tests and bench/ use it)
 -------------------------------------
 ``Twin(size, workdir, *, prefix="twin", base_port=50000, shared_scratch=False,
-scratch_path="/mnt/scratch", admin_user="azureuser", image=None)``
+scratch_path="/mnt/scratch", admin_user="azureuser", image=None, node_public_ip=True)``
 
 * ``start()`` / ``stop()`` (also a context manager); ``stop`` removes every container, volume
   and the network it made (all named ``<prefix>-...``, labelled ``amlhpc.twin=<prefix>``).
@@ -181,8 +184,9 @@ class Twin:
 
     def __init__(self, size: int, workdir: Path, *, prefix: str = "twin", base_port: int = DEFAULT_BASE_PORT,
                  shared_scratch: bool = False, scratch_path: str = SCRATCH_PATH, admin_user: str = ADMIN_USER,
-                 image: str | None = None) -> None:
+                 image: str | None = None, node_public_ip: bool = True) -> None:
         self.size = size
+        self.node_public_ip = node_public_ip
         self.workdir = Path(workdir)
         self.prefix = namespaced(prefix)
         self.base_port = base_port
@@ -214,8 +218,16 @@ class Twin:
         return docker("network", "inspect", "-f", "{{(index .IPAM.Config 0).Gateway}}", self.network)
 
     def ranked(self) -> list[TwinNode]:
-        """Nodes in the inventory's rank order (by NAT port): the head first."""
+        """Nodes in the inventory's rank order (by NAT port; by private IP without public IPs): the head first."""
+        if not self.node_public_ip:
+            return sorted(self.nodes, key=lambda n: tuple(int(x) for x in n.private_ip.split(".")))
         return sorted(self.nodes, key=lambda n: n.port)
+
+    def endpoint(self, which: TwinNode | int) -> tuple[str, int]:
+        """Where the controller reaches the node's sshd: the public address and NAT port, or the
+        private IP and port 22 without node public IPs."""
+        node = self._node(which)
+        return (self.public_address, node.port) if self.node_public_ip else (node.private_ip, 22)
 
     @property
     def head(self) -> TwinNode:
@@ -299,8 +311,9 @@ class Twin:
             mounts += ["-v", f"{self.shared_volume}:{self.scratch_path}"]
         boot = _BOOT.format(user=self.admin_user, scratch=shlex.quote(self.scratch_path))
         try:
+            published = ["-p", f"{self.public_address}:{port}:22"] if self.node_public_ip else []
             docker("run", "-d", "--name", name, "--hostname", name, "--network", self.network, "--ip", ip,
-                   "-p", f"{self.public_address}:{port}:22", "-e", f"CONTROLLER_KEY={pub}", "--label", label,
+                   *published, "-e", f"CONTROLLER_KEY={pub}", "--label", label,
                    *mounts, self.image, "bash", "-c", boot)
         except RuntimeError:
             docker("rm", "-f", "-v", name, check=False)
@@ -309,11 +322,11 @@ class Twin:
         return TwinNode(slot=slot, node_id=node_id, port=port, private_ip=ip, container=name, disk_volume=disk)
 
     def wait_for_ssh(self, nodes: list[TwinNode], timeout: float = 120) -> None:
-        """Until every node's sshd answers on its NAT port with its banner."""
+        """Until every node's sshd answers with its banner (on its NAT port, or its private IP)."""
         deadline = time.monotonic() + timeout
         pending = list(nodes)
         while pending and time.monotonic() < deadline:
-            pending = [n for n in pending if not _ssh_banner(self.public_address, n.port)]
+            pending = [n for n in pending if not _ssh_banner(*self.endpoint(n))]
             if pending:
                 time.sleep(0.5)
         if pending:
@@ -368,6 +381,7 @@ class Twin:
         state = {"size": self.size, "workdir": str(self.workdir), "prefix": self.prefix, "base_port": self.base_port,
                  "shared_scratch": self.shared_scratch, "scratch_path": self.scratch_path,
                  "admin_user": self.admin_user, "image": self.image, "subnet": self._subnet,
+                 "node_public_ip": self.node_public_ip,
                  "next_host": self._next_host, "next_slot": self._next_slot,
                  "nodes": [vars(n) for n in self.nodes]}
         Path(path).write_text(json.dumps(state, indent=2))
@@ -379,7 +393,8 @@ class Twin:
         state = json.loads(Path(path).read_text())
         twin = cls(state["size"], Path(state["workdir"]), prefix=state["prefix"], base_port=state["base_port"],
                    shared_scratch=state["shared_scratch"], scratch_path=state["scratch_path"],
-                   admin_user=state["admin_user"], image=state["image"])
+                   admin_user=state["admin_user"], image=state["image"],
+                   node_public_ip=state.get("node_public_ip", True))
         twin._subnet, twin._next_host, twin._next_slot = state["subnet"], state["next_host"], state["next_slot"]
         twin.nodes = [TwinNode(**n) for n in state["nodes"]]
         return twin
@@ -387,7 +402,9 @@ class Twin:
     # --- the inventory's view ---------------------------------------------------------------
     def list_nodes(self) -> list[dict[str, Any]]:
         """What ``AmlCompute.list_nodes()`` returns (azureml-core: camelCase dicts)."""
-        return [{"nodeId": n.node_id, "port": n.port, "publicIpAddress": self.public_address,
+        public = self.node_public_ip
+        return [{"nodeId": n.node_id, "port": n.port if public else None,
+                 "publicIpAddress": self.public_address if public else None,
                  "privateIpAddress": n.private_ip, "nodeState": "idle", "runId": None}
                 for n in self.nodes]
 
@@ -407,8 +424,12 @@ class Twin:
         return " ".join(out[:2])
 
     def known_hosts(self, path: Path) -> Path:
-        """A known_hosts file naming every node as ``[public address]:port`` (for :meth:`ssh`)."""
-        Path(path).write_text("".join(f"[{self.public_address}]:{n.port} {self.host_key(n)}\n" for n in self.nodes))
+        """A known_hosts file naming every node as ``[public address]:port`` (its private IP without
+        node public IPs), for :meth:`ssh`."""
+        def name(n: TwinNode) -> str:
+            host, port = self.endpoint(n)
+            return host if port == 22 else f"[{host}]:{port}"
+        Path(path).write_text("".join(f"{name(n)} {self.host_key(n)}\n" for n in self.nodes))
         return Path(path)
 
     def ssh(self, which: TwinNode | int, *cmd: str, known_hosts: Path | None = None,
@@ -417,9 +438,9 @@ class Twin:
         node = self._node(which)
         kh = known_hosts or self.known_hosts(self.workdir / "known_hosts")
         return subprocess.run(
-            ["ssh", "-i", str(self.key), "-p", str(node.port), "-o", "BatchMode=yes",
+            ["ssh", "-i", str(self.key), "-p", str(self.endpoint(node)[1]), "-o", "BatchMode=yes",
              "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={kh}", "-o", "ConnectTimeout=5",
-             f"{self.admin_user}@{self.public_address}", *cmd], capture_output=True, text=True, timeout=timeout, check=False)
+             f"{self.admin_user}@{self.endpoint(node)[0]}", *cmd], capture_output=True, text=True, timeout=timeout, check=False)
 
     # --- jobs -------------------------------------------------------------------------------
     def run_job(self, spec: dict[str, Any], source_dir: Path, *, python: str, name: str, outputs: Path,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,13 @@ from twin.cluster import Twin
 from ansible_cli import ansible_cli
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def _module_ran(out: str) -> bool:
+    """Whether a -vvv log shows aml_job's module sent to the node (pipelined or from a file)."""
+    return re.search(r"^Using module file \S*/aml_job\.py$", out, re.M) is not None
+
+
 ANSIBLE_PLAYBOOK = ansible_cli("ansible-playbook")
 
 
@@ -56,12 +64,12 @@ def test_a_recorded_completed_run_is_answered_without_a_module_run(tmp_path):
         return json.loads(state.read_text())["jobs"]["cf"].get("downloads", 0)
 
     first_out, first = play()
-    assert "AnsiballZ_aml_job" in first_out and downloads() == 1
+    assert _module_ran(first_out) and downloads() == 1
     assert first["changed"] is False and first["run_id"] == "cf" and first["status"] == "Completed", first
     assert (download / ".amlhpc-job.json").is_file()
     for args in ((), ("--check",)):
         out, again = play(*args)
-        assert "AnsiballZ_" not in out, [line for line in out.splitlines() if "AnsiballZ_" in line][:3]
+        assert "Using module file" not in out, [line for line in out.splitlines() if "Using module file" in line][:3]
         assert again["changed"] is False and again["run_id"] == "cf" and "the workspace not asked" in again["msg"]
         assert again["metrics"]["steps"] == [{"step": 1, "loss": 0.5}] and again["spec"] == first["spec"]
     assert downloads() == 1
@@ -69,4 +77,4 @@ def test_a_recorded_completed_run_is_answered_without_a_module_run(tmp_path):
     # run it without a twin cluster: the module ran, which is what this asks).
     res = subprocess.run([ANSIBLE_PLAYBOOK, "-vvv", "-i", "localhost,", str(playbook), "-e", "force=true"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
-    assert "AnsiballZ_aml_job" in res.stdout
+    assert _module_ran(res.stdout)

@@ -11,11 +11,23 @@ at the SDK boundary (``azureml.core.Workspace``, ``Experiment``) and read the re
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from .aml_sdk import AmlClient
-from .job_runs import attempt_name, check_result, decide, finish, quiet
+from .job_runs import (
+    COMPLETED,
+    attempt_name,
+    check_result,
+    decide,
+    finish,
+    quiet,
+    service_error,
+    settle,
+    status_text,
+)
 from .job_spec import JobRequest
 
 
@@ -53,6 +65,21 @@ def v1_attempts(exp: Any, name: str) -> dict[str, Any]:
     return runs
 
 
+def wait_v1(run: Any) -> str:
+    """Stream ``run``'s log until it ends (azureml-core's ``wait_for_completion``, which raises
+    ``ActivityFailedException`` with the run's error for a failed run), then ask until it has
+    left post-processing. Returns the service's error ("" when none was raised)."""
+    from azureml.exceptions import ActivityFailedException
+
+    error = ""
+    try:
+        run.wait_for_completion(show_output=True, raise_on_error=True)
+    except ActivityFailedException as exc:
+        error = service_error(str(getattr(exc, "message", None) or exc))
+    settle(lambda: status_text(run.get_status()), time.sleep)
+    return error
+
+
 def run_v1(client: AmlClient, p: Mapping[str, Any], check_mode: bool, spec: dict[str, Any], req: JobRequest,
            prepare: Callable[[], str], log_path: str | None) -> dict[str, Any]:
     """Reuse, submit or resubmit job ``req.name`` (module options ``p``); wait and download
@@ -78,13 +105,21 @@ def run_v1(client: AmlClient, p: Mapping[str, Any], check_mode: bool, spec: dict
             run = exp.submit(src, tags={"amlhpc_run": req.name, "amlhpc_attempt": str(verdict["attempt"])})
             run.display_name = verdict["run_name"]
             changed = True
-        if p["wait"]:
-            run.wait_for_completion(show_output=True, raise_on_error=False)
-        status = run.get_status()
+        error = wait_v1(run) if p["wait"] else ""
+        status = status_text(run.get_status())
         result = {"changed": changed, "run_id": run.id, "status": status, "portal_url": run.get_portal_url(),
-                  "msg": verdict["msg"]}
+                  "msg": verdict["msg"], "next_attempt": attempt_name(req.name, verdict["attempt"] + 1)}
         if verdict["previous"]:
             result["previous_run"] = verdict["previous"]
+        if p["wait"] and status not in COMPLETED:
+            result["error"] = error
         if p["wait"] and p["download_dir"]:
-            run.download_files(prefix="outputs", output_directory=p["download_dir"])
+            try:
+                run.download_files(prefix="outputs", output_directory=p["download_dir"])
+                if status not in COMPLETED:  # the failing node's log tells why
+                    run.get_all_logs(destination=os.path.join(p["download_dir"], "logs"))
+            except Exception as exc:  # a run that did not complete is reported whatever the download did
+                if status in COMPLETED:
+                    raise
+                result["download_error"] = f"{type(exc).__name__}: {service_error(str(exc))}"
     return finish(result, p["download_dir"] if p["wait"] else None)

@@ -10,11 +10,22 @@ in the workspace for good, so each attempt has its own (``job_runs.attempt_name`
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from .aml_sdk import AmlClient, is_auth_error, is_not_found
-from .job_runs import attempt_name, check_result, decide, finish, quiet
+from .job_runs import (
+    COMPLETED,
+    attempt_name,
+    check_result,
+    decide,
+    finish,
+    quiet,
+    service_error,
+    settle,
+    status_text,
+)
 from .job_spec import JobRequest
 
 
@@ -53,6 +64,28 @@ def v2_attempts(jobs: Any, name: str) -> dict[str, Any]:
         attempt += 1
 
 
+def wait_v2(jobs: Any, name: str) -> tuple[Any, str]:
+    """Stream job ``name``'s log until it ends (azure-ai-ml's ``jobs.stream``), then ask until
+    it has left post-processing. Returns the job as it ended and the service's error: the SDK
+    raises ``JobException`` (its message the run's error) for a failed job; it returns for every
+    other ending (Canceled, NotResponding, Paused, ...), and may return while still Finalizing."""
+    from azure.ai.ml.exceptions import JobException
+
+    error = ""
+    try:
+        jobs.stream(name)
+    except JobException as exc:
+        error = service_error(str(getattr(exc, "message", None) or exc))
+    latest: dict[str, Any] = {}
+
+    def status() -> str:
+        latest["job"] = jobs.get(name)
+        return status_text(latest["job"].status)
+
+    settle(status, time.sleep)
+    return latest["job"], error
+
+
 def run_v2(client: AmlClient, p: Mapping[str, Any], check_mode: bool, spec: dict[str, Any], req: JobRequest,
            prepare: Callable[[], tuple[str, dict[str, str]]], log_path: str | None) -> dict[str, Any]:
     """Reuse, submit or resubmit job ``req.name`` (module options ``p``); wait and download
@@ -60,10 +93,10 @@ def run_v2(client: AmlClient, p: Mapping[str, Any], check_mode: bool, spec: dict
     with quiet(log_path):
         jobs = client.client().jobs
         found = v2_attempts(jobs, req.name)
-        verdict = decide(req.name, ((n, j.status) for n, j in found.items()), p["force"])
+        verdict = decide(req.name, ((n, status_text(j.status)) for n, j in found.items()), p["force"])
         if check_mode:
             job = found.get(verdict["run_name"])
-            return check_result(verdict, job.status if job else None, job.name if job else None)
+            return check_result(verdict, status_text(job.status) if job else None, job.name if job else None)
         changed = verdict["action"] == "submit"
         if changed:
             snapshot, build = prepare()
@@ -72,13 +105,23 @@ def run_v2(client: AmlClient, p: Mapping[str, Any], check_mode: bool, spec: dict
                                         experiment_name=spec["experiment_name"])
         else:
             job = found[verdict["run_name"]]
+        error = ""
         if p["wait"]:
-            jobs.stream(job.name)
-            job = jobs.get(job.name)
-        result = {"changed": changed, "run_id": job.name, "status": job.status, "portal_url": job.studio_url,
-                  "msg": verdict["msg"]}
+            job, error = wait_v2(jobs, job.name)
+        status = status_text(job.status)
+        result = {"changed": changed, "run_id": job.name, "status": status, "portal_url": job.studio_url,
+                  "msg": verdict["msg"], "next_attempt": attempt_name(req.name, verdict["attempt"] + 1)}
         if verdict["previous"]:
             result["previous_run"] = verdict["previous"]
+        if p["wait"] and status not in COMPLETED:
+            result["error"] = error
         if p["wait"] and p["download_dir"]:
-            jobs.download(job.name, download_path=p["download_dir"], all=True)
+            # The outputs, and the logs of every process (artifacts/user_logs/): a run that did not
+            # complete is told by its failing node's log; what it saved is kept for a resume.
+            try:
+                jobs.download(job.name, download_path=p["download_dir"], all=True)
+            except Exception as exc:  # a run that did not complete is reported whatever the download did
+                if status in COMPLETED:
+                    raise
+                result["download_error"] = f"{type(exc).__name__}: {service_error(str(exc))}"
     return finish(result, p["download_dir"] if p["wait"] else None)

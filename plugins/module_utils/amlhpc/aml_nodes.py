@@ -25,7 +25,18 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import azure_auth
 from .autoscale import autoscale_refusal
+# The auth plan's names, as before, for the plugins that import them from here.
+from .azure_auth import (  # noqa: F401  pylint: disable=unused-import
+    AUTH_SOURCES,
+    ENV_NAMES,
+    AuthError,
+    AuthPlan,
+    auth_argument_spec,
+    auth_failed,
+    subscription_from,
+)
 
 # AmlCompute nodeState values (REST NodeState), and the ones a job can use.
 NODE_STATES = ("idle", "running", "preparing", "unusable", "leaving", "preempted")
@@ -35,7 +46,6 @@ USABLE_STATES = frozenset({"idle", "running", "preparing"})
 DEFAULT_EXCLUDED_STATES = ("unusable", "leaving", "preempted")
 
 SOURCES = ("azureml-core", "azure-ai-ml", "nodes_file")
-AUTH_SOURCES = ("auto", "cli", "env", "msi", "service_principal")
 HOSTNAME_STYLES = ("rank", "node_id")
 
 # (snake_case attribute of the v2 entity, camelCase REST / v1 key)
@@ -67,7 +77,7 @@ class AmlNode:
     node_id: str
     private_ip: str
     public_ip: str | None
-    port: int
+    port: int | None  # the public NAT port; None on a cluster without node public IPs
     state: str
     run_id: str = ""
 
@@ -95,6 +105,8 @@ class ClusterInfo:
     vm_priority: str | None = None  # Dedicated / LowPriority (v2: dedicated / low_priority)
     identity_type: str | None = None  # e.g. UserAssigned, SystemAssigned,UserAssigned (None: no identity)
     identity_ids: tuple[str, ...] = ()  # ARM ids of its user-assigned identities, as Azure spells them
+    subnet: str | None = None  # ARM id of the subnet its nodes are in ("": none; None: not known)
+    node_public_ip: bool | None = None  # enableNodePublicIp (None: not known)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -183,7 +195,9 @@ def node_from_record(record: Mapping[str, Any], cluster: str, where: str) -> Aml
         port = int(port)
     if isinstance(port, float) and port.is_integer():
         port = int(port)  # azureml-core's REST model types the port as a float (50001.0)
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+    if port is None and public_ip is None:
+        pass  # a node without a public IP (enableNodePublicIp false) has no NAT port either
+    elif isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
         raise AmlNodesError(f"{where}: 'port' must be an integer 1-65535, not {port!r}")
     if state not in NODE_STATES:
         raise AmlNodesError(f"{where}: 'nodeState' {state!r} is not one of {', '.join(NODE_STATES)}")
@@ -242,9 +256,10 @@ def rank_order(nodes: Iterable[AmlNode]) -> list[AmlNode]:
 
     The ports of one cluster are distinct (the load balancer's NAT rules: 50000, 50001, ...),
     so the order does not depend on the order the API lists the nodes in, and the host
-    names, the MPI nodefile and the shard plan agree on it.
+    names, the MPI nodefile and the shard plan agree on it. Nodes without a public port (a
+    cluster without node public IPs) come by private IP.
     """
-    return sorted(nodes, key=lambda n: (n.port, _ip_key(n.private_ip), n.node_id))
+    return sorted(nodes, key=lambda n: (n.port is None, n.port or 0, _ip_key(n.private_ip), n.node_id))
 
 
 _GROUP_BAD = re.compile(r"[^A-Za-z0-9_]")
@@ -271,7 +286,7 @@ def host_vars(node: AmlNode, rank: int, info: ClusterInfo, use_private_ip: bool 
     if use_private_ip:
         address, port = node.private_ip, ssh_port
     else:
-        if not node.public_ip:
+        if not node.public_ip or node.port is None:
             raise AmlNodesError(f"cluster '{node.cluster}': node {node.node_id} has no publicIpAddress (a cluster "
                                 "without node public IPs): set use_private_ip: true and run from inside the VNet")
         address, port = node.public_ip, node.port
@@ -284,7 +299,7 @@ def host_vars(node: AmlNode, rank: int, info: ClusterInfo, use_private_ip: bool 
         "aml_node_state": node.state,
         "aml_private_ip": node.private_ip,
         "aml_public_ip": node.public_ip or "",
-        "aml_public_port": node.port,
+        "aml_public_port": node.port if node.port is not None else "",
         "aml_run_id": node.run_id,
     }
     user = ansible_user or info.admin_user
@@ -349,13 +364,6 @@ def not_amlcompute(cluster: str, workspace: str, kind: str) -> str:
     return f"compute '{cluster}' in workspace '{workspace}' is a {kind}, not an AmlCompute cluster"
 
 
-def auth_failed(source: str, requested: str, detail: str) -> str:
-    how = source if source == requested else f"{source}, chosen by auth_source {requested}"
-    first = (detail.strip().splitlines() or [""])[0][:300]
-    return (f"Azure authentication failed with auth_source {how}: {first} "
-            "(check the credentials, or pick another auth_source)")
-
-
 def cluster_not_created(cluster: str, workspace: str) -> str:
     """The warning for a cluster that does not exist yet (the inventory reads as empty)."""
     return (f"cluster '{cluster}' was not found in workspace '{workspace}': playbooks/cluster.yml creates it "
@@ -374,89 +382,16 @@ def none_left(cluster: str, total: int) -> str:
 
 
 # ---------------------------------------------------------------------------------------
-# Authentication (names as in azure.azcollection)
-
-# Environment variable names, azure.azcollection's first, azure-identity's second.
-ENV_NAMES = {
-    "client_id": ("AZURE_CLIENT_ID",),
-    "secret": ("AZURE_SECRET", "AZURE_CLIENT_SECRET"),
-    "tenant": ("AZURE_TENANT", "AZURE_TENANT_ID"),
-    "subscription_id": ("AZURE_SUBSCRIPTION_ID",),
-}
+# Authentication (module_utils/amlhpc/azure_auth.py: the names of azure.azcollection and azure-identity)
 
 
-def auth_argument_spec(workspace_required: bool = False) -> dict[str, dict[str, Any]]:
-    """The workspace and credential options of the modules (doc fragment amlhpc.azureml.azure_auth);
-    ``workspace_required`` for a module that always talks to a workspace (aml_compute_cluster)."""
-    workspace: dict[str, Any] = {"type": "str", "required": True} if workspace_required else {"type": "str"}
-    return {
-        "subscription_id": {"type": "str"},
-        "resource_group": dict(workspace),
-        "workspace_name": dict(workspace),
-        "auth_source": {"type": "str", "default": "auto", "choices": list(AUTH_SOURCES)},
-        "client_id": {"type": "str"},
-        "secret": {"type": "str", "no_log": True},
-        "tenant": {"type": "str"},
-    }
-
-
-@dataclass(frozen=True)
-class AuthPlan:
-    """The credential to build: a concrete source and what it needs."""
-
-    source: str
-    requested: str
-    client_id: str | None = None
-    secret: str | None = field(default=None, repr=False)
-    tenant: str | None = None
-
-
-def _from_env(environ: Mapping[str, str], name: str) -> str | None:
-    for var in ENV_NAMES[name]:
-        if environ.get(var):
-            return environ[var]
-    return None
-
-
-def subscription_from(options: Mapping[str, Any], environ: Mapping[str, str]) -> str | None:
-    return options.get("subscription_id") or _from_env(environ, "subscription_id")
-
-
-def resolve_auth(requested: str, options: Mapping[str, Any], environ: Mapping[str, str]) -> AuthPlan:
-    """Pick the credential: ``auto`` takes a service principal from the options, then one from
-    ``AZURE_*`` variables, then a managed identity (when its endpoint is set), then the Azure CLI."""
-    if requested not in AUTH_SOURCES:
-        raise AmlNodesError(f"auth_source must be one of {', '.join(AUTH_SOURCES)}, not {requested!r}")
-    opt = {k: options.get(k) or None for k in ("client_id", "secret", "tenant")}
-    env = {k: _from_env(environ, k) for k in ("client_id", "secret", "tenant")}
-
-    def principal(values: dict[str, str | None], source: str) -> AuthPlan:
-        missing = [k for k in ("client_id", "secret", "tenant") if not values[k]]
-        if missing:
-            if source == "env":
-                names = ", ".join(ENV_NAMES[k][0] for k in missing)
-            else:
-                names = ", ".join(f"{k} (or {ENV_NAMES[k][0]})" for k in missing)
-            raise AmlNodesError(f"auth_source {source} needs {names}, which {'is' if len(missing) == 1 else 'are'} "
-                                "not set")
-        return AuthPlan(source, requested, values["client_id"], values["secret"], values["tenant"])
-
-    if requested == "service_principal":
-        merged = {k: opt[k] or env[k] for k in opt}
-        return principal(merged, "service_principal")
-    if requested == "env":
-        return principal(env, "env")
-    if requested == "msi":
-        return AuthPlan("msi", requested, client_id=opt["client_id"] or env["client_id"])
-    if requested == "cli":
-        return AuthPlan("cli", requested)
-    if all(opt.values()):
-        return AuthPlan("service_principal", requested, opt["client_id"], opt["secret"], opt["tenant"])
-    if all(env.values()):
-        return AuthPlan("env", requested, env["client_id"], env["secret"], env["tenant"])
-    if environ.get("IDENTITY_ENDPOINT") or environ.get("MSI_ENDPOINT"):
-        return AuthPlan("msi", requested, client_id=opt["client_id"] or env["client_id"])
-    return AuthPlan("cli", requested)
+def resolve_auth(requested: str, options: Mapping[str, Any], environ: Mapping[str, str],
+                 home: str | None = None) -> AuthPlan:
+    """azure_auth.resolve_auth, its refusals as AmlNodesError (what the plugins and modules catch)."""
+    try:
+        return azure_auth.resolve_auth(requested, options, environ, home)
+    except AuthError as exc:
+        raise AmlNodesError(str(exc)) from None
 
 
 # ---------------------------------------------------------------------------------------
@@ -486,6 +421,10 @@ class ClusterSpec:
     # existing cluster that lacks it), e.g. for staging with no SAS:
     # /subscriptions/<s>/resourceGroups/<rg>/providers/Microsoft.ManagedIdentity/userAssignedIdentities/<name>
     identity_resource_id: str = ""
+    # ARM id of the subnet the nodes are in ("": AmlCompute's own network), and whether they get
+    # public IPs (False: reachable on their private IPs only, from inside the VNet).
+    subnet: str = ""
+    node_public_ip: bool = True
 
     @property
     def idle_at_creation(self) -> int:
@@ -512,7 +451,28 @@ def spec_problems(spec: ClusterSpec) -> list[str]:
                         "(it should start with ssh-ed25519, ssh-rsa or ecdsa-)")
     if spec.remote_login_port_public_access not in ("Enabled", "Disabled", "NotSpecified"):
         problems.append("remote_login_port_public_access must be Enabled, Disabled or NotSpecified")
+    if spec.subnet and not SUBNET_ID.fullmatch(spec.subnet):
+        problems.append(f"cluster '{spec.name}': subnet must be a subnet's resource id (/subscriptions/<s>/"
+                        "resourceGroups/<rg>/providers/Microsoft.Network/virtualNetworks/<vnet>/subnets/<name>), "
+                        f"not {spec.subnet!r}")
+    if not spec.node_public_ip and not spec.subnet:
+        problems.append(f"a cluster without node public IPs lives in a VNet: set the subnet of cluster '{spec.name}' "
+                        "(subnet: its resource id), or keep node_public_ip true")
+    if not spec.node_public_ip and spec.remote_login_port_public_access == "Enabled":
+        problems.append(f"cluster '{spec.name}' has no node public IPs, so no public SSH port: set "
+                        "remote_login_port_public_access: Disabled and reach the nodes on their private IPs "
+                        "(use_private_ip)")
     return problems
+
+
+SUBNET_ID = re.compile(r"/subscriptions/[^/]+/resourceGroups/[^/]+/providers/Microsoft\.Network/virtualNetworks/"
+                       r"[^/]+/subnets/[^/]+", re.I)
+
+
+def subnet_parts(subnet: str) -> tuple[str, str, str, str]:
+    """(subscription, resource group, virtual network, subnet) of a subnet's resource id."""
+    parts = subnet.strip("/").split("/")
+    return parts[1], parts[3], parts[7], parts[9]
 
 
 def _key_body(key: str | None) -> str | None:
@@ -565,6 +525,10 @@ def plan_cluster(spec: ClusterSpec, current: ClusterInfo | None, sdk: str = "azu
     access = current.remote_login_port_public_access
     if access and spec.remote_login_port_public_access != "NotSpecified" and access != spec.remote_login_port_public_access:
         fixed.append(f"remote login port public access {access} (wanted {spec.remote_login_port_public_access})")
+    if current.subnet is not None and (current.subnet or "").lower() != spec.subnet.lower():
+        fixed.append(f"subnet {current.subnet or 'none'} (wanted {spec.subnet or 'none'})")
+    if current.node_public_ip is not None and current.node_public_ip != spec.node_public_ip:
+        fixed.append(f"node_public_ip {current.node_public_ip} (wanted {spec.node_public_ip})")
     if fixed:
         raise AmlNodesError(f"cluster '{spec.name}' exists with {'; '.join(fixed)}, which AmlCompute cannot change "
                             "in place: delete the cluster (az ml compute delete) or change the wanted settings")

@@ -30,8 +30,52 @@ from .aml_nodes import (
     not_amlcompute,
     record_from_object,
     sdk_missing,
+    subnet_parts,
     workspace_not_found,
 )
+
+
+def token_scope(resource: str) -> str:
+    """azure-identity's scope for a resource URI (azureml-core asks for tokens by resource)."""
+    return resource.rstrip("/") + "/.default"
+
+
+class IdentityTokens:
+    """azureml-core's ``get_token_for_audience`` from an azure-identity credential."""
+
+    def __init__(self, credential: Any) -> None:
+        self.credential = credential
+
+    def __call__(self, audience: str) -> str:
+        return self.credential.get_token(token_scope(audience)).token
+
+
+def identity_credential(plan: AuthPlan, **pipeline: Any) -> Any:
+    """azure-identity's credential for ``plan``, against its cloud's login authority.
+    ``pipeline``: azure-core pipeline options of the credential's HTTP requests (``transport``)."""
+    from azure import identity
+    authority = plan.cloud_info.authority
+    if plan.kind == "secret":
+        return identity.ClientSecretCredential(tenant_id=plan.tenant, client_id=plan.client_id,
+                                               client_secret=plan.secret, authority=authority, **pipeline)
+    if plan.kind == "certificate":
+        return identity.CertificateCredential(tenant_id=plan.tenant, client_id=plan.client_id,
+                                              certificate_path=plan.certificate_path,
+                                              password=plan.certificate_password, authority=authority, **pipeline)
+    if plan.kind == "workload_identity":
+        return identity.WorkloadIdentityCredential(tenant_id=plan.tenant, client_id=plan.client_id,
+                                                   token_file_path=plan.federated_token_file, authority=authority,
+                                                   **pipeline)
+    if plan.source == "msi":
+        return identity.ManagedIdentityCredential(**({"client_id": plan.client_id} if plan.client_id else {}),
+                                                  **pipeline)
+    if plan.source == "cli":
+        return identity.AzureCliCredential()
+    # auto's last step: azure-identity's own chain (its environment names, workload identity, managed
+    # identity, the Azure CLI, ...); a client_id among the options names the managed identity.
+    return identity.DefaultAzureCredential(authority=authority, exclude_interactive_browser_credential=True,
+                                           **({"managed_identity_client_id": plan.client_id} if plan.client_id
+                                              else {}), **pipeline)
 
 
 def _exc_names(exc: BaseException) -> set[str]:
@@ -60,6 +104,11 @@ def _exc_text(exc: BaseException) -> str:
         if isinstance(text, str) and text.strip():
             return text.strip()
     return type(exc).__name__
+
+
+# azure-ai-ml's AmlCompute tier for our vm_priority: the SDK sends snake_to_pascal(tier), and the
+# REST enum is Dedicated | LowPriority ("lowpriority" would go out as "Lowpriority").
+V2_TIER = {"dedicated": "dedicated", "lowpriority": "low_priority"}
 
 
 def _enum_text(value: Any) -> str | None:
@@ -134,6 +183,25 @@ class AmlClient:
 # SDK v1: azureml-core
 
 
+def _keep_subnet(entity: Any) -> Any:
+    """``entity`` (an AmlCompute read back) ready for ``begin_update``'s PUT of the whole cluster:
+    azure-ai-ml serialises its public ``subnet`` field, which only ``begin_create_or_update`` fills
+    in (from ``network_settings``); left empty, the PUT would send ``"subnet": {}``."""
+    subnet = getattr(getattr(entity, "network_settings", None), "subnet", None)
+    if subnet and not getattr(entity, "subnet", None):
+        entity.subnet = subnet
+    return entity
+
+
+def _v1_subnet(subnet: str) -> dict[str, str]:
+    """azureml-core's provisioning_configuration arguments of a subnet's resource id (it takes the
+    names and builds the id in the workspace's subscription)."""
+    if not subnet:
+        return {}
+    _subscription, group, vnet, name = subnet_parts(subnet)
+    return {"vnet_resourcegroup_name": group, "vnet_name": vnet, "subnet_name": name}
+
+
 class AzuremlCoreClient(AmlClient):
     source = "azureml-core"
 
@@ -150,12 +218,17 @@ class AzuremlCoreClient(AmlClient):
     def _credential(self) -> Any:
         from azureml.core import authentication as a
         plan = self.auth
-        if plan.source in ("service_principal", "env"):
+        if plan.kind == "secret":
             return a.ServicePrincipalAuthentication(tenant_id=plan.tenant, service_principal_id=plan.client_id,
-                                                    service_principal_password=plan.secret)
+                                                    service_principal_password=plan.secret, cloud=plan.cloud)
         if plan.source == "msi":
-            return a.MsiAuthentication(identity_config={"client_id": plan.client_id} if plan.client_id else None)
-        return a.AzureCliAuthentication()
+            return a.MsiAuthentication(cloud=plan.cloud,
+                                       identity_config={"client_id": plan.client_id} if plan.client_id else None)
+        if plan.source == "cli":
+            return a.AzureCliAuthentication(cloud=plan.cloud)
+        # A certificate, a workload identity or DefaultAzureCredential: azure-identity's credential,
+        # handed to azureml-core as the source of its tokens (an audience is a resource URI).
+        return a.TokenAuthentication(IdentityTokens(identity_credential(plan)), cloud=plan.cloud)
 
     def workspace(self) -> Any:
         if self._ws is None:
@@ -207,7 +280,12 @@ class AzuremlCoreClient(AmlClient):
             idle_seconds=getattr(scale, "idle_seconds_before_scaledown", None),
             vm_priority=getattr(target, "vm_priority", None), identity_type=getattr(target, "identity_type", None),
             # identity_id: the GET's userAssignedIdentities, a mapping id -> {principalId, clientId}
-            identity_ids=tuple(getattr(target, "identity_id", None) or ()))
+            identity_ids=tuple(getattr(target, "identity_id", None) or ()),
+            # azureml-core keeps the subnet's names (the id rebuilt in the workspace's subscription, as
+            # it builds it); it does not read enableNodePublicIp back.
+            subnet=(f"/subscriptions/{self.subscription_id}/resourceGroups/{target.vnet_resourcegroup_name}/providers/"
+                    f"Microsoft.Network/virtualNetworks/{target.vnet_name}/subnets/{target.subnet_name}"
+                    if getattr(target, "subnet_name", None) else ""))
 
     def list_nodes(self, name: str) -> list[dict[str, Any]]:
         target = self._target(name)
@@ -226,6 +304,7 @@ class AzuremlCoreClient(AmlClient):
             idle_seconds_before_scaledown=spec.idle_at_creation, admin_username=spec.admin_user,
             admin_user_ssh_key=spec.ssh_public_key,
             remote_login_port_public_access=spec.remote_login_port_public_access,
+            enable_node_public_ip=spec.node_public_ip, **_v1_subnet(spec.subnet),
             **({"identity_type": "UserAssigned", "identity_id": [spec.identity_resource_id]}
                if spec.identity_resource_id else {}))
         try:
@@ -275,22 +354,15 @@ class AzureAiMlClient(AmlClient):
         self._client = None
 
     def _credential(self) -> Any:
-        from azure import identity
-        plan = self.auth
-        if plan.source in ("service_principal", "env"):
-            return identity.ClientSecretCredential(tenant_id=plan.tenant, client_id=plan.client_id,
-                                                   client_secret=plan.secret)
-        if plan.source == "msi":
-            return identity.ManagedIdentityCredential(client_id=plan.client_id) if plan.client_id \
-                else identity.ManagedIdentityCredential()
-        return identity.AzureCliCredential()
+        return identity_credential(self.auth)
 
     def client(self) -> Any:
         if self._client is None:
             from azure.ai.ml import MLClient
             try:
                 self._client = MLClient(self._credential(), self.subscription_id, self.resource_group,
-                                        self.workspace_name, enable_telemetry=False, show_progress=False)
+                                        self.workspace_name, cloud=self.auth.cloud, enable_telemetry=False,
+                                        show_progress=False)
             except Exception as exc:
                 raise self._fail(exc) from None
         return self._client
@@ -334,7 +406,9 @@ class AzureAiMlClient(AmlClient):
             idle_seconds=getattr(entity, "idle_time_before_scale_down", None),
             vm_priority=getattr(entity, "tier", None),
             identity_type=getattr(identity, "type", None),
-            identity_ids=tuple(u.resource_id for u in getattr(identity, "user_assigned_identities", None) or ()))
+            identity_ids=tuple(u.resource_id for u in getattr(identity, "user_assigned_identities", None) or ()),
+            subnet=getattr(getattr(entity, "network_settings", None), "subnet", None) or "",
+            node_public_ip=getattr(entity, "enable_node_public_ip", None))
 
     def list_nodes(self, name: str) -> list[dict[str, Any]]:
         try:
@@ -350,9 +424,13 @@ class AzureAiMlClient(AmlClient):
             from azure.ai.ml.entities import IdentityConfiguration, ManagedIdentityConfiguration
             identity = {"identity": IdentityConfiguration(type="user_assigned", user_assigned_identities=[
                 ManagedIdentityConfiguration(resource_id=spec.identity_resource_id)])}
+        if spec.subnet:
+            from azure.ai.ml.entities import NetworkSettings
+            identity["network_settings"] = NetworkSettings(subnet=spec.subnet)
         entity = AmlCompute(
-            **identity, name=spec.name, size=spec.vm_size, min_instances=spec.min_nodes, max_instances=spec.max_nodes,
-            idle_time_before_scale_down=spec.idle_at_creation, tier=spec.vm_priority,
+            **identity, enable_node_public_ip=spec.node_public_ip,
+            name=spec.name, size=spec.vm_size, min_instances=spec.min_nodes, max_instances=spec.max_nodes,
+            idle_time_before_scale_down=spec.idle_at_creation, tier=V2_TIER.get(spec.vm_priority, spec.vm_priority),
             ssh_public_access_enabled=spec.remote_login_port_public_access == "Enabled",
             ssh_settings=AmlComputeSshSettings(admin_username=spec.admin_user, ssh_key_value=spec.ssh_public_key))
         try:
@@ -367,7 +445,7 @@ class AzureAiMlClient(AmlClient):
         entity.min_instances, entity.max_instances = min_nodes, max_nodes
         entity.idle_time_before_scale_down = idle_seconds
         try:
-            self.client().compute.begin_update(entity).result(timeout=timeout_s)
+            self.client().compute.begin_update(_keep_subnet(entity)).result(timeout=timeout_s)
         except Exception as exc:
             raise self._fail(exc, name) from None
 
@@ -385,7 +463,7 @@ class AzureAiMlClient(AmlClient):
                 identity.type = f"{identity.type},user_assigned"  # system_assigned,user_assigned
             identity.user_assigned_identities = [*(identity.user_assigned_identities or []), wanted]
         try:
-            self.client().compute.begin_update(entity).result(timeout=timeout_s)
+            self.client().compute.begin_update(_keep_subnet(entity)).result(timeout=timeout_s)
         except Exception as exc:
             raise self._fail(exc, name) from None
 
@@ -399,6 +477,7 @@ def connect(source: str, subscription_id: str | None, resource_group: str | None
 
     ``who`` names the caller in the errors (default ``source 'SDK'``, the inventory's option);
     ``alternative`` is the way round a missing SDK."""
+    subscription_id = subscription_id or auth.subscription_id  # a credential file profile's
     missing = [n for n, v in (("subscription_id", subscription_id), ("resource_group", resource_group),
                               ("workspace_name", workspace_name)) if not v]
     if missing:

@@ -27,7 +27,7 @@ import contextlib
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import IO, Any
 
 from .job_spec import find_outputs, read_metrics
@@ -38,11 +38,21 @@ RECORD = ".amlhpc-job.json"
 RECORD_IDENTITY = ("backend", "subscription_id", "resource_group", "workspace_name", "name")
 """What a record must match to stand for the task's job: the backend, the workspace, the job name."""
 
-# Run states of AzureML (azureml-core RunStatus, azure-ai-ml JobStatus).
-COMPLETED = {"Completed"}
-FAILED = {"Failed", "Canceled", "CancelRequested", "NotResponding", "TimedOut"}
-ACTIVE = {"NotStarted", "Starting", "Provisioning", "Preparing", "Queued", "Running", "Finalizing",
-          "Paused"}
+# Run states of AzureML: azure-ai-ml's JobStatus and azureml-core's RunStatus, each in one set
+# (tests/unit/plugins/module_utils/test_job_runs.py reads both SDKs' lists).
+COMPLETED = frozenset({"Completed"})
+"""Done: outputs to download, nothing to submit."""
+FAILED = frozenset({"Failed", "Canceled", "CancelRequested"})
+"""Ended (or ending) without completing: the next run of the task submits a new attempt."""
+HELD = frozenset({"NotResponding", "Paused", "Unknown"})
+"""Stopped but not ended, or not known: the run may still go on (a NotResponding run can come
+back), so no new attempt is submitted on its own (a second copy could run beside it); a task
+that waits fails, saying what to do (force: true submits a new attempt)."""
+ACTIVE = frozenset({"NotStarted", "Starting", "Provisioning", "Preparing", "Queued", "Running", "Finalizing",
+                    "Unapproved", "Pausing"})
+"""Going: the task reuses the run (and waits for it)."""
+SETTLING = frozenset({"Finalizing", "CancelRequested"})
+"""Post-processing: the SDKs' streams may return in these; the run has not ended yet."""
 
 
 def attempt_name(name: str, attempt: int) -> str:
@@ -79,8 +89,108 @@ def decide(name: str, runs: Iterable[tuple[str, str]], force: bool = False) -> d
         return {"action": "submit", "run_name": nxt, "attempt": number + 1, **base,
                 "msg": f"the last attempt {latest} ended {status}: resubmitting as {nxt}"}
     state = "completed" if status in COMPLETED else f"is {status}"
+    if status not in COMPLETED | ACTIVE:
+        state += " (not ended: no new attempt is submitted on its own; force: true submits one)"
     return {"action": "reuse", "run_name": latest, "attempt": number, **base,
             "msg": f"run {latest} {state}: nothing submitted"}
+
+
+def status_text(value: Any) -> str:
+    """A status as the service spells it (azure-ai-ml hands out enum members, ``JobStatus.FAILED``)."""
+    return str(getattr(value, "value", value))
+
+
+def settle(get_status: Callable[[], str], sleep: Callable[[float], Any], limit_s: float = 1800,
+           interval_s: float = 15) -> str:
+    """The status once the run has left post-processing (``SETTLING``), asking ``get_status``
+    every ``interval_s`` seconds, at most ``limit_s`` seconds long (then the status it has)."""
+    status, waited = get_status(), 0.0
+    while status in SETTLING and waited < limit_s:
+        sleep(interval_s)
+        waited += interval_s
+        status = get_status()
+    return status
+
+
+def service_error(text: str) -> str:
+    """The service's error message out of an SDK's exception text (azure-ai-ml's JobException and
+    azureml-core's ActivityFailedException carry the run's error as JSON after a heading)."""
+    start = text.find("{")
+    if start >= 0:
+        try:
+            error = json.loads(text[start:text.rfind("}") + 1])
+        except ValueError:
+            error = None
+        while isinstance(error, dict) and isinstance(error.get("error"), dict):
+            error = error["error"]
+        if isinstance(error, dict) and error.get("message"):
+            return " ".join(str(error["message"]).split())
+        if isinstance(error, str) and error.strip():
+            return " ".join(error.split())
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0] if lines else ""
+
+
+_LOG_NAME = re.compile(r"(?:std_log|driver_log)\D*(\d+)?", re.I)
+
+
+def _rank(name: str) -> int:
+    """The process rank a log's name carries (0 when it carries none: std_log.txt is the primary)."""
+    m = _LOG_NAME.search(os.path.basename(name))
+    return int(m.group(1)) if m and m.group(1) else 0
+
+
+def failing_log(logs: Mapping[str, str], error: str = "") -> str | None:
+    """Which of ``logs`` (name -> its last lines) is the failing node's: the one the service's
+    ``error`` names (the longest such name), else the first (by rank) whose last lines hold a
+    traceback or an error, else the primary process's (the lowest rank); None without logs."""
+    if not logs:
+        return None
+    named = [n for n in logs if n and (n in error or os.path.basename(n) in error)]
+    if named:
+        return max(named, key=lambda n: (len(n) if n in error else len(os.path.basename(n)), n))
+    by_rank = sorted(logs, key=lambda n: (_rank(n), n))
+    for name in by_rank:
+        if re.search(r"Traceback \(most recent call last\)|\b\w*(Error|Exception)\b:", logs[name]):
+            return name
+    return by_rank[0]
+
+
+def node_logs(folder: str) -> dict[str, str]:
+    """The process logs under ``folder`` (``user_logs/std_log*.txt``, ``azureml-logs/*driver_log*.txt``),
+    by their path relative to it."""
+    found: dict[str, str] = {}
+    for root, _dirs, files in os.walk(folder):
+        for f in files:
+            if f.endswith(".txt") and _LOG_NAME.search(f):
+                path = os.path.join(root, f)
+                found[os.path.relpath(path, folder)] = path
+    return found
+
+
+def failure_message(run_id: str, status: str, portal_url: str | None, error: str, next_attempt: str,
+                    log_name: str | None, tail: str) -> str:
+    """The one message of a run that did not complete: the run, its status and link, the
+    service's error, what to do, and the last lines of the failing node's log."""
+    ended = status in FAILED
+    head = f"run {run_id} {'ended' if ended else 'is'} {status}" + (f" ({portal_url})" if portal_url else "")
+    if error:
+        head += f": {error}"
+    if status in FAILED:
+        then = f"running the task again submits a new attempt ({next_attempt})"
+    elif status == "NotResponding":
+        then = ("AzureML has had no heartbeat from it and it may still come back: look at it in the studio, cancel it "
+                "there (the next run of the task then submits a new attempt) or run the task with force: true")
+    elif status == "Paused":
+        then = ("resume it in the studio and run the task again to wait for it, or cancel it there (the next run of "
+                "the task then submits a new attempt)")
+    else:
+        then = (f"AzureML reports status {status}, which aml_job does not know: look at the run in the studio; "
+                "force: true submits a new attempt")
+    message = f"{head}; {then}."
+    if log_name:
+        message += f" Last lines of {log_name}:\n{tail}"
+    return message
 
 
 def check_result(verdict: dict[str, Any], status: str | None, run_id: str | None) -> dict[str, Any]:

@@ -406,14 +406,20 @@ def test_templated_secret_from_a_lookup(tmp_path, monkeypatch, world, source):
 
 
 @pytest.mark.parametrize("source", SDKS)
-def test_cli_auth_by_default(tmp_path, monkeypatch, world, source):
+def test_default_azure_credential_by_default(tmp_path, monkeypatch, world, source):
+    """Nothing set: auth_source auto ends in azure-identity's DefaultAzureCredential (its environment
+    names, workload identity, managed identity, the Azure CLI login, ...); azureml-core gets its tokens."""
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.azure/credentials
     world.add("gpu", make_nodes(2))
     fake(monkeypatch, world, source)
     cfg = sdk_config(source, clusters=["gpu"])
     del cfg["auth_source"]
     load(write_config(tmp_path, cfg))
     (cred,) = world.credentials
-    assert type(cred).__name__ in ("AzureCliAuthentication", "AzureCliCredential")
+    if source == "azureml-core":
+        assert type(cred).__name__ == "TokenAuthentication"
+        cred = cred._get_token_for_audience.credential
+    assert type(cred).__name__ == "DefaultAzureCredential"
 
 
 # ---------------------------------------------------------------------------------------
@@ -484,7 +490,8 @@ def test_auth_failed_names_the_source_tried(tmp_path, monkeypatch, world, source
 def test_service_principal_without_its_parts(tmp_path):
     path = write_config(tmp_path, sdk_config("azure-ai-ml", clusters=["gpu"], auth_source="service_principal",
                                              client_id="cid"))
-    with pytest.raises(AnsibleError, match="auth_source service_principal needs secret .or AZURE_SECRET., tenant .or AZURE_TENANT."):
+    with pytest.raises(AnsibleError, match="auth_source service_principal needs tenant .or AZURE_TENANT., secret .or "
+                                           "AZURE_SECRET. or x509_certificate_path"):
         parse(path)
 
 
@@ -613,8 +620,13 @@ def test_ansible_inventory_cli_with_a_project_config_of_the_users_own(tmp_path):
 EXAMPLES = ROOT / "inventory" / "examples"
 
 
-def test_example_saved_payload():
-    inv = load(EXAMPLES / "saved.azureml_compute.yml")
+def test_example_saved_payload(tmp_path):
+    """Copied beside its nodes.json, as the example says (tests/unit/plugins/inventory/test_saved_example.py
+    runs it as an installed user does)."""
+    import shutil
+    shutil.copy(EXAMPLES / "saved.azureml_compute.yml", tmp_path / "saved.azureml_compute.yml")
+    shutil.copy(FIXTURE, tmp_path / "nodes.json")
+    inv = load(tmp_path / "saved.azureml_compute.yml")
     assert len(inv.groups["cluster_gpu"].get_hosts()) == 4
     assert hv(inv, "gpu-0")["aml_vm_size"] == "Standard_ND96asr_v4"
 

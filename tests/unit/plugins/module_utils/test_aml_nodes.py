@@ -127,14 +127,17 @@ def test_names():
 SP_ENV = {"AZURE_CLIENT_ID": "c", "AZURE_SECRET": "s", "AZURE_TENANT": "t"}
 
 
-def test_auto_prefers_options_then_env_then_msi_then_cli():
+def test_auto_prefers_options_then_env_then_default_azure_credential(tmp_path):
+    """The full order, credential file included, is test_azure_auth.py's; DefaultAzureCredential
+    finds a managed identity or the CLI login itself."""
     opts = {"client_id": "oc", "secret": "os", "tenant": "ot"}
-    assert resolve_auth("auto", opts, SP_ENV).source == "service_principal"
-    assert resolve_auth("auto", {}, SP_ENV).source == "env"
+    assert resolve_auth("auto", opts, SP_ENV, home=str(tmp_path)).source == "service_principal"
+    assert resolve_auth("auto", {}, SP_ENV, home=str(tmp_path)).source == "env"
     assert resolve_auth("auto", {}, {"AZURE_CLIENT_SECRET": "s", "AZURE_CLIENT_ID": "c",
-                                     "AZURE_TENANT_ID": "t"}).source == "env"
-    assert resolve_auth("auto", {}, {"IDENTITY_ENDPOINT": "http://169.254.169.254"}).source == "msi"
-    assert resolve_auth("auto", {}, {}).source == "cli"
+                                     "AZURE_TENANT_ID": "t"}, home=str(tmp_path)).source == "env"
+    assert resolve_auth("auto", {}, {"IDENTITY_ENDPOINT": "http://169.254.169.254"},
+                        home=str(tmp_path)).source == "default"
+    assert resolve_auth("auto", {}, {}, home=str(tmp_path)).source == "default"
 
 
 def test_secret_never_in_repr():
@@ -143,7 +146,8 @@ def test_secret_never_in_repr():
 
 
 def test_env_source_names_missing_variables():
-    with pytest.raises(AmlNodesError, match="auth_source env needs AZURE_SECRET, AZURE_TENANT, which are not set"):
+    with pytest.raises(AmlNodesError, match=r"auth_source env needs AZURE_TENANT or AZURE_TENANT_ID, AZURE_SECRET or "
+                                            r"AZURE_CLIENT_SECRET \(or a certificate, .*\), which are not set"):
         resolve_auth("env", {}, {"AZURE_CLIENT_ID": "c"})
     with pytest.raises(AmlNodesError, match="auth_source must be one of"):
         resolve_auth("password", {}, {})

@@ -362,3 +362,137 @@ def test_secret_is_not_logged(capsys, monkeypatch, world):
                            secret="very-secret-value"))
     assert "very-secret-value" not in json.dumps(out)
     assert out["changed"]
+
+
+# --- low priority: the values the service takes, through each SDK's own serialisation --------
+
+@pytest.mark.parametrize("sdk", SDKS)
+def test_a_low_priority_cluster_is_asked_for_in_the_services_words(capsys, monkeypatch, world, sdk):
+    """The REST enum is Dedicated | LowPriority: azure-ai-ml sends it from tier="low_priority"
+    (its "lowpriority" would go out as "Lowpriority"); azureml-core from its own "lowpriority"."""
+    install(monkeypatch, world, sdk)
+    out = run(capsys, args(sdk, vm_priority="lowpriority"))
+    assert out["changed"] is True and out["action"] == "create", out
+    sent = world.sent["gpu"][-1]["vmPriority"]  # the request body, as the SDK serialised it
+    assert sent == ("LowPriority" if sdk == "azure-ai-ml" else "lowpriority"), sent
+    assert world.clusters["gpu"]["compute"]["properties"]["properties"]["vmPriority"] == "LowPriority"
+    again = run(capsys, args(sdk, vm_priority="lowpriority"))
+    assert again["changed"] is False and again["action"] == "none", again
+    other = run(capsys, args(sdk, vm_priority="dedicated"))
+    assert other["failed"] is True and "vm_priority lowpriority (wanted dedicated)" in other["msg"], other
+
+
+def test_a_sovereign_cloud_is_reached_at_its_own_resource_manager(capsys, monkeypatch, world):
+    """cloud_environment: azure-ai-ml talks to the cloud's resource manager and asks for tokens of
+    its audience (the login authority is checked in test_azure_auth.py)."""
+    install_v2(monkeypatch, world)
+    out = run(capsys, args("azure-ai-ml", cloud_environment="AzureChinaCloud"))
+    assert out["changed"] is True, out
+    hosts = {k for k in world.calls if k.startswith("host ")}
+    assert hosts == {"host management.chinacloudapi.cn"}, hosts
+    assert {k for k in world.calls if k.startswith("scope ")} == {"scope https://management.chinacloudapi.cn/.default"}
+
+
+# --- a cluster in a subnet, without node public IPs ------------------------------------------
+
+SUBNET = (f"/subscriptions/{SUB}/resourceGroups/rg-net/providers/Microsoft.Network/virtualNetworks/vnet-hpc/"
+          "subnets/nodes")
+PRIVATE = {"subnet": SUBNET, "node_public_ip": False, "remote_login_port_public_access": "Disabled"}
+
+
+@pytest.mark.parametrize("sdk", SDKS)
+def test_a_cluster_in_a_subnet_without_node_public_ips(capsys, monkeypatch, world, sdk):
+    """The request carries the subnet and enableNodePublicIp: false as each SDK serialises them;
+    the cluster read back matches (a second run changes nothing); what cannot change in place is refused."""
+    install(monkeypatch, world, sdk)
+    out = run(capsys, args(sdk, **PRIVATE))
+    assert out["changed"] is True and out["action"] == "create", out
+    sent = world.sent["gpu"][-1]
+    assert sent["subnet"] == {"id": SUBNET} and sent["enableNodePublicIp"] is False, sent
+    assert sent["remoteLoginPortPublicAccess"] == "Disabled"
+    # The nodes AmlCompute lists for it have no public IP and no NAT port.
+    assert {(n["publicIpAddress"], n["port"]) for n in world.clusters["gpu"]["nodes"]} == {(None, None)}
+    again = run(capsys, args(sdk, **PRIVATE))
+    assert again["changed"] is False and again["action"] == "none", again
+    # A scale keeps the cluster in its subnet without public IPs (azure-ai-ml PUTs the whole cluster).
+    grown = run(capsys, args(sdk, **{**PRIVATE, "max_nodes": 5}))
+    assert grown["changed"] is True and grown["action"] == "update", grown
+    if sdk == "azure-ai-ml":
+        sent = world.sent["gpu"][-1]
+        assert sent["subnet"] == {"id": SUBNET} and sent["enableNodePublicIp"] is False, sent
+    assert len(world.clusters["gpu"]["nodes"]) == 5
+    assert {(n["publicIpAddress"], n["port"]) for n in world.clusters["gpu"]["nodes"]} == {(None, None)}
+    other = run(capsys, args(sdk, **{**PRIVATE, "subnet": SUBNET.replace("/nodes", "/other")}))
+    assert other["failed"] is True and "subnet" in other["msg"] and "in place" in other["msg"], other
+    public = run(capsys, args(sdk))
+    assert public["failed"] is True and "in place" in public["msg"] and "subnet" in public["msg"], public
+    if sdk == "azure-ai-ml":  # azureml-core does not read enableNodePublicIp back
+        assert "node_public_ip False (wanted True)" in public["msg"], public
+
+
+def test_a_private_cluster_is_refused_without_what_it_needs(capsys, monkeypatch, world):
+    install(monkeypatch, world, "azure-ai-ml")
+    out = run(capsys, args("azure-ai-ml", node_public_ip=False, remote_login_port_public_access="Disabled"))
+    assert out["failed"] is True and out["msg"].startswith("a cluster without node public IPs lives in a VNet"), out
+    out = run(capsys, args("azure-ai-ml", subnet=SUBNET, node_public_ip=False))
+    assert out["failed"] is True and "remote_login_port_public_access" in out["msg"], out
+    assert "gpu" not in world.clusters
+
+
+def _ssh_servers_on(ips: list[str]):
+    """One sshd-like server per loopback address, all on one port (a cluster's private IPs, port 22)."""
+    for _unused in range(20):
+        socks, stop = [], threading.Event()
+        try:
+            for ip in ips:
+                s = socket.socket()
+                s.bind((ip, socks[0].getsockname()[1] if socks else 0))
+                s.listen()
+                s.settimeout(0.2)
+                socks.append(s)
+            break
+        except OSError:  # the port was taken on another address: try another
+            for s in socks:
+                s.close()
+    else:
+        raise RuntimeError("no common free port")
+
+    def serve(s):
+        while not stop.is_set():
+            try:
+                conn, _unused = s.accept()
+            except OSError:
+                continue
+            conn.sendall(b"SSH-2.0-OpenSSH_9.2p1 fake\r\n")
+            conn.close()
+    for s in socks:
+        threading.Thread(target=serve, args=(s,), daemon=True).start()
+    return socks, stop
+
+
+@pytest.mark.parametrize("sdk", SDKS)
+def test_the_wait_asks_each_node_on_its_private_ip(capsys, monkeypatch, world, sdk):
+    ips = ["127.0.0.2", "127.0.0.3"]
+    socks, stop = _ssh_servers_on(ips)
+    try:
+        port = socks[0].getsockname()[1]
+        nodes = make_nodes(2, public_ip=None, nat=False)
+        for node, ip in zip(nodes, ips):
+            node["privateIpAddress"] = ip
+        world.add("gpu", nodes, min_nodes=2, max_nodes=2, subnet=SUBNET, node_public_ip=False,
+                  public_access="Disabled")
+        install(monkeypatch, world, sdk)
+        out = run(capsys, args(sdk, max_nodes=2, wait=True, wait_timeout=30, use_private_ip=True, ssh_port=port,
+                               **PRIVATE))
+        assert out["changed"] is False and out["wait_status"] == "2 node(s) idle", out
+        socks[1].close()
+        out = run(capsys, args(sdk, max_nodes=2, wait=True, wait_timeout=0, use_private_ip=True, ssh_port=port,
+                               **PRIVATE))
+        assert out["failed"] and f"(127.0.0.3:{port})" in out["msg"] and "not answering on SSH" in out["msg"], out
+        # Without use_private_ip there is nothing to reach them on: one sentence says so.
+        out = run(capsys, args(sdk, max_nodes=2, wait=True, wait_timeout=0, **PRIVATE))
+        assert out["failed"] and "use_private_ip" in out["msg"], out
+    finally:
+        stop.set()
+        for s in socks:
+            s.close()

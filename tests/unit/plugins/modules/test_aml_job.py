@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import ansible.module_utils
@@ -24,7 +25,7 @@ _spec.loader.exec_module(aml_job)
 from amlhpc.aml_job_v1 import v1_objects  # noqa: E402
 from amlhpc.aml_job_v2 import v2_job  # noqa: E402
 from amlhpc.job_spec import JobRequest, build_spec  # noqa: E402
-from azureml_fakes import RG, SUB, WS, World, install_v1, install_v2  # noqa: E402
+from azureml_fakes import RG, SUB, WS, World, install_v1, install_v2, write_certificate  # noqa: E402
 
 SAS = "sv=2024-11-04&ss=b&srt=co&sp=rl&se=2026-12-01T00%3A00%3A00Z&sig=FAKE-test-signature%3D"
 DOCKERFILE = ROOT / "workload" / "Dockerfile"
@@ -83,19 +84,49 @@ def test_v2_command_job_as_the_service_sees_it():
 
 # --- the module, with Azure faked past the SDK objects ------------------------------------
 
-class FakeRun:
-    count = 0
+def _azureml_core_run():
+    from azureml.core import Run
+    return Run
 
-    def __init__(self, src, tags, status="Completed"):
+
+class FakeRun:
+    """A submitted azureml-core run whose waiting is azureml-core's own (``Run.wait_for_completion``
+    and the ``_stream_run_output`` it calls, on this run's details): it prints the run's link and
+    summary and raises ``ActivityFailedException`` with the run's error for a failed run, as against
+    Azure. A run is met in its final status (the SDK's polling loop, which fetches log URLs, is not run)."""
+
+    count = 0
+    _stream_run_output = _azureml_core_run()._stream_run_output
+
+    def __init__(self, src, tags, status="Completed", error=None, logs=None, before=None):
+        """``status``: how the run ends; ``before``: its status until it is waited for (default: ``status``)."""
         FakeRun.count += 1
         self.src, self.tags, self.id = src, tags, f"cosmoflow_1700000000_{FakeRun.count:04d}"
-        self.display_name, self.status = None, status
+        self._run_id = self.id
+        self.display_name, self.status, self.error, self.seen = None, status, error, before or status
+        self.logs = logs if logs is not None else {
+            "azureml-logs/70_driver_log_0.txt": "[cosmoflow] epoch 0: train loss 0.3\n"}
+
+    def get_details(self):
+        return {"runId": self.id, "status": self.status, "logFiles": {}, "warnings": [],
+                **({"error": {"error": {"code": "UserError", "message": self.error}}} if self.error else {})}
+
+    def get_all_logs(self, destination=None):
+        """As azureml-core's: every log of the run written under ``destination`` by its name."""
+        written = []
+        for name, text in self.logs.items():
+            path = Path(destination) / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            written.append(str(path))
+        return written
 
     def wait_for_completion(self, show_output=False, raise_on_error=True):
-        print("Streaming azureml-logs/70_driver_log.txt\n[cosmoflow] epoch 0: train loss 0.3")
+        self.seen = self.status
+        return _azureml_core_run().wait_for_completion(self, show_output=show_output, raise_on_error=raise_on_error)
 
     def get_status(self):
-        return self.status
+        return self.seen
 
     def get_portal_url(self):
         return "https://ml.azure.com/runs/" + self.id
@@ -177,7 +208,7 @@ def test_v1_submit_stores_the_sas_as_a_secret_waits_and_downloads(v1, capsys, tm
     assert Path(src.source_directory) == tmp_path / ".cache" / "aml_job" / "cf-4x8" / "src"
     assert out["metrics"]["steps"] == [{"step": 1, "loss": 0.4}] and out["metrics"]["summary"] == {"val_mae": 0.2}
     log = Path(out["log_path"]).read_text()
-    assert "epoch 0: train loss" in log and "TOPSECRET" not in log
+    assert f"RunId: {out['run_id']}" in log and "Execution Summary" in log and "TOPSECRET" not in log
     assert "TOPSECRET" not in json.dumps(out)
     again = run_module(capsys, module_args(tmp_path))
     assert again["changed"] is False and len(v1.submitted) == 1
@@ -227,6 +258,38 @@ def test_failed_run_fails_the_task_with_the_log_tail(v1, capsys, tmp_path, monke
     out = run_module(capsys, module_args(tmp_path))
     assert out["failed"] is True and "ended Failed" in out["msg"] and "epoch 0" in out["msg"]
     assert not (tmp_path / "dl" / ".amlhpc-job.json").exists(), "a failed run was recorded as done"
+
+
+V1_LOGS = {"azureml-logs/70_driver_log_0.txt": "[cosmoflow] epoch 0: train loss 0.3\n",
+           "azureml-logs/70_driver_log_2.txt": "[cosmoflow] epoch 0: train loss 0.3\nTraceback (most recent call "
+                                               "last):\nRuntimeError: NCCL error: unhandled system error\n"}
+
+
+def test_v1_a_failed_run_fails_the_task_naming_run_status_link_error_and_the_failing_nodes_log(
+        v1, capsys, tmp_path, monkeypatch):
+    """azureml-core's wait_for_completion raises ActivityFailedException for a failed run: the
+    task fails in one message with the failing node's log (from the run's logs), no traceback."""
+    monkeypatch.chdir(tmp_path)
+    error = "User process 'Rank 2' exited with status code 1. Please check log file 'azureml-logs/70_driver_log_2.txt'"
+    # Running when looked up (reused, waited for); it ends Failed while waited for.
+    ended = FakeRun(None, {"amlhpc_run": "cf-4x8"}, status="Failed", error=error, logs=V1_LOGS, before="Running")
+    v1.runs.append(ended)
+    out = run_module(capsys, module_args(tmp_path))
+    assert out["failed"] is True and out["status"] == "Failed" and v1.submitted == [], out
+    assert out["msg"].startswith(f"run {ended.id} ended Failed (https://ml.azure.com/runs/{ended.id}): "
+                                 "User process 'Rank 2' exited with status code 1"), out["msg"]
+    assert "submits a new attempt (cf-4x8-r2)" in out["msg"]
+    assert "Last lines of azureml-logs/70_driver_log_2.txt:" in out["msg"]
+    assert out["msg"].endswith("RuntimeError: NCCL error: unhandled system error\n")
+
+
+def test_v1_a_run_cancelled_while_waited_for_fails_the_task(v1, capsys, tmp_path, monkeypatch):
+    """azureml-core's wait returns for a cancelled run (it raises for Failed only): the task fails."""
+    monkeypatch.chdir(tmp_path)
+    v1.runs.append(FakeRun(None, {"amlhpc_run": "cf-4x8"}, status="Canceled", logs=V1_LOGS, before="Queued"))
+    out = run_module(capsys, module_args(tmp_path))
+    assert out["failed"] is True and out["status"] == "Canceled", out
+    assert "ended Canceled" in out["msg"] and "Last lines of azureml-logs/70_driver_log_2.txt" in out["msg"]
 
 
 def test_sas_in_train_args_is_refused(v1, capsys, tmp_path, monkeypatch):
@@ -365,7 +428,9 @@ def test_nccl_settings_and_data_scope_reach_both_services():
 # --- authentication: the same plan as the inventory plugin and aml_compute_cluster ---------
 
 AUTH_ENV = ("AZURE_CLIENT_ID", "AZURE_SECRET", "AZURE_CLIENT_SECRET", "AZURE_TENANT", "AZURE_TENANT_ID",
-            "AZURE_SUBSCRIPTION_ID", "IDENTITY_ENDPOINT", "MSI_ENDPOINT")
+            "AZURE_SUBSCRIPTION_ID", "IDENTITY_ENDPOINT", "MSI_ENDPOINT", "AZURE_X509_CERTIFICATE_PATH",
+            "AZURE_CLIENT_CERTIFICATE_PATH", "AZURE_CLIENT_CERTIFICATE_PASSWORD", "AZURE_FEDERATED_TOKEN_FILE",
+            "AZURE_PROFILE", "AZURE_CLOUD_ENVIRONMENT", "AZURE_AUTHORITY_HOST")
 
 # (auth options of the task, environment of the controller)
 AUTH_CASES = {
@@ -387,12 +452,28 @@ AUTH_CASES = {
     "service_principal, the tenant from azure-identity's variable": (
         {"auth_source": "service_principal", "client_id": "app", "secret": "s3"}, {"AZURE_TENANT_ID": "tn"}),
     "cli": ({"auth_source": "cli"}, {}),
+    "env, a workload identity (GitHub Actions, AKS)": (
+        {"auth_source": "env"}, {"AZURE_CLIENT_ID": "app", "AZURE_TENANT_ID": "tn",
+                                 "AZURE_FEDERATED_TOKEN_FILE": "/var/run/secrets/azure/tokens/azure-identity-token"}),
+    "auto, a workload identity in the environment": (
+        {"auth_source": "auto"}, {"AZURE_CLIENT_ID": "app", "AZURE_TENANT_ID": "tn",
+                                  "AZURE_FEDERATED_TOKEN_FILE": "/var/run/secrets/azure/tokens/azure-identity-token"}),
+    "service_principal with a certificate": (
+        {"auth_source": "service_principal", "client_id": "app", "tenant": "tn",
+         "x509_certificate_path": "{home}/sp.pem"}, {}),
+    "credential_file, a profile": ({"auth_source": "credential_file", "profile": "hpc"}, {}),
+    "auto, a sovereign cloud": ({"auth_source": "auto", "cloud_environment": "AzureChinaCloud"}, {}),
 }
 
 
 def _v1_credential(cred) -> tuple:
-    """The v1 fakes record their keyword arguments: the credential as built."""
-    return type(cred).__name__, sorted(vars(cred).items())
+    """The v1 fakes record their keyword arguments: the credential as built (for a token source,
+    the azure-identity credential behind it)."""
+    built = dict(vars(cred))
+    tokens = built.pop("_get_token_for_audience", None)
+    if tokens is not None:
+        built["tokens"] = _v2_credential(tokens.credential)
+    return type(cred).__name__, sorted(built.items())
 
 
 def _v2_credential(cred) -> tuple:
@@ -402,9 +483,16 @@ def _v2_credential(cred) -> tuple:
 
 
 @pytest.fixture()
-def auth_env(monkeypatch):
+def auth_env(monkeypatch, tmp_path):
+    """No Azure variables, and a home whose ~/.azure/credentials has a profile "hpc"."""
     for name in AUTH_ENV:
         monkeypatch.delenv(name, raising=False)
+    home = tmp_path / "home"
+    (home / ".azure").mkdir(parents=True)
+    (home / ".azure" / "credentials").write_text(
+        f"[hpc]\nsubscription_id = {SUB}\nclient_id = app\nsecret = s3\ntenant = tn\n")
+    write_certificate(home / "sp.pem")
+    monkeypatch.setenv("HOME", str(home))
 
     def put(env):
         for k, v in env.items():
@@ -421,12 +509,12 @@ def test_v1_workspace_credential_is_the_shared_auth_plans(case, capsys, tmp_path
     import azureml.core
 
     options, env = AUTH_CASES[case]
+    options = {k: v.replace("{home}", os.environ["HOME"]) for k, v in options.items()}
     auth_env(env)
     world = World()
     install_v1(monkeypatch, world)
     monkeypatch.setattr(azureml.core, "Experiment", FakeV1(world).experiment)
     params = {"subscription_id": SUB, "resource_group": RG, "workspace_name": WS, **options}
-    import os
     aml_sdk.connect("azureml-core", subscription_from(params, os.environ), RG, WS,
                     resolve_auth(params["auth_source"], params, os.environ)).workspace()
     monkeypatch.chdir(tmp_path)
@@ -440,9 +528,9 @@ def test_v1_workspace_credential_is_the_shared_auth_plans(case, capsys, tmp_path
 def test_v2_client_credential_is_the_shared_auth_plans(case, capsys, tmp_path, monkeypatch, auth_env):
     from amlhpc import aml_sdk
     from amlhpc.aml_nodes import resolve_auth
-    import os
 
     options, env = AUTH_CASES[case]
+    options = {k: v.replace("{home}", os.environ["HOME"]) for k, v in options.items()}
     auth_env(env)
     world = World()
     install_v2(monkeypatch, world)
@@ -462,7 +550,8 @@ def test_service_principal_without_its_secret_is_refused_in_the_shared_words(cap
     out = run_module(capsys, module_args(tmp_path, _ansible_check_mode=True, auth_source="service_principal",
                                          client_id="app", tenant="tn"))
     assert out["failed"] is True
-    assert out["msg"] == "auth_source service_principal needs secret (or AZURE_SECRET), which is not set"
+    assert out["msg"] == ("auth_source service_principal needs secret (or AZURE_SECRET) or x509_certificate_path "
+                          "(or AZURE_X509_CERTIFICATE_PATH), which is not set")
 
 
 @pytest.mark.parametrize("backend", ["azureml_core", "azure_ai_ml"])
@@ -477,8 +566,9 @@ def test_a_refused_login_is_one_sentence_naming_the_auth_source(backend, capsys,
     monkeypatch.chdir(tmp_path)
     out = run_module(capsys, module_args(tmp_path, backend=backend, _ansible_check_mode=True, auth_source="auto"))
     assert out["failed"] is True
-    assert out["msg"].startswith("Azure authentication failed with auth_source cli, chosen by auth_source auto: "
-                                 "AADSTS700016"), out["msg"]
+    assert out["msg"].startswith("Azure authentication failed with auth_source auto (azure-identity's "
+                                 "DefaultAzureCredential: environment, workload identity, managed identity, Azure "
+                                 "CLI, ...): AADSTS700016"), out["msg"]
     assert "Traceback" not in out["msg"]
 
 
@@ -564,3 +654,124 @@ def test_a_sas_in_plain_arguments_is_refused_and_not_shown_back(capsys, tmp_path
     assert out["failed"] is True
     assert out["msg"].startswith("token looks like a SAS token; pass the token as sas (no_log)"), out
     assert "placeholder-for-the-test" not in json.dumps(out)
+
+
+# --- job outcomes: every status the service ends a run in, as the SDKs report it ------------
+#
+# azure-ai-ml: the real MLClient over azureml_fakes' HTTP transport, so the SDK's own
+# jobs.stream reads run history and raises its JobException for a failed job.
+
+RANK3_FAILED = ("Execution failed. User process 'Rank 3' exited with status code 1. Please check log file "
+                "'user_logs/std_log_process_3.txt' for error details.")
+NODE_LOGS = {
+    "user_logs/std_log_process_0.txt": "[cosmoflow] epoch 0: train loss 0.3\n[cosmoflow] epoch 1: train loss 0.2\n",
+    "user_logs/std_log_process_3.txt": "[cosmoflow] epoch 0: train loss 0.3\nTraceback (most recent call last):\n"
+                                       "  File \"train.py\", line 9, in <module>\n"
+                                       "RuntimeError: CUDA error: an illegal memory access was encountered\n",
+    "outputs/metrics.jsonl": json.dumps({"kind": "step", "step": 1, "loss": 0.5}) + "\n",
+}
+
+
+@pytest.fixture()
+def v2_world(monkeypatch, tmp_path, auth_env):
+    world = World()
+    install_v2(monkeypatch, world)
+    monkeypatch.chdir(tmp_path)
+    return world
+
+
+def test_v2_a_failed_job_fails_the_task_naming_job_status_link_error_and_the_failing_nodes_log(
+        v2_world, capsys, tmp_path):
+    """azure-ai-ml's stream raises JobException when the job ends Failed: the task fails in one
+    message (job, status, studio link, the service's error) with the last lines of the log of the
+    node that failed (rank 3 here, not the rank 0 log the SDK streams), not a traceback."""
+    v2_world.add_job("cf-4x8", ["Running", "Failed"], error=RANK3_FAILED, artifacts=NODE_LOGS)
+    out = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml"))
+    assert out["failed"] is True and out["status"] == "Failed", out
+    msg = out["msg"]
+    assert msg.startswith("run cf-4x8 ended Failed (https://ml.azure.com/runs/cf-4x8?wsid="), msg
+    assert "User process 'Rank 3' exited with status code 1" in msg
+    assert "running the task again submits a new attempt (cf-4x8-r2)" in msg
+    assert "Last lines of user_logs/std_log_process_3.txt" in msg and msg.endswith(
+        "RuntimeError: CUDA error: an illegal memory access was encountered\n"), msg
+    assert out["failed_log"] == str(tmp_path / "dl" / "artifacts" / "user_logs" / "std_log_process_3.txt")
+    assert v2_world.calls["v2 GET run details"] >= 1, "the SDK's own stream did not run"
+    assert not (tmp_path / "dl" / ".amlhpc-job.json").exists()
+
+
+def test_v2_a_completed_job_streams_and_downloads_through_the_sdk(v2_world, capsys, tmp_path):
+    v2_world.add_job("cf-4x8", ["Running", "Completed"], artifacts=NODE_LOGS)
+    out = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml"))
+    assert not out.get("failed") and out["status"] == "Completed" and out["changed"] is False, out
+    assert out["portal_url"].startswith("https://ml.azure.com/runs/cf-4x8?wsid=")
+    assert out["metrics"]["steps"] == [{"step": 1, "loss": 0.5}]
+    assert "Execution Summary" in Path(out["log_path"]).read_text()  # what the SDK's stream wrote
+    assert json.loads((tmp_path / "dl" / ".amlhpc-job.json").read_text())["status"] == "Completed"
+
+
+# status -> (what the message says besides the job, its status and its link; whose log it shows)
+ENDINGS = {
+    "Canceled": ("ended Canceled", "user_logs/std_log_process_3.txt"),
+    "NotResponding": ("AzureML has had no heartbeat from it", "user_logs/std_log_process_3.txt"),
+    "Paused": ("resume it in the studio", "user_logs/std_log_process_3.txt"),
+    # Not an ending the SDK downloads from (its TERMINAL_STATUSES): the streamed log is shown.
+    "Unknown": ("which aml_job does not know", "the streamed log"),
+}
+
+
+@pytest.mark.parametrize("status", list(ENDINGS))
+def test_v2_every_other_ending_fails_the_task_saying_what_to_do(status, v2_world, capsys, tmp_path):
+    """The stream returns without raising for these (the SDK raises only for Failed); the task
+    still fails, naming the status, the link, the way on and the log with the traceback."""
+    v2_world.add_job("cf-4x8", ["Running", status], artifacts=NODE_LOGS)
+    out = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml"))
+    assert out["failed"] is True and out["status"] == status, out
+    assert out["msg"].startswith(f"run cf-4x8 {'ended' if status == 'Canceled' else 'is'} {status} "
+                                 "(https://ml.azure.com/runs/cf-4x8?wsid="), out["msg"]
+    said, log = ENDINGS[status]
+    assert said in out["msg"] and f"Last lines of {log}" in out["msg"], out["msg"]
+
+
+def test_v2_a_job_left_cancelling_is_waited_for_until_it_has_ended(v2_world, capsys, tmp_path, monkeypatch):
+    """The SDK's stream returns while the job is still CancelRequested (post-processing, not an
+    ending: its download refuses the job); the module asks again until it has ended."""
+    from amlhpc import aml_job_v2
+    v2_world.add_job("cf-4x8", ["Running", "CancelRequested"], artifacts=NODE_LOGS)
+    slept = []
+
+    def ends_later(seconds):
+        slept.append(seconds)
+        v2_world.jobs["cf-4x8"]["statuses"].append("Canceled")
+        v2_world.job_status("cf-4x8", advance=True)
+
+    monkeypatch.setattr(aml_job_v2.time, "sleep", ends_later)
+    out = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml"))
+    assert out["failed"] is True and out["status"] == "Canceled" and len(slept) == 1, out
+    assert "Last lines of user_logs/std_log_process_3.txt" in out["msg"], out["msg"]
+
+
+def test_the_twins_failed_job_is_reported_as_the_sdks(tmp_path):
+    """The twin's AzureML (tests/twin/azureml.py) answers a failed run as azure-ai-ml does: its
+    stream raises JobException with the run's error, its download brings each node's log; the
+    backend's wait reads them as it reads the SDK's."""
+    from amlhpc.aml_job_v2 import wait_v2
+    from amlhpc.job_runs import failing_log, node_logs
+    from twin.azureml import TwinJobs
+
+    logs = tmp_path / "run" / "user_logs"
+    logs.mkdir(parents=True)
+    (logs / "std_log_node_0.txt").write_text("[cosmoflow] epoch 0\n")
+    (logs / "std_log_node_1.txt").write_text("Traceback (most recent call last):\nRuntimeError: killed\n")
+    (tmp_path / "run" / "logs.txt").write_text("===== node 0 (rc 0)\n")
+    error = {"error": {"code": "UserError", "message": "Execution failed. User process on node 1 exited with status "
+                                                       "code 137. Please check log file 'user_logs/std_log_node_1.txt'"}}
+    state = tmp_path / "azureml.json"
+    state.write_text(json.dumps({"jobs": {"cf": {"status": "Failed", "logs": str(tmp_path / "run" / "logs.txt"),
+                                                 "outputs": str(tmp_path / "run" / "outputs"),
+                                                 "user_logs": str(logs), "error": error}}}))
+    jobs = TwinJobs(str(state))
+    job, said = wait_v2(jobs, "cf")
+    assert job.status == "Failed" and said.startswith("Execution failed. User process on node 1 exited"), said
+    jobs.download("cf", download_path=str(tmp_path / "dl"), all=True)
+    found = node_logs(str(tmp_path / "dl" / "artifacts"))
+    assert failing_log({n: Path(p).read_text() for n, p in found.items()}, said) == "user_logs/std_log_node_1.txt"
