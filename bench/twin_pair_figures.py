@@ -45,8 +45,8 @@ def one_pair(twin: Twin, server, client, port: int, seconds: int) -> dict:
         return {"server": server.container, "client": client.container, "value": None,
                 "error": f"server: {started.stderr.strip()}"}
     time.sleep(0.3)
-    res = twin.exec(client, "timeout", "60", *pair_gate.iperf3_argv("iperf3", "client", server.private_ip, port,
-                                                                      seconds), timeout=90)
+    argv = pair_gate.iperf3_argv("iperf3", "client", server.private_ip, port, seconds)
+    res = twin.exec(client, "timeout", "60", *argv, timeout=90)
     value, error = pair_gate.parse_iperf3(res.stdout)
     return {"server": server.container, "client": client.container, "value": value, "error": error}
 

@@ -289,7 +289,9 @@ def advance(state: Mapping[str, Any], figures: Mapping[str, Mapping[str, Any]]) 
     result"). The rounds so far make the reference (:func:`reference` over :func:`basis`; round 1
     is judged against itself); what the figures say about each node is worked out again from
     every round (:func:`evidence`)."""
-    new = json.loads(json.dumps(state))
+    # A new state: the rounds so far are kept as they were (never changed once judged), the
+    # rest is worked out afresh below.
+    new = {**state, "rounds": list(state["rounds"])}
     number = len(new["rounds"]) + 1
     measured = []
     for a, b in new["next"]:
@@ -358,12 +360,16 @@ def evidence(state: Mapping[str, Any]) -> dict[str, Any]:
     history: dict[frozenset, list[dict[str, Any]]] = {}
     for m in tests:
         history.setdefault(frozenset((m["a"], m["b"])), []).append(m)
+    by_node: dict[str, list[dict[str, Any]]] = {}
+    for m in tests:
+        by_node.setdefault(m["a"], []).append(m)
+        by_node.setdefault(m["b"], []).append(m)
     blamed: dict[str, dict[str, Any]] = {}
     good_failures: dict[str, list[str]] = {}
     for node in nodes:
         if node in good:
             continue
-        failed = [m for m in tests if node in (m["a"], m["b"]) and m["status"] == health.FAIL]
+        failed = [m for m in by_node.get(node, []) if m["status"] == health.FAIL]
         partners = list(dict.fromkeys(m["b"] if m["a"] == node else m["a"] for m in failed))
         good_failures[node] = [p for p in partners if p in good]
         if len(good_failures[node]) >= confirm:
@@ -399,7 +405,7 @@ def evidence(state: Mapping[str, Any]) -> dict[str, Any]:
             blamed[b] = {"kind": "link", "round": hist[-1]["round"], "partners": [a],
                          "rounds": [m["round"] for m in hist], "value": hist[-1]["value"],
                          "reason": hist[-1]["reason"]}
-    tested = {x for m in tests for x in (m["a"], m["b"])}
+    tested = set(by_node)
     return {"good": [n for n in nodes if n in good and n not in blamed],
             "suspects": [n for n in nodes if n not in good and n not in blamed and n in tested],
             "untested": [n for n in nodes if n not in tested],
@@ -568,6 +574,7 @@ def simulate(nodes: list[str], bandwidth: Any, tool: str = "iperf3", **kw: Any) 
                    for a, b in state["next"]}
         state = advance(state, figures)
     return state
+
 
 # --------------------------------------------------------------------------------------
 # The tools: command lines and their output
