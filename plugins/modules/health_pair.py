@@ -24,7 +24,7 @@ description:
     nccl-tests needs none.
   - O(role=client) runs the test against O(peer_address) once per port of O(ports), one after the
     other, and returns every figure and the best (the slower direction of C(iperf3 --bidir),
-    C(ib_write_bw)'s average, or nccl-tests' bus bandwidth): the gate's later rounds read a pair
+    C(ib_write_bw)'s average, or nccl-tests' bus bandwidth). The gate's later rounds read a pair
     several times, so that one transient dip decides nothing.
   - Judging is the controller's (C(plugins/module_utils/amlhpc/pair_gate.py)).
 attributes:
@@ -125,7 +125,7 @@ value:
   description: With O(role=client), the best reading (Gb/s for iperf3 and ib_write_bw, GB/s bus bandwidth for nccl); null when none gave a figure.
   type: float
   returned: when role is client
-values:
+readings:
   description: With O(role=client), the figure of every reading that gave one, in order.
   type: list
   elements: float
@@ -261,7 +261,7 @@ def main() -> None:
             errors.append(error)
         else:
             values.append(value)
-    module.exit_json(changed=False, value=max(values) if values else None, values=values,
+    module.exit_json(changed=False, value=max(values) if values else None, readings=values,
                      error="" if values else (errors[-1] if errors else "no reading"), output=text[-2000:],
                      port=p["port"])
 

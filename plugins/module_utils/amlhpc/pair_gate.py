@@ -147,8 +147,8 @@ def with_roles(state: Mapping[str, Any], addresses: Mapping[str, str], base_port
 
 def client_figures(state: Mapping[str, Any], results: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """The figures of the round just run from each client's registered result (``value``, the
-    best reading, and ``values``, every reading); one of an earlier round (another port) or none
-    at all counts as no result."""
+    best reading, and ``readings``, every reading); one of an earlier round (another port) or
+    none at all counts as no result."""
     out: dict[str, dict[str, Any]] = {}
     for node, role in (state.get("roles") or {}).items():
         got = results.get(node)
@@ -157,7 +157,7 @@ def client_figures(state: Mapping[str, Any], results: Mapping[str, Any]) -> dict
         if got.get("failed") or got.get("unreachable"):
             out[node] = {"value": None, "error": str(got.get("msg") or "the client task failed")}
         else:
-            out[node] = {"value": got.get("value"), "values": list(got.get("values") or []),
+            out[node] = {"value": got.get("value"), "values": list(got.get("readings") or []),
                          "error": str(got.get("error") or "")}
     return out
 

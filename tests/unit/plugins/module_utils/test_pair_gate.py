@@ -215,3 +215,17 @@ def test_the_run_report_has_the_gate_section():
         "healthcheck round 1: n100 <-> n101: 0.05 Gb/s FAIL (0.05 Gb/s is below 0.7 x the median pair (10.00 Gb/s))",
         "healthcheck round 2: n000 <-> n100: 0.05 Gb/s FAIL (0.05 Gb/s is below 0.7 x the median pair (10.00 Gb/s), "
         "best of 3 readings)"]
+
+
+def test_a_clients_readings_of_this_round_are_taken_the_best_counts():
+    state = pair_gate.with_roles({**pair_gate.start(names(4), "iperf3"), "next_readings": 3}, {}, 5300)
+    assert state["roles"]["n001"]["ports"] == [5301, 5401, 5501]
+    figures = pair_gate.client_figures(state, {
+        "n001": {"port": 5301, "value": 9.5, "readings": [2.0, 9.5, 9.1], "error": ""},
+        "n003": {"port": 5300, "value": 9.9, "readings": [9.9]},  # an earlier round's port: no result
+    })
+    assert figures == {"n001": {"value": 9.5, "values": [2.0, 9.5, 9.1], "error": ""}}
+    new = pair_gate.advance(state, figures)
+    first = new["rounds"][0]["pairs"][0]
+    assert first["value"] == 9.5 and first["readings"] == 3
+    assert new["rounds"][0]["pairs"][1]["error"] == "no result from n003"
