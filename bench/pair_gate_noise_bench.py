@@ -29,8 +29,8 @@ U(0.1, 0.9) in ``--dip`` of the readings; a pair's figure is its slower node's):
   that (4 sigma) would make healthy nodes slow by the floor's own rule.
 * ``twin``: iperf3 between healthy AmlCompute-twin nodes on this machine's shared cores, as
   recorded by bench/twin_pair_figures.py (bench/data/twin_iperf3_pairs.json): a round of the
-  gate draws one recorded round's level (the median of its pairs, 0.5 to 5.1 Gb/s), each reading
-  that level x a recorded ratio of a reading to its round's median (0.48 to 1.72). No floor
+  gate draws one recorded round's level (the geometric mean of its three pairs, run at once),
+  each reading that level x a recorded ratio of a reading to its round's level. No floor
   (the role's default for iperf3); ``twin-floor`` is the same with the floor the twin tests
   set (0.05 Gb/s); ``twin-iid`` draws every reading from all recorded ones alike (the
   replay of issue 42, harsher than the twin: its rounds move together).
@@ -58,8 +58,10 @@ from amlhpc import pair_gate  # noqa: E402
 
 TWIN = json.loads((ROOT / "bench" / "data" / "twin_iperf3_pairs.json").read_text())["readings"]
 TWIN_ROUNDS = [TWIN[i:i + 3] for i in range(0, len(TWIN) - 2, 3)]
-TWIN_LEVELS = [statistics.median(r) for r in TWIN_ROUNDS]
-TWIN_RATIOS = [v / statistics.median(r) for r in TWIN_ROUNDS for v in r]
+# A round's level is the geometric mean of its pairs (not their median, which would make one
+# ratio in three exactly 1 and the model tighter than the twin).
+TWIN_LEVELS = [statistics.geometric_mean(r) for r in TWIN_ROUNDS]
+TWIN_RATIOS = [v / statistics.geometric_mean(r) for r in TWIN_ROUNDS for v in r]
 
 MODELS = {
     "nd-a100-nccl": {"tool": "nccl", "nominal": 187.6, "floor": 148.0, "node": 0.01, "read": 0.01},

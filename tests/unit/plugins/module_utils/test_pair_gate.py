@@ -229,3 +229,9 @@ def test_a_clients_readings_of_this_round_are_taken_the_best_counts():
     first = new["rounds"][0]["pairs"][0]
     assert first["value"] == 9.5 and first["readings"] == 3
     assert new["rounds"][0]["pairs"][1]["error"] == "no result from n003"
+
+
+def test_between_rounds_the_summary_decides_nothing():
+    state = pair_gate.advance(pair_gate.start(names(4), "iperf3"), {"n001": {"value": 9.0}, "n003": {"value": 0.01}})
+    assert not state["done"]
+    assert pair_gate.summary(state)[-1] == "verdict so far: nobody named; round 2 next"
