@@ -35,13 +35,16 @@ U(0.1, 0.9) in ``--dip`` of the readings; a pair's figure is its slower node's):
   set (0.05 Gb/s); ``twin-iid`` draws every reading from all recorded ones alike (the
   replay of issue 42, harsher than the twin: its rounds move together).
 
-    .venv/bin/python bench/pair_gate_noise_bench.py [--runs 1000] [--runs-512 10000] [--sizes 4,5,8,16,32,64,128,256,512]
+    .venv/bin/python bench/pair_gate_noise_bench.py [--runs 1000] [--runs-512 3000] [--sizes 4,5,8,16,32,64,128,256,512]
         [--models nd-a100-nccl,nd-h100-ibwb,nd-h100-nccl,twin,twin-floor,twin-iid] [--dip 0.02] [--json out.json]
+        [--compare <a checkout of another version, e.g. git worktree add /tmp/v210 2.1.0>]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import json
 import random
 import statistics
@@ -55,6 +58,18 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import cpumeter  # noqa: E402
 from amlhpc import pair_gate  # noqa: E402
+
+
+def load_gate(checkout: str):
+    """pair_gate.py of another checkout (``--compare``), as a package of its own name."""
+    folder = Path(checkout) / "plugins" / "module_utils" / "amlhpc"
+    spec = importlib.util.spec_from_file_location("amlhpc_compare", folder / "__init__.py",
+                                                  submodule_search_locations=[str(folder)])
+    package = importlib.util.module_from_spec(spec)
+    sys.modules["amlhpc_compare"] = package
+    spec.loader.exec_module(package)
+    return importlib.import_module("amlhpc_compare.pair_gate")
+
 
 TWIN = json.loads((ROOT / "bench" / "data" / "twin_iperf3_pairs.json").read_text())["readings"]
 TWIN_ROUNDS = [TWIN[i:i + 3] for i in range(0, len(TWIN) - 2, 3)]
@@ -73,19 +88,19 @@ MODELS = {
 }
 
 
-def run_gate(model: dict, n: int, bad: dict[int, float], dip: float, rng: random.Random) -> dict:
+def run_gate(model: dict, n: int, bad: dict[int, float], dip: float, rng: random.Random, gate=pair_gate) -> dict:
     """One gate over ``n`` nodes; ``bad`` maps a node's index to its bandwidth factor."""
     nodes = [f"n{i:03d}" for i in range(n)]
     index = {name: i for i, name in enumerate(nodes)}
     node_factor = [rng.lognormvariate(0, model.get("node", 0.0)) * bad.get(i, 1.0) for i in range(n)]
-    state = pair_gate.start(nodes, model["tool"], minimum=model["floor"])
+    state = gate.start(nodes, model["tool"], minimum=model["floor"])
     while not state["done"]:
         level = rng.choice(TWIN_LEVELS) if model.get("twin") == "rounds" else 1.0
         figures = {}
         for a, b in state["next"]:
             slower = min(node_factor[index[a]], node_factor[index[b]])
             values = []
-            for _reading in range(state["next_readings"]):
+            for _reading in range(state.get("next_readings", 1)):  # 2.1.0 read each pair once
                 if model.get("twin") == "rounds":
                     v = level * rng.choice(TWIN_RATIOS)
                 elif model.get("twin") == "iid":
@@ -96,10 +111,40 @@ def run_gate(model: dict, n: int, bad: dict[int, float], dip: float, rng: random
                 if rng.random() < dip:
                     v *= rng.uniform(0.1, 0.9)
                 values.append(v)
-            figures[b] = {"values": values, "error": ""}
-        state = pair_gate.advance(state, figures)
-    failing = {name for name, checks in pair_gate.node_checks(state).items() if checks[0]["status"] == "fail"}
+            figures[b] = {"value": max(values), "values": values, "error": ""}
+        state = gate.advance(state, figures)
+    failing = {name for name, checks in gate.node_checks(state).items() if checks[0]["status"] == "fail"}
     return {"failing": {index[x] for x in failing}, "rounds": len(state["rounds"])}
+
+
+def measure(model: dict, name: str, n: int, args: argparse.Namespace, gate) -> dict:
+    """One row: the false-blame, detection and N/8 runs of ``gate`` (the same seed for every gate)."""
+    rng = random.Random(f"{args.seed}-{name}-{n}")
+    runs = args.runs_512 if n >= 512 else args.runs
+    false = rounds = 0
+    for _run in range(runs):
+        got = run_gate(model, n, {}, args.dip, rng, gate)
+        false += bool(got["failing"])
+        rounds = max(rounds, got["rounds"])
+    found = {}
+    for label, factor in (("half", 0.5), ("quarter", 0.25)):
+        hits = 0
+        for _run in range(args.runs):
+            who = rng.randrange(n)
+            got = run_gate(model, n, {who: factor}, args.dip, rng, gate)
+            hits += got["failing"] == {who}
+            rounds = max(rounds, got["rounds"])
+        found[label] = hits
+    many = None
+    if n >= 8:
+        many = 0
+        for _run in range(args.runs):
+            who = set(rng.sample(range(n), n // 8))
+            got = run_gate(model, n, dict.fromkeys(who, 0.5), args.dip, rng, gate)
+            many += got["failing"] == who
+            rounds = max(rounds, got["rounds"])
+    return {"model": name, "n": n, "runs": runs, "false_blame": false, "detect_runs": args.runs,
+            "half_named": found["half"], "quarter_named": found["quarter"], "n8_named": many, "max_rounds": rounds}
 
 
 def rate(hits: int, runs: int) -> str:
@@ -112,13 +157,16 @@ def rate(hits: int, runs: int) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("--runs", type=int, default=1000)
-    parser.add_argument("--runs-512", type=int, default=10000, help="runs of the false-blame case at 512 nodes")
+    parser.add_argument("--runs-512", type=int, default=3000, help="runs of the false-blame case at 512 nodes")
     parser.add_argument("--sizes", default="4,5,8,16,32,64,128,256,512")
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--dip", type=float, default=0.02)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--json", default="")
+    parser.add_argument("--compare", default="", help="another checkout (e.g. a worktree of 2.1.0): its gate "
+                                                      "runs the same runs, printed below each row")
     args = parser.parse_args()
+    gates = [("this", pair_gate)] + ([("compare", load_gate(args.compare))] if args.compare else [])
     sizes = [int(s) for s in args.sizes.split(",")]
     started, cpu0 = time.time(), time.process_time()
     print(f"CPU: {cpumeter.cpu_name()}; dips: {100 * args.dip:g} % of readings x U(0.1, 0.9)")
@@ -128,38 +176,16 @@ def main() -> int:
     for name in args.models.split(","):
         model = MODELS[name]
         for n in sizes:
-            rng = random.Random(f"{args.seed}-{name}-{n}")
-            runs = args.runs_512 if n >= 512 else args.runs
-            false = 0
-            rounds = 0
-            for _run in range(runs):
-                got = run_gate(model, n, {}, args.dip, rng)
-                false += bool(got["failing"])
-                rounds = max(rounds, got["rounds"])
-            found = {}
-            for label, factor in (("half", 0.5), ("quarter", 0.25)):
-                hits = 0
-                for _run in range(args.runs):
-                    who = rng.randrange(n)
-                    got = run_gate(model, n, {who: factor}, args.dip, rng)
-                    hits += got["failing"] == {who}
-                    rounds = max(rounds, got["rounds"])
-                found[label] = hits
-            many = None
-            if n >= 8:
-                many = 0
-                for _run in range(args.runs):
-                    who = set(rng.sample(range(n), n // 8))
-                    got = run_gate(model, n, dict.fromkeys(who, 0.5), args.dip, rng)
-                    many += got["failing"] == who
-                    rounds = max(rounds, got["rounds"])
-            row = {"model": name, "n": n, "runs": runs, "false_blame": false, "detect_runs": args.runs,
-                   "half_named": found["half"], "quarter_named": found["quarter"], "n8_named": many,
-                   "max_rounds": rounds}
-            out.append(row)
-            print(f"{name:<14} {n:>4} {rate(false, runs):>16} {100 * found['half'] / args.runs:>13.1f} % "
-                  f"{100 * found['quarter'] / args.runs:>13.1f} % "
-                  f"{'-' if many is None else f'{100 * many / args.runs:.1f} %':>15} {rounds:>10}", flush=True)
+            for label, gate in gates:
+                row = measure(model, name, n, args, gate)
+                row["gate"] = label
+                out.append(row)
+                many = row["n8_named"]
+                print(f"{name if label == 'this' else '  (' + label + ')':<14} {n:>4} "
+                      f"{rate(row['false_blame'], row['runs']):>16} "
+                      f"{100 * row['half_named'] / args.runs:>13.1f} % {100 * row['quarter_named'] / args.runs:>13.1f} % "
+                      f"{'-' if many is None else f'{100 * many / args.runs:.1f} %':>15} {row['max_rounds']:>10}",
+                      flush=True)
     print(f"{time.time() - started:.0f} s wall, {time.process_time() - cpu0:.0f} s CPU")
     if args.json:
         Path(args.json).write_text(json.dumps({"cpu": cpumeter.cpu_name(), "dip": args.dip, "rows": out}, indent=1))
