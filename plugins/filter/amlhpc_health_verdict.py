@@ -19,7 +19,11 @@ def _results(hostvars: Any, all_hosts: list[str], active_hosts: list[str], clust
     for host in all_hosts:
         checks = hostvars[host].get("healthcheck_checks") if host in active_hosts else None
         extra = hostvars[host].get("healthcheck_pair_checks") or []
-        results[host] = None if checks is None else [*checks, *extra]
+        if checks is not None:
+            # Each check once: a pair verdict already in healthcheck_checks is not added again.
+            have = {c.get("check") for c in checks}
+            checks = [*checks, *(c for c in extra if c.get("check") not in have)]
+        results[host] = checks
     return logic("health").with_cluster_checks(results, (cluster_run or {}).get("results") or [])
 
 

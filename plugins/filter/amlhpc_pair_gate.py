@@ -29,8 +29,9 @@ def start(hostvars: Any, hosts: list[str], settings: dict[str, Any]) -> dict[str
     except ValueError as exc:
         from ansible.errors import AnsibleFilterError
         raise AnsibleFilterError(str(exc)) from exc
-    state = gate.start(hosts, tool, minimum=minimum, relative=float(settings.get("relative", 0.5)),
-                       max_rounds=int(settings.get("max_rounds", 3)))
+    state = gate.start(hosts, tool, minimum=minimum, relative=float(settings.get("relative", gate.RELATIVE)),
+                       max_rounds=int(settings.get("max_rounds", gate.MAX_ROUNDS)),
+                       readings=int(settings.get("readings", gate.READINGS)))
     state["tool_reason"] = reason
     return gate.with_roles(state, _addresses(hostvars, hosts), int(settings.get("port", 5300)))
 

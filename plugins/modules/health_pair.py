@@ -20,9 +20,12 @@ description:
     InfiniBand device in C(/sys/class/infiniband)), C(nccl) (C(all_reduce_perf), C(mpirun)
     and C(nvidia-smi)).
   - O(role=server) starts the listening side in the background and returns (an C(iperf3 -s -1)
-    or C(ib_write_bw) that serves one client and gives up when idle); nccl-tests needs none.
-  - O(role=client) runs the test against O(peer_address) and returns the figure (the slower
-    direction of C(iperf3 --bidir), C(ib_write_bw)'s average, or nccl-tests' bus bandwidth).
+    or C(ib_write_bw) that serves one client and gives up when idle), one per port of O(ports);
+    nccl-tests needs none.
+  - O(role=client) runs the test against O(peer_address) once per port of O(ports), one after the
+    other, and returns every figure and the best (the slower direction of C(iperf3 --bidir),
+    C(ib_write_bw)'s average, or nccl-tests' bus bandwidth). The gate's later rounds read a pair
+    several times, so that one transient dip decides nothing.
   - Judging is the controller's (C(plugins/module_utils/amlhpc/pair_gate.py)).
 attributes:
   check_mode:
@@ -55,9 +58,17 @@ options:
     type: str
     default: ""
   port:
-    description: TCP port of the test (a new one each round).
+    description: TCP port of the test (a new one each round); the client's result echoes it.
     type: int
     default: 5201
+  ports:
+    description:
+      - One TCP port per reading, read one after the other (the first is normally O(port));
+        empty - one reading on O(port).
+    type: list
+    elements: int
+    default: []
+    version_added: 2.2.0
   seconds:
     description: How long the test sends, in seconds.
     type: int
@@ -111,9 +122,15 @@ found:
   type: dict
   returned: when role is probe
 value:
-  description: With O(role=client), the figure (Gb/s for iperf3 and ib_write_bw, GB/s bus bandwidth for nccl); null on failure.
+  description: With O(role=client), the best reading (Gb/s for iperf3 and ib_write_bw, GB/s bus bandwidth for nccl); null when none gave a figure.
   type: float
   returned: when role is client
+readings:
+  description: With O(role=client), the figure of every reading that gave one, in order.
+  type: list
+  elements: float
+  returned: when role is client
+  version_added: 2.2.0
 error:
   description: Why there is no figure (the tool's own words), empty otherwise.
   type: str
@@ -180,6 +197,7 @@ def main() -> None:
         "peer_address": {"type": "str", "default": ""},
         "self_address": {"type": "str", "default": ""},
         "port": {"type": "int", "default": 5201},
+        "ports": {"type": "list", "elements": "int", "default": []},
         "seconds": {"type": "int", "default": 5},
         "timeout": {"type": "int", "default": 120},
         "binaries": {"type": "dict", "default": {}},
@@ -203,37 +221,49 @@ def main() -> None:
     if not binary:
         module.fail_json(msg=f"{names['all_reduce_perf' if tool == 'nccl' else tool]} is not on PATH or in "
                              f"healthcheck_tool_dirs on this node: install it or set healthcheck_pair_tool")
-    pidfile = pair_gate.iperf3_pidfile(tempfile.gettempdir(), os.getuid(), p["port"])
-    if tool == "iperf3":
-        argv = pair_gate.iperf3_argv(binary, role, p["peer_address"], p["port"], p["seconds"], pidfile)
-    elif tool == "ib_write_bw":
-        argv = pair_gate.ib_write_bw_argv(binary, role, p["peer_address"], p["port"], p["seconds"], p["ib_device"])
-    else:
-        if role == "server":
-            module.exit_json(changed=False)
-        argv = pair_gate.nccl_pair_argv(paths["mpirun"], binary, p["peer_address"], p["self_address"], p["gpus"],
+    ports = list(p["ports"]) or [p["port"]]
+
+    def argv_for(port: int) -> list[str]:
+        if tool == "iperf3":
+            pidfile = pair_gate.iperf3_pidfile(tempfile.gettempdir(), os.getuid(), port)
+            return pair_gate.iperf3_argv(binary, role, p["peer_address"], port, p["seconds"], pidfile)
+        if tool == "ib_write_bw":
+            return pair_gate.ib_write_bw_argv(binary, role, p["peer_address"], port, p["seconds"], p["ib_device"])
+        return pair_gate.nccl_pair_argv(paths["mpirun"], binary, p["peer_address"], p["self_address"], p["gpus"],
                                         p["nccl_args"], p["mpirun_args"])
+
     if role == "server":
-        if tool == "iperf3":  # daemonizes itself (-D) once it listens
-            end_stale_server(pidfile, p["port"])
-            rc, out, err = module.run_command(argv)
-            if rc != 0:
-                module.fail_json(msg=f"iperf3 could not serve on port {p['port']}: {(err or out).strip()}")
-        else:  # ib_write_bw serves one client in the foreground: leave it running, bounded, detached
-            rc, out, err = module.run_command(
-                f"setsid -f {shlex.join(['timeout', str(p['timeout']), *argv])} </dev/null >/dev/null 2>&1",
-                use_unsafe_shell=True)
-            if rc != 0:
-                module.fail_json(msg=f"{tool} could not serve on port {p['port']}: {(err or out).strip()}")
+        if tool == "nccl":
+            module.exit_json(changed=False)
+        for port in ports:
+            if tool == "iperf3":  # daemonizes itself (-D) once it listens
+                end_stale_server(pair_gate.iperf3_pidfile(tempfile.gettempdir(), os.getuid(), port), port)
+                rc, out, err = module.run_command(argv_for(port))
+                if rc != 0:
+                    module.fail_json(msg=f"iperf3 could not serve on port {port}: {(err or out).strip()}")
+            else:  # ib_write_bw serves one client in the foreground: leave it running, bounded, detached
+                rc, out, err = module.run_command(
+                    f"setsid -f {shlex.join(['timeout', str(p['timeout']), *argv_for(port)])} </dev/null >/dev/null 2>&1",
+                    use_unsafe_shell=True)
+                if rc != 0:
+                    module.fail_json(msg=f"{tool} could not serve on port {port}: {(err or out).strip()}")
         module.exit_json(changed=False)
-    rc, out, err = module.run_command(["timeout", str(p["timeout"]), *argv])
-    text = f"{out}\n{err}"
-    value, error = pair_gate.PARSERS[tool](out if tool == "iperf3" else text)
-    if rc == 124:
-        value, error = None, f"{tool} ran past {p['timeout']} s"
-    elif rc == 127:
-        value, error = None, f"{tool} could not run: {err.strip()}"
-    module.exit_json(changed=False, value=value, error=error, output=text[-2000:], port=p["port"])
+    values, errors, text = [], [], ""
+    for port in ports:
+        rc, out, err = module.run_command(["timeout", str(p["timeout"]), *argv_for(port)])
+        text = f"{out}\n{err}"
+        value, error = pair_gate.PARSERS[tool](out if tool == "iperf3" else text)
+        if rc == 124:
+            value, error = None, f"{tool} ran past {p['timeout']} s"
+        elif rc == 127:
+            value, error = None, f"{tool} could not run: {err.strip()}"
+        if value is None:
+            errors.append(error)
+        else:
+            values.append(value)
+    module.exit_json(changed=False, value=max(values) if values else None, readings=values,
+                     error="" if values else (errors[-1] if errors else "no reading"), output=text[-2000:],
+                     port=p["port"])
 
 
 if __name__ == "__main__":

@@ -15,10 +15,12 @@ author:
 description:
   - Finds the measurement tools (on C(PATH), then in O(tool_dirs)), then runs on the node
     what finds a bad node - C(nvidia-smi) (GPU list with ECC and page retirement, row
-    remapper, C(nvlink -s)), the kernel log (XID errors), C(nvbandwidth) or C(bandwidthTest)
+    remapper, C(-q -d ECC) correctable ECC counts, C(-q -d PERFORMANCE) clock slowdowns,
+    C(nvlink -s)), the kernel log (XID errors), C(nvbandwidth) or C(bandwidthTest)
     (one GPU at a time), C(all_reduce_perf) and C(alltoall_perf) over the node's GPUs,
     C(ibstat) or C(ibv_devinfo -v) (each InfiniBand port's state and rate), C(ib_write_bw)
-    (each HCA's loopback bandwidth), the local NVMe count (C(/dev/nvme*n1)), and the shared
+    (each HCA's loopback bandwidth), each InfiniBand port's C(link_downed) counter (link
+    flaps), the local NVMe count (C(/dev/nvme*n1)), and the shared
     mount's write/read test (C(elbencho), or the project's own reader as
     M(amlhpc.azureml.amlhpc_fs_bench) runs it) - and judges each against the VM size's
     thresholds (C(plugins/module_utils/amlhpc/health.py)). A check whose tool is absent is

@@ -152,7 +152,10 @@ def test_exclude_a_bad_node_then_take_it_back(tmp_path):
         assert check.returncode == 0, check.stdout[-8000:]
         assert "excluding 1 of 4 node(s) (healthcheck_spare_nodes: 1): hx-0 (gpu_health: " in check.stdout
         moving = len([n for n in every if int(n.rsplit("_", 1)[1][:3]) < 16])  # hx-0's suffixes 000-015
-        assert f"Left out by the health gate: hx-0; {moving} file(s) move to the other nodes" in check.stdout
+        assert f"Left out by the health gate: hx-0; the plan gives their {moving} file(s)" in check.stdout
+        # Against what is staged now (issue 42): those files moved in step 1, nothing would be fetched.
+        assert "check mode: 0 file(s) would be fetched now (hx-1 0, hx-2 0, hx-3 0)" in check.stdout, \
+            check.stdout[-4000:]
         assert not (project / "outputs" / "hx-check").exists()
         assert {f"hx-{i}": staged(twin, n) for i, n in enumerate(ranked)} == held
 

@@ -3,7 +3,8 @@ check, one fault at a time, and stops the run with one sentence per bad node (no
 figure, fix); with no fault it passes, and a second run changes nothing.
 
 The faults are the node's environment (tests/twin/faults.py), never a variable of the product:
-a recorded-format nvidia-smi and kernel log showing ECC errors, an inactive NVLink and XIDs; a
+a recorded-format nvidia-smi and kernel log showing ECC errors, an inactive NVLink and XIDs;
+correctable-ECC wear, a hardware slowdown and a flapping InfiniBand port (issue 42); a
 scratch mount gone read-only; a node frozen (docker pause) after the run began. Every node
 carries the healthy nvidia-smi stand-in otherwise, in /usr/local/bin where the Azure HPC images
 put tools. Only the health check's own play runs (no GPU job follows it here).
@@ -11,6 +12,7 @@ put tools. Only the health check's own play runs (no GPU job follows it here).
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -50,9 +52,9 @@ def host(slot: int) -> str:
 
 
 def play(inv: Path, where: Path, name: str, playbook: str = "playbooks/healthcheck.yml",
-         during=None) -> subprocess.CompletedProcess:
+         during=None, extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     """ansible-playbook; ``during(line)`` sees each output line as it comes."""
-    proc = subprocess.Popen([ANSIBLE_PLAYBOOK, "-i", str(inv), playbook], cwd=ROOT, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([ANSIBLE_PLAYBOOK, "-i", str(inv), playbook, *extra], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     lines = []
     timer = threading.Timer(400, proc.kill)
@@ -106,6 +108,34 @@ def test_a_node_whose_gpus_report_faults_is_named_with_each_check(cluster):
                           "node)"), msg
     # one sentence per bad node, and only the bad node
     assert re.findall(rf"{CLUSTER}-\d+ (?:failed|did not answer)", msg) == [f"{host(1)} failed"], msg
+
+
+def test_a_node_wearing_out_is_named_with_aznhcs_other_checks(cluster):
+    # Issue 42, item 7: correctable SRAM ECC errors over AzNHC's 10000, a GPU held in a hardware
+    # slowdown, and an InfiniBand port whose link went down 3 times (its link_downed counter).
+    twin, inv, where = cluster
+    faults.gpu_wear(twin, 2)
+    faults.ib_link_flaps(twin, 2)
+    # The twin's size is a CPU size, with no figure for these checks: AzNHC's, as a user of a
+    # size missing from the table gives them (healthcheck_thresholds).
+    aznhc = {"healthcheck_thresholds": {"default": {"ecc_sram_correctable_max": 10000,
+                                                    "ecc_dram_correctable_max": 20000000,
+                                                    "remap_uncorrectable_max": 512, "gpu_slowdown_max": 0,
+                                                    "ib_link_downed_max": 1}}}
+    try:
+        res = play(inv, where, "gpu-wear", extra=("-e", json.dumps(aznhc)))
+    finally:
+        faults.gpu_tools(twin, 2)
+        faults.ib_link_steady(twin, 2)
+    assert res.returncode != 0
+    msg = verdict(res.stdout)
+    assert msg.startswith(f"health check failed on 1 of {NODES} node(s). {host(2)} failed gpu_ecc_counts SRAM 12000, "
+                          "DRAM 12, remaps 0 (needs SRAM <= 10000, DRAM <= 20000000, remaps <= 512) (GPU "
+                          "00000004:00:00.0: 12000 correctable SRAM ECC error(s) (more than 10000)); gpu_throttle 1 "
+                          "GPU(s) slowed (needs <= 0 GPU(s)) (GPU 0000000D:00:00.0: HW Slowdown, HW Thermal Slowdown "
+                          "active); ib_link_flaps 3 link-down(s) on the worst of 2 port(s) (needs <= 1 per port) "
+                          "(mlx5_ib1:1 went down 3 times since boot"), msg
+    assert re.findall(rf"{CLUSTER}-\d+ (?:failed|did not answer)", msg) == [f"{host(2)} failed"], msg
 
 
 def test_a_node_whose_scratch_cannot_be_written_is_named(cluster):

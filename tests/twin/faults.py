@@ -12,6 +12,12 @@ variable of the product, so the health gate meets it as it would meet it on a re
   file system after I/O errors: a bind mount of it remounted ``ro`` inside the node's own
   mount namespace (a short-lived privileged helper container enters it with ``nsenter``; the
   node itself keeps no capability). Root's writes there fail with ``EROFS``.
+* :func:`gpu_wear` makes the stand-in show what AzNHC's check_gpu_ecc and
+  check_gpu_clock_throttling catch before a GPU breaks: 12000 correctable SRAM ECC errors on
+  one GPU, a hardware slowdown on another (``nvidia-smi -q -d ECC`` / ``-q -d PERFORMANCE``).
+* :func:`ib_link_flaps` gives the node InfiniBand port counters (``/sys/class/infiniband/<hca>/
+  ports/1/counters/link_downed``), one port flapping: a tmpfs over the node's ``/sys/class``,
+  made in its mount namespace by the same helper; :func:`ib_link_steady` takes it away.
 * :func:`stop_answering` freezes every process of the node (``docker pause``): its TCP stack
   still accepts, sshd never answers, as a hung VM does. :func:`answer_again` thaws it.
 
@@ -34,10 +40,13 @@ def _replay(name: str) -> str:
     return f"cat <<'FIXTURE'\n{(FIX / name).read_text()}FIXTURE\n"
 
 
-def _nvidia_smi(gpu_csv: str, nvlink: str) -> str:
+def _nvidia_smi(gpu_csv: str, nvlink: str, ecc: str = "nvsmi_q_ecc_ndv4_ok.txt",
+                perf: str = "nvsmi_q_perf_ndv4_ok.txt") -> str:
     return ("#!/bin/sh\ncase \"$*\" in\n"
             f"  *--query-gpu=*) {_replay(gpu_csv)};;\n"
             f"  *--query-remapped-rows=*) {_replay('nvsmi_remap_ndv4_ok.csv')};;\n"
+            f"  \"-q -d ECC\") {_replay(ecc)};;\n"
+            f"  \"-q -d PERFORMANCE\") {_replay(perf)};;\n"
             f"  \"nvlink -s\") {_replay(nvlink)};;\n"
             "  *) echo \"stand-in nvidia-smi: $* not recorded\" >&2; exit 2 ;;\nesac\n")
 
@@ -60,6 +69,16 @@ def gpu_fault(twin: Twin, node: TwinNode | int) -> None:
     """``node``'s GPUs report faults: uncorrectable ECC errors, an inactive NVLink, an Xid 79."""
     _install(twin, node, "nvidia-smi", _nvidia_smi("nvsmi_gpu_ndv4_ecc.csv", "nvlink_a100_inactive.txt"))
     _install(twin, node, "dmesg", "#!/bin/sh\n" + _replay("dmesg_xid.txt"))
+
+
+def gpu_wear(twin: Twin, node: TwinNode | int) -> None:
+    """``node``'s GPUs wear out the way AzNHC's check_gpu_ecc and check_gpu_clock_throttling
+    see it: GPU 3 has 12000 correctable SRAM ECC errors (``-q -d ECC``), GPU 6 is held in a
+    hardware (thermal) slowdown (``-q -d PERFORMANCE``); no uncorrectable error, no XID."""
+    _install(twin, node, "nvidia-smi", _nvidia_smi("nvsmi_gpu_ndv4_ok.csv", "nvlink_a100_ok.txt",
+                                                   "nvsmi_q_ecc_ndv4_sram_high.txt",
+                                                   "nvsmi_q_perf_ndv4_hw_slowdown.txt"))
+    twin.exec(node, "rm", "-f", f"{BIN}/dmesg")
 
 
 # The helper that enters a node's mount namespace: the host's PIDs, the capabilities nsenter
@@ -103,3 +122,37 @@ def stop_answering(twin: Twin, node: TwinNode | int) -> None:
 
 def answer_again(twin: Twin, node: TwinNode | int) -> None:
     docker("unpause", _one(twin, node).container, check=False)
+
+
+# InfiniBand port counters where the kernel keeps them: a tmpfs over /sys/class in the node's
+# mount namespace, every class entry kept (a link to the real device under /sys/devices) and
+# an infiniband class added with two ports, as sysfs lays it out.
+_SYSCLASS = "/run/amlhpc-twin-sysclass"
+
+
+def ib_link_flaps(twin: Twin, node: TwinNode | int, downs: int = 3) -> None:
+    """``node`` gets InfiniBand ports ``mlx5_ib0`` and ``mlx5_ib1`` whose ``link_downed``
+    counters read 0 and ``downs`` (a flapping link, what AzNHC's check_ib_link_flapping
+    catches), beside an Ethernet ``mlx5_an0`` port that went down 7 times (not counted)."""
+    node = _one(twin, node)
+    ports = "".join(f"mkdir -p {_SYSCLASS}/infiniband/{hca}/ports/1/counters; "
+                    f"echo {layer} > {_SYSCLASS}/infiniband/{hca}/ports/1/link_layer; "
+                    f"echo {n} > {_SYSCLASS}/infiniband/{hca}/ports/1/counters/link_downed; "
+                    for hca, layer, n in (("mlx5_an0", "Ethernet", 7), ("mlx5_ib0", "InfiniBand", 0),
+                                          ("mlx5_ib1", "InfiniBand", downs)))
+    script = (f"set -e; mkdir -p {_SYSCLASS}; mount -t tmpfs amlhpc-twin {_SYSCLASS}; "
+              f"for d in /sys/class/*; do c={_SYSCLASS}/$(basename $d); mkdir -p $c; "
+              "for e in $d/*; do [ -e \"$e\" ] && ln -s \"$(readlink -f \"$e\")\" $c/$(basename \"$e\"); done; "
+              f"done; {ports}mount --bind {_SYSCLASS} /sys/class")
+    res = subprocess.run([*_HELPER, twin.image, "nsenter", "-t", _container_pid(node), "-m", "sh", "-c", script],
+                         capture_output=True, text=True, timeout=120, check=False)
+    if res.returncode != 0:
+        raise RuntimeError(f"cannot give {node.container} InfiniBand counters: {res.stderr.strip()}")
+
+
+def ib_link_steady(twin: Twin, node: TwinNode | int) -> None:
+    """Undo :func:`ib_link_flaps` (the node's own /sys/class again)."""
+    node = _one(twin, node)
+    subprocess.run([*_HELPER, twin.image, "nsenter", "-t", _container_pid(node), "-m", "sh", "-c",
+                    f"umount /sys/class; umount {_SYSCLASS}; rmdir {_SYSCLASS}"],
+                   capture_output=True, text=True, timeout=120, check=False)

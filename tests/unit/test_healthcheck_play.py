@@ -42,6 +42,8 @@ def fake_tools(folder: Path, log: Path, gpu_csv: str, node_all_reduce: str, nvbw
 case "$*" in
   *--query-gpu=*) cat {FIX / gpu_csv} ;;
   *--query-remapped-rows=*) cat {FIX / 'nvsmi_remap_ndv4_ok.csv'} ;;
+  "-q -d ECC") cat {FIX / 'nvsmi_q_ecc_ndv4_ok.txt'} ;;
+  "-q -d PERFORMANCE") cat {FIX / 'nvsmi_q_perf_ndv4_ok.txt'} ;;
   "nvlink -s") cat {FIX / 'nvlink_a100_ok.txt'} ;;
   *) exit 2 ;;
 esac
@@ -121,11 +123,14 @@ def test_healthy_cluster_passes_with_every_check_measured(cluster):
     res = run(make())
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr
     out = res.stdout
-    for check in ("gpu_count", "gpu_health", "gpu_xid", "h2d_bandwidth", "nccl_all_reduce_node",
-                  "nccl_alltoall_node", "nccl_all_reduce_cluster", "nccl_alltoall_cluster", "fs_write", "fs_read"):
+    for check in ("gpu_count", "gpu_health", "gpu_xid", "gpu_ecc_counts", "gpu_throttle", "h2d_bandwidth",
+                  "nccl_all_reduce_node", "nccl_alltoall_node", "nccl_all_reduce_cluster", "nccl_alltoall_cluster",
+                  "fs_write", "fs_read"):
         assert f"{check}" in out
-    assert "2 node(s): 28 passed, 0 failed, 0 skipped checks" in out
+    # 16 checks pass on each node; ib_link_flaps skips (this machine has no /sys/class/infiniband).
+    assert "2 node(s): 32 passed, 0 failed, 2 skipped checks" in out
     calls = log.read_text()
+    assert "nvidia-smi -q -d ECC" in calls and "nvidia-smi -q -d PERFORMANCE" in calls
     assert "all_reduce_perf -b 8G -e 8G -f 2 -c 1 -n 20 -g 8" in calls
     assert "nvbandwidth -t host_to_device_memcpy_ce device_to_host_memcpy_ce" in calls
     mpirun = [line for line in calls.splitlines() if line.startswith("mpirun")]
@@ -219,7 +224,7 @@ def test_each_node_is_measured_with_one_shell_command_not_a_module_run(cluster):
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr
     assert _module_runs(res.stdout) == 0, res.stdout[-3000:]
     assert _probe_runs(res.stdout) == 2
-    assert "2 node(s): 28 passed, 0 failed, 0 skipped checks" in res.stdout
+    assert "2 node(s): 32 passed, 0 failed, 2 skipped checks" in res.stdout
     assert "elbencho --write --read" in log.read_text() and list(scratch.iterdir()) == []
 
 
@@ -239,7 +244,7 @@ def test_a_mount_folder_to_create_is_left_to_the_module(cluster, tmp_path):
     assert second.returncode == 0, second.stdout[-4000:]
     assert _module_runs(second.stdout) == 0 and _probe_runs(second.stdout) == 2
     assert re.findall(r"^n\d\s+: ok=\d+\s+changed=(\d+)", second.stdout, re.M) == ["0", "0"]
-    assert "2 node(s): 28 passed, 0 failed, 0 skipped checks" in second.stdout
+    assert "2 node(s): 32 passed, 0 failed, 2 skipped checks" in second.stdout
 
 
 def test_exclude_leaves_the_failing_node_out_and_writes_the_verdict(cluster, tmp_path):
@@ -271,3 +276,30 @@ def test_exclude_stops_when_more_nodes_fail_than_there_are_spares(cluster, tmp_p
             "(0000000C:00:00.0): 2 uncorrectable ECC error(s) since boot). Replace or repair them, or raise "
             "healthcheck_spare_nodes to 1 to train on the others.") in res.stdout
     assert json.loads(verdict.read_text())["action"] == "stop"  # written before the run stopped
+
+
+def test_a_rerun_with_the_same_verdict_changes_nothing_on_any_node(cluster, tmp_path):
+    # Issue 42, item 6: n0 fails a check whose figure differs on every run (its mount's write
+    # throughput, measured by the project's reader, against a floor it cannot meet) and is excluded. The rerun's verdict is the
+    # same: nothing changes on either node, the excluded one included (its verdict file holds
+    # the failed checks by name, not the figures), and health.json lists each check once.
+    make, _unused, _unused = cluster
+    inv = make(healthcheck_on_failure="exclude", healthcheck_spare_nodes=1,
+               healthcheck_verdict_file=str(tmp_path / "outputs" / "cf" / "health.json"))
+    doc = yaml.safe_load(inv.read_text())
+    for name in ("n0", "n1"):
+        doc["all"]["hosts"][name]["healthcheck_node_verdict_file"] = str(tmp_path / "node" / f"{name}.json")
+    doc["all"]["hosts"]["n0"]["healthcheck_thresholds"] = {"default": {"fs_write_mbps": 1e9, "fs_read_mbps": 1}}
+    inv.write_text(yaml.safe_dump(doc))
+    first = run(inv)
+    assert first.returncode == 0, first.stdout[-4000:] + first.stderr
+    assert "excluding 1 of 2 node(s)" in first.stdout and "n0 (fs_write: " in first.stdout
+    second = run(inv)
+    assert second.returncode == 0, second.stdout[-4000:]
+    assert re.findall(r"^n\d\s+: ok=\d+\s+changed=(\d+)", second.stdout, re.M) == ["0", "0"], second.stdout[-3000:]
+    node = json.loads((tmp_path / "node" / "n0.json").read_text())
+    assert node["status"] == "excluded" and node["checks"] == ["fs_write"] and "MB/s" not in json.dumps(node)
+    health = json.loads((tmp_path / "outputs" / "cf" / "health.json").read_text())
+    for name, entry in health["nodes"].items():
+        checks = [c["check"] for c in entry["checks"]]
+        assert len(checks) == len(set(checks)), (name, checks)

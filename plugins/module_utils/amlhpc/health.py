@@ -51,6 +51,12 @@ SKIP = "skip"
 #   nvme_count               local NVMe namespaces (/dev/nvme*n1)
 #   p2p_gbps                 lowest GPU<->GPU copy bandwidth of any pair (nvbandwidth
 #                            device_to_device_memcpy_read_ce, over NVLink), GB/s
+#   ecc_sram_correctable_max most SRAM correctable ECC errors of any GPU (volatile or aggregate)
+#   ecc_dram_correctable_max most DRAM correctable ECC errors of any GPU (volatile or aggregate)
+#   remap_uncorrectable_max  most rows any GPU remapped for uncorrectable errors
+#   gpu_slowdown_max         GPUs allowed in a hardware, hardware-thermal, power-brake or
+#                            software-thermal slowdown (nvidia-smi's clocks event reasons)
+#   ib_link_downed_max       most times any InfiniBand port's link went down (link_downed)
 # NVLink is gated on every size that has it: any link nvidia-smi shows <inactive> fails.
 #
 # Sources. "aznhc" is Azure's node health checks, github.com/Azure/azurehpc-health-checks,
@@ -69,6 +75,16 @@ SKIP = "skip"
 #     check_hw_ib 100 mlx5_ib0:1 (one EDR port); check_ib_bw_non_gdr 90 (Gb/s).
 #   Every size: check_gpu_xid (customTests/azure_gpu_xid.nhc) and check_gpu_ecc (any
 #     uncorrectable error, a pending or failed row remap: customTests/azure_gpu_ecc.nhc).
+#   nd96asr_v4.conf, nd96isr_h100_v5.conf, nd96isr_h200_v5.conf: check_gpu_ecc 20000000 10000
+#     (customTests/azure_gpu_ecc.nhc: more than 10000 SRAM correctable errors, more than
+#     20000000 DRAM ones, more than 512 uncorrectable row remaps fail); nd40rs_v2.conf has none
+#     (V100: no SRAM/DRAM split, no row remapper).
+#   The four: check_gpu_clock_throttling (customTests/azure_gpu_clock_throttling.nhc: reasons
+#     other than idle, none and SW power cap are reported; Azure/cyclecloud-healthagent's
+#     healthagent/bindings.py get_throttle_reasons makes HW slowdown, HW thermal, power brake
+#     and SW thermal an error) and check_ib_link_flapping 6 (customTests/
+#     azure_ib_link_flapping.nhc: more than one link-down event in 6 hours fails; here from the
+#     port's link_downed counter since boot, so more than one fails).
 # nvme_count is gated where aznhc gates it (H200 v5); elsewhere the count is reported (set it
 # with healthcheck_thresholds, e.g. 8 on A100 v4 and H100 v5 as nvme.py's table says).
 # h2d_gbps on A100-class is the 20 GB/s the project's issue asks for (aznhc's 24 assumes its
@@ -80,11 +96,16 @@ SKIP = "skip"
 # alltoall traffic leaves the node). fs floors are the project's own: 1000 MB/s per node is
 # far below what BeeOND on the NVMe RAID0 of these sizes delivers, and catches a broken or
 # degraded mount, not a tuning regression. Override any figure with healthcheck_thresholds.
+# check_gpu_ecc 20000000 10000, check_gpu_clock_throttling, check_ib_link_flapping 6 (above)
+_AZNHC_ECC: dict[str, float | int | None] = {
+    "ecc_sram_correctable_max": 10000, "ecc_dram_correctable_max": 20000000, "remap_uncorrectable_max": 512,
+    "gpu_slowdown_max": 0, "ib_link_downed_max": 1}
 _NDV4 = {
     "gpus": 8, "h2d_gbps": 20.0, "allreduce_node_busbw": 228.0, "alltoall_node_busbw": None,
     "allreduce_cluster_busbw": 148.0, "alltoall_cluster_busbw": 13.9,
     "fs_write_mbps": 1000.0, "fs_read_mbps": 1000.0,
     "ib_ports": 8, "ib_rate_gbps": 200.0, "ib_bw_gbps": 185.0, "nvme_count": None, "p2p_gbps": None,
+    **_AZNHC_ECC,
 }
 VM_THRESHOLDS: dict[str, dict[str, float | int | None]] = {
     "standard_nd96asr_v4": dict(_NDV4),
@@ -94,23 +115,29 @@ VM_THRESHOLDS: dict[str, dict[str, float | int | None]] = {
         "allreduce_cluster_busbw": 304.0, "alltoall_cluster_busbw": 28.5,
         "fs_write_mbps": 1000.0, "fs_read_mbps": 1000.0,
         "ib_ports": 8, "ib_rate_gbps": 400.0, "ib_bw_gbps": 380.0, "nvme_count": None, "p2p_gbps": 335.0,
+        **_AZNHC_ECC,
     },
     "standard_nd96isr_h200_v5": {
         "gpus": 8, "h2d_gbps": 48.0, "allreduce_node_busbw": 431.0, "alltoall_node_busbw": None,
         "allreduce_cluster_busbw": 288.0, "alltoall_cluster_busbw": 27.0,
         "fs_write_mbps": 1000.0, "fs_read_mbps": 1000.0,
         "ib_ports": 8, "ib_rate_gbps": 400.0, "ib_bw_gbps": 360.0, "nvme_count": 8, "p2p_gbps": 335.0,
+        **_AZNHC_ECC,
     },
     "standard_nd40rs_v2": {
         "gpus": 8, "h2d_gbps": 10.0, "allreduce_node_busbw": None, "alltoall_node_busbw": None,
         "allreduce_cluster_busbw": 7.8, "alltoall_cluster_busbw": None,
         "fs_write_mbps": 1000.0, "fs_read_mbps": 1000.0,
         "ib_ports": 1, "ib_rate_gbps": 100.0, "ib_bw_gbps": 90.0, "nvme_count": None, "p2p_gbps": None,
+        "ecc_sram_correctable_max": None, "ecc_dram_correctable_max": None, "remap_uncorrectable_max": None,
+        "gpu_slowdown_max": 0, "ib_link_downed_max": 1,
     },
 }
 THRESHOLD_KEYS = ("gpus", "h2d_gbps", "allreduce_node_busbw", "alltoall_node_busbw",
                   "allreduce_cluster_busbw", "alltoall_cluster_busbw", "fs_write_mbps", "fs_read_mbps",
-                  "ib_ports", "ib_rate_gbps", "ib_bw_gbps", "nvme_count", "p2p_gbps")
+                  "ib_ports", "ib_rate_gbps", "ib_bw_gbps", "nvme_count", "p2p_gbps",
+                  "ecc_sram_correctable_max", "ecc_dram_correctable_max", "remap_uncorrectable_max",
+                  "gpu_slowdown_max", "ib_link_downed_max")
 
 # XIDs that mean the GPU needs a reset or a replacement: the list aznhc's check_gpu_xid
 # fails on (customTests/azure_gpu_xid.nhc), meanings in docs.nvidia.com/deploy/xid-errors.
@@ -281,6 +308,163 @@ def gpu_checks(gpu_query: str, remap_query: str | None, kernel_log: str | None,
         checks.append(check("gpu_xid", FAIL if fatal else PASS, f"{len(seen)} critical",
                             "0 critical", reason))
     return checks
+
+
+# --------------------------------------------------------------------------------------
+# ECC counts, row remaps, clock slowdowns (nvidia-smi -q -d ECC / PERFORMANCE)
+# --------------------------------------------------------------------------------------
+def nvidia_smi_q_args(binary: str, display: str) -> list[str]:
+    """``nvidia-smi -q -d <display>`` (ECC, PERFORMANCE): the tool's own report, every GPU."""
+    return [binary, "-q", "-d", display]
+
+
+_Q_GPU = re.compile(r"^GPU ([0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+\.[0-9A-Fa-f]+)\s*$")
+_Q_LINE = re.compile(r"^(\s+)(\S.*?)\s*(?::\s*(.*?))?\s*$")
+
+
+def parse_nvidia_smi_q(text: str) -> dict[str, dict[str, str]]:
+    """``nvidia-smi -q`` (any ``-d``): per GPU (its bus id), every value under its section path
+    (``"ECC Errors/Volatile/SRAM Correctable": "0"``), sections known by their indent."""
+    gpus: dict[str, dict[str, str]] = {}
+    current: dict[str, str] | None = None
+    stack: list[tuple[int, str]] = []
+    for line in text.splitlines():
+        m = _Q_GPU.match(line)
+        if m:
+            current, stack = gpus.setdefault(m.group(1), {}), []
+            continue
+        m = _Q_LINE.match(line)
+        if current is None or not m:
+            continue
+        indent, key, value = len(m.group(1)), m.group(2).strip(), m.group(3)
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        path = "/".join([*(k for _i, k in stack), key])
+        if value is None:
+            stack.append((indent, key))
+        else:
+            current[path] = value.strip()
+    return gpus
+
+
+def _q_count(values: Mapping[str, str], *keys: str) -> int | None:
+    counts = [_count(values[k]) for k in keys if k in values]
+    known = [c for c in counts if c is not None]
+    return max(known) if known else None
+
+
+def ecc_counts_check(ecc_q: str | None, remap_query: str | None, limits: Mapping[str, Any],
+                     error: str = "") -> dict[str, Any]:
+    """``gpu_ecc_counts``: correctable ECC errors in SRAM and DRAM (``nvidia-smi -q -d ECC``,
+    volatile and aggregate) and rows remapped for uncorrectable errors (``--query-remapped-rows``),
+    the largest of any GPU against the size's ``ecc_sram_correctable_max``,
+    ``ecc_dram_correctable_max`` and ``remap_uncorrectable_max`` (AzNHC's check_gpu_ecc)."""
+    if ecc_q is None:
+        why = " ".join((error or "no output").split())[:200]
+        return skipped("gpu_ecc_counts", f"nvidia-smi -q -d ECC did not answer: {why}")
+    gpus = parse_nvidia_smi_q(ecc_q)
+    sram = {bus: _q_count(v, "ECC Errors/Volatile/SRAM Correctable", "ECC Errors/Aggregate/SRAM Correctable")
+            for bus, v in gpus.items()}
+    dram = {bus: _q_count(v, "ECC Errors/Volatile/DRAM Correctable", "ECC Errors/Aggregate/DRAM Correctable")
+            for bus, v in gpus.items()}
+    try:
+        remaps = {r["gpu_bus_id"]: _count(r["remapped_rows.uncorrectable"])
+                  for r in (parse_remap_query(remap_query) if remap_query is not None else [])}
+    except ValueError:
+        remaps = {}
+    figures = {"SRAM": (sram, limits.get("ecc_sram_correctable_max"), "correctable SRAM ECC error(s)"),
+               "DRAM": (dram, limits.get("ecc_dram_correctable_max"), "correctable DRAM ECC error(s)"),
+               "remaps": (remaps, limits.get("remap_uncorrectable_max"), "row(s) remapped for uncorrectable errors")}
+    if not any(v is not None for counts, _limit, _what in figures.values() for v in counts.values()):
+        return skipped("gpu_ecc_counts", "this GPU or driver reports no SRAM/DRAM ECC split and no row remaps "
+                                         "(V100 and older): not checked")
+    value, threshold, problems = [], [], []
+    for label, (counts, limit, what) in figures.items():
+        known = {bus: c for bus, c in counts.items() if c is not None}
+        if not known:
+            continue
+        worst = max(known.values())
+        value.append(f"{label} {worst}")
+        if limit is not None:
+            threshold.append(f"{label} <= {int(limit)}")
+            problems += [f"GPU {bus}: {c} {what} (more than {int(limit)})" for bus, c in known.items() if c > limit]
+    if not threshold:
+        return check("gpu_ecc_counts", PASS, ", ".join(value), None, "no threshold for this VM size: reported, not gated")
+    return check("gpu_ecc_counts", FAIL if problems else PASS, ", ".join(value), ", ".join(threshold),
+                 "; ".join(problems))
+
+
+# nvidia-smi -q -d PERFORMANCE: "Clocks Event Reasons" (driver 535.54.03 on; "Clocks Throttle
+# Reasons" before). The ones that mean the hardware is slowing the GPU down (healthagent's
+# get_throttle_reasons): the rest (idle, application clocks, SW power cap, sync boost) are normal.
+SLOWDOWN_REASONS = ("HW Slowdown", "HW Thermal Slowdown", "HW Power Brake Slowdown", "SW Thermal Slowdown")
+_REASON_SECTIONS = ("Clocks Event Reasons", "Clocks Throttle Reasons")
+
+
+def throttle_check(perf_q: str | None, limits: Mapping[str, Any], error: str = "") -> dict[str, Any]:
+    """``gpu_throttle``: GPUs whose clocks a hardware, hardware-thermal, power-brake or
+    software-thermal slowdown holds down, against the size's ``gpu_slowdown_max`` (AzNHC's
+    check_gpu_clock_throttling)."""
+    if perf_q is None:
+        why = " ".join((error or "no output").split())[:200]
+        return skipped("gpu_throttle", f"nvidia-smi -q -d PERFORMANCE did not answer: {why}")
+    gpus = parse_nvidia_smi_q(perf_q)
+    slowed: dict[str, list[str]] = {}
+    seen = False
+    for bus, values in gpus.items():
+        for path, state in values.items():
+            parts = path.split("/")
+            if parts[0] in _REASON_SECTIONS:
+                seen = True
+                if parts[-1] in SLOWDOWN_REASONS and state.lower() == "active":
+                    slowed.setdefault(bus, []).append(parts[-1])
+    if not seen:
+        return skipped("gpu_throttle", "nvidia-smi -q -d PERFORMANCE printed no clocks event reasons: not checked")
+    limit = limits.get("gpu_slowdown_max")
+    value = f"{len(slowed)} GPU(s) slowed"
+    reason = "; ".join(f"GPU {bus}: {', '.join(r)} active" for bus, r in sorted(slowed.items()))
+    if limit is None:
+        return check("gpu_throttle", PASS, value, None, reason or "no threshold for this VM size: reported, not gated")
+    return check("gpu_throttle", FAIL if len(slowed) > int(limit) else PASS, value, f"<= {int(limit)} GPU(s)", reason)
+
+
+# --------------------------------------------------------------------------------------
+# InfiniBand link flaps (/sys/class/infiniband/<hca>/ports/<port>/counters/link_downed)
+# --------------------------------------------------------------------------------------
+IB_SYSFS = "/sys/class/infiniband"
+_IB_FILE = re.compile(r"^(?:.*/)?([^/\s]+)/ports/(\d+)/(?:counters/)?(link_downed|link_layer):\s*(.*?)\s*$")
+
+
+def parse_ib_counters(text: str) -> dict[str, dict[str, str]]:
+    """``grep -H . /sys/class/infiniband/*/ports/*/link_layer
+    /sys/class/infiniband/*/ports/*/counters/link_downed`` (``<path>:<value>`` lines):
+    ``{"mlx5_ib0:1": {"link_layer": "InfiniBand", "link_downed": "0"}}``."""
+    out: dict[str, dict[str, str]] = {}
+    for line in text.splitlines():
+        m = _IB_FILE.match(line.strip())
+        if m:
+            out.setdefault(f"{m.group(1)}:{m.group(2)}", {})[m.group(3)] = m.group(4)
+    return out
+
+
+def ib_flaps_check(counters: str | None, limit: Any) -> dict[str, Any]:
+    """``ib_link_flaps``: how often each InfiniBand port's link went down since boot (its
+    ``link_downed`` counter; Ethernet ports such as ``mlx5_an0`` left out), against the size's
+    ``ib_link_downed_max`` (AzNHC's check_ib_link_flapping)."""
+    ports = {p: v for p, v in parse_ib_counters(counters or "").items()
+             if v.get("link_layer", "InfiniBand").lower() == "infiniband" and "link_downed" in v}
+    if not ports:
+        return skipped("ib_link_flaps", f"no InfiniBand port counters under {IB_SYSFS}: not checked")
+    downs = {p: _count(v["link_downed"]) for p, v in ports.items()}
+    known = {p: c for p, c in downs.items() if c is not None}
+    worst = max(known.values()) if known else 0
+    value = f"{worst} link-down(s) on the worst of {len(ports)} port(s)"
+    if limit is None:
+        return check("ib_link_flaps", PASS, value, None, "no threshold for this VM size: reported, not gated")
+    flapping = sorted((p, c) for p, c in known.items() if c > int(limit))
+    return check("ib_link_flaps", FAIL if flapping else PASS, value, f"<= {int(limit)} per port",
+                 "; ".join(f"{p} went down {c} times since boot (a flapping link: its cable or port)"
+                           for p, c in flapping))
 
 
 # --------------------------------------------------------------------------------------
@@ -638,6 +822,9 @@ FIXES: dict[str, str] = {
     "gpu_count": "a GPU is missing: reboot the node, and if it still lacks one " + _REPLACE,
     "gpu_health": "reset the GPU (reboot the node); if the errors stay " + _REPLACE,
     "gpu_xid": "reset the GPU (reboot the node); if the XID comes back " + _REPLACE,
+    "gpu_ecc_counts": "reset the GPU (reboot the node) to remap its rows; if the counts keep growing " + _REPLACE,
+    "gpu_throttle": "check the GPU's cooling and power (reboot the node); if it stays slowed " + _REPLACE,
+    "ib_link_flaps": "reseat or replace the port's cable (a support request); until then " + _REPLACE,
     "nvlink": "reboot the node; if a link stays inactive " + _REPLACE,
     "h2d_bandwidth": "reboot the node; if the copy stays slow " + _REPLACE,
     "nccl_all_reduce_node": "reboot the node; if NCCL stays slow " + _REPLACE,
@@ -771,7 +958,8 @@ def node_checks(probe: Mapping[str, Any], limits: Mapping[str, Any], tool_names:
     if not has_smi:
         reason = (f"{tool_names.get('nvidia_smi', 'nvidia-smi')} not found on PATH or in healthcheck_tool_dirs: "
                   "no NVIDIA driver on this host")
-        checks += [skipped(name, reason) for name in ("gpu_count", "gpu_health", "gpu_xid")]
+        checks += [skipped(name, reason) for name in ("gpu_count", "gpu_health", "gpu_xid", "gpu_ecc_counts",
+                                                      "gpu_throttle")]
     else:
         gpu, remap, klog = probe.get("gpu_query") or {}, probe.get("remap_query") or {}, probe.get("kernel_log") or {}
         gpu_count = gpu_count_of(gpu)
@@ -779,6 +967,12 @@ def node_checks(probe: Mapping[str, Any], limits: Mapping[str, Any], tool_names:
                              str(remap.get("stdout", "")) if remap.get("rc") == 0 else None,
                              str(klog.get("stdout", "")) if klog.get("rc") == 0 else None,
                              limits.get("gpus"), vm_size, str(klog.get("stderr") or ""))
+        ecc, perf = probe.get("ecc_q") or {}, probe.get("perf_q") or {}
+        checks.append(ecc_counts_check(str(ecc.get("stdout", "")) if ecc.get("rc") == 0 else None,
+                                       str(remap.get("stdout", "")) if remap.get("rc") == 0 else None,
+                                       limits, _out(ecc) if ecc else "not run"))
+        checks.append(throttle_check(str(perf.get("stdout", "")) if perf.get("rc") == 0 else None, limits,
+                                     _out(perf) if perf else "not run"))
         nvlink = probe.get("nvlink") or {}
         if nvlink.get("rc") == 0:
             checks.append(nvlink_check(str(nvlink.get("stdout", ""))))
@@ -813,6 +1007,7 @@ def node_checks(probe: Mapping[str, Any], limits: Mapping[str, Any], tool_names:
 
     # InfiniBand ports, their rate and perftest's figure; the local NVMe disks
     checks += ib_checks(probe, limits, tool_names)
+    checks.append(ib_flaps_check(probe.get("ib_counters"), limits.get("ib_link_downed_max")))
     if "nvme_devices" in probe:
         checks.append(nvme_check(probe.get("nvme_devices") or [], limits.get("nvme_count")))
 

@@ -32,11 +32,13 @@ from typing import Any, Optional
 
 from .fsbench import run as fsbench_run
 from .health import (
+    IB_SYSFS,
     NODE_NCCL_TESTS,
     P2P_TESTCASE,
     gpu_count_of,
     node_checks,
     nvidia_smi_gpu_args,
+    nvidia_smi_q_args,
     nvidia_smi_remap_args,
     thresholds_for,
 )
@@ -109,6 +111,8 @@ def probe(p: Mapping[str, Any], check_mode: bool) -> dict:
     if tools["nvidia_smi"]:
         out["gpu_query"] = run(nvidia_smi_gpu_args(tools["nvidia_smi"]), timeout)
         out["remap_query"] = run(nvidia_smi_remap_args(tools["nvidia_smi"]), timeout)
+        out["ecc_q"] = run(nvidia_smi_q_args(tools["nvidia_smi"], "ECC"), timeout)
+        out["perf_q"] = run(nvidia_smi_q_args(tools["nvidia_smi"], "PERFORMANCE"), timeout)
         out["kernel_log"] = run(shlex.split(p["kernel_log_command"]), timeout)
         gpus = gpu_count_of(out["gpu_query"])
         if tools["nvbandwidth"]:
@@ -124,6 +128,7 @@ def probe(p: Mapping[str, Any], check_mode: bool) -> dict:
             for name, tool, _limit in NODE_NCCL_TESTS if tools[tool]]
         out["nvlink"] = run([tools["nvidia_smi"], "nvlink", "-s"], timeout)
     probe_ib(out, tools, p, timeout, gpus)
+    out["ib_counters"] = read_ib_counters()
     out["nvme_devices"] = sorted(glob.glob(NVME_GLOB))
     if p["cluster"] is not None:
         out["nodefile_exists"] = os.path.exists(str(p["cluster"].get("nodefile") or ""))
@@ -184,6 +189,21 @@ def probe_ib(out: dict, tools: Mapping[str, str], p: Mapping[str, Any], timeout:
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+def read_ib_counters(root: str = IB_SYSFS) -> str:
+    """Each InfiniBand port's link layer and ``link_downed`` counter, as ``grep -H .`` prints
+    them (``<path>:<value>`` lines; health.parse_ib_counters reads them); empty where the node
+    has no InfiniBand device."""
+    lines = []
+    for pattern in ("*/ports/*/link_layer", "*/ports/*/counters/link_downed"):
+        for path in sorted(glob.glob(os.path.join(root, pattern))):
+            try:
+                with open(path, encoding="ascii", errors="replace") as f:
+                    lines.append(f"{path}:{f.read().strip()}")
+            except OSError:
+                continue
+    return "".join(f"{line}\n" for line in lines)
 
 
 def needs_folder(p: Mapping[str, Any]) -> bool:

@@ -45,6 +45,12 @@ def _reasons(checks: Iterable[Mapping[str, Any]] | None) -> list[str]:
     return [f"{c['check']}: {c.get('reason') or 'failed'}" for c in checks if c.get("status") == "fail"]
 
 
+def _failed_checks(checks: Iterable[Mapping[str, Any]] | None) -> list[str]:
+    if checks is None:
+        return ["unreachable"]
+    return list(dict.fromkeys(str(c["check"]) for c in checks if c.get("status") == "fail"))
+
+
 def verdict(results: Mapping[str, Iterable[Mapping[str, Any]] | None], ranked: Sequence[str], *,
             on_failure: str = "stop", spares: int = 0, ignore_failures: bool = False,
             addresses: Mapping[str, str] | None = None, port: int = RDZV_PORT,
@@ -68,8 +74,11 @@ def verdict(results: Mapping[str, Iterable[Mapping[str, Any]] | None], ranked: S
     nodes = [n for n in ranked if n in results] + sorted(set(results) - set(ranked))
     if failing is None:
         failed = {n: _reasons(results[n]) for n in nodes}
+        names = {n: _failed_checks(results[n]) for n in nodes}
     else:
         failed = {str(f["node"]): list(f.get("reasons") or ["failed"]) for f in failing}
+        names = {str(f["node"]): list(f.get("checks") or _failed_checks(results.get(str(f["node"])))) or ["failed"]
+                 for f in failing}
         nodes += sorted(set(failed) - set(nodes))
     why = {n: r for n, r in failed.items() if r}
     bad = [n for n in nodes if n in why]
@@ -102,7 +111,7 @@ def verdict(results: Mapping[str, Iterable[Mapping[str, Any]] | None], ranked: S
         "nodes": nodes,
         "good": good if action != "stop" else [],
         "excluded": bad if action == "exclude" else [],
-        "failing": [{"node": n, "reasons": why[n]} for n in nodes if n in why],
+        "failing": [{"node": n, "reasons": why[n], "checks": names.get(n) or ["failed"]} for n in nodes if n in why],
         "rendezvous": endpoint,
         "min_nodes": len(good) if action != "stop" else 0,
         "max_nodes": len(good) if action != "stop" else 0,
@@ -122,11 +131,15 @@ def verdict_id(v: Mapping[str, Any]) -> str:
 
 def node_file(v: Mapping[str, Any], node: str) -> dict[str, Any]:
     """What the launcher on ``node`` reads: whether it trains, where the rendezvous is, how many
-    nodes take part."""
+    nodes take part, and the checks it failed by name. No measured figure: they change on every
+    run, and the file is to stay the same bytes while the verdict does (a rerun reports
+    ``changed=0``); the figures are in the run's ``health.json``."""
     excluded = node in v.get("excluded", []) or node not in v.get("good", [])
-    reasons = next((f["reasons"] for f in v.get("failing", []) if f["node"] == node), [])
-    return {"id": v["id"], "node": node, "status": EXCLUDED if excluded else GOOD, "reasons": reasons,
-            "rendezvous": v.get("rendezvous", ""), "min_nodes": v.get("min_nodes", 0),
+    checks = next((list(f.get("checks") or []) for f in v.get("failing", []) if f["node"] == node), [])
+    reasons = [("did not answer the health gate" if c == "unreachable" else f"{c} failed")
+               + " (the figures are in the run's health.json)" for c in checks]
+    return {"id": v["id"], "node": node, "status": EXCLUDED if excluded else GOOD, "checks": checks,
+            "reasons": reasons, "rendezvous": v.get("rendezvous", ""), "min_nodes": v.get("min_nodes", 0),
             "max_nodes": v.get("max_nodes", 0), "good": list(v.get("good", []))}
 
 

@@ -6,30 +6,38 @@ A cluster-wide NCCL run says that *something* is slow, not what. Here every node
 against one partner at a time with the field's own two-node tools, every pair of a round at
 once:
 
-* **Round 1** pairs the nodes in order (a perfect matching; with an odd count the last node
-  waits for round 2). A pair that passes makes both its nodes *known good* (a pair's figure is
-  bounded by the slower end). The two nodes of a failed pair are *suspects*.
-* **Round 2 and on** pair each suspect (and the odd node out) with a distinct known-good node.
-  A suspect that fails again, now beside a node known to be good, is **blamed** (node fault:
-  its NIC, port or cable); one that passes is good. When both nodes of a failed pair pass
-  with others, the fault is the **link between them** (a route or switch port they share):
-  one of them (the second) is blamed for it, so leaving it out removes the link from the run.
+One reading decides nothing:
 
-Rounds needed: ``1 + ceil(S / G)`` where ``S`` is the suspects (two per failed pair, plus the
-odd node out) and ``G`` the known-good nodes - independent of the node count. For **one bad
-node** that is **2 rounds for every even N >= 4 and every odd N >= 7, 3 for N = 5**; a
-healthy cluster needs 1 (2 with an odd N). ``max_rounds`` (3) caps it; what is still
-undecided then fails with that reason.
+* **Round 1** pairs the nodes in order (a perfect matching; with an odd count the last node
+  waits), one reading each. A pair that passes makes both its nodes *known good* (a pair's
+  figure is bounded by the slower end). The two nodes of a failed pair are *suspects*.
+* **Every later round** reads each pair :data:`READINGS` times (the best reading counts, as
+  AzNHC retries a check until it passes) and pairs each suspect, most evidence first, with a
+  known-good node it has not met. A node is **named** only once it has failed beside
+  :data:`CONFIRM` distinct known-good partners (a failure beside a node later found good
+  counts); one that passes is good. When both nodes of a failed pair pass with others, the
+  **pair itself is retested**: it passes (cleared, and the summary says so) or fails again (the
+  **link** between them: the second is named, so leaving it out removes the link).
+* Where no known-good partner is free, suspects from different failed pairs meet each other
+  (never a pair met before): a pass there finds good nodes. What is still open after
+  ``max_rounds`` (:data:`MAX_ROUNDS`) is **undecided**, fails, and one sentence says that too
+  few known-good nodes were left; the summary's verdict lists every failing node.
+
+Each pair is judged against the VM size's floor (:data:`PAIR_THRESHOLDS`) and against a
+statistic of every pair figure so far (:func:`reference`): ``relative`` x the median, lowered
+where the figures' own robust spread (the MAD of their logarithms) says that is within their
+noise. At small N (fewer than :data:`SPREAD_MIN_FIGURES` figures) the floor and the
+confirmation carry the verdict. Up to N/8 bad nodes are named in at most 4 rounds
+(``tests/unit/plugins/module_utils/test_pair_gate_confirm.py``); the false-blame and
+detection rates under a noise model made of recorded figures are ``bench/pair_gate_noise_bench.py``'s.
 
 The tool is chosen by what every node has (:func:`choose_tool`): a two-node nccl-tests
 ``all_reduce_perf`` on GPU nodes, perftest's ``ib_write_bw`` on InfiniBand nodes, ``iperf3``
-(TCP, both directions at once) elsewhere. A pair is judged against the VM size's floor
-(:data:`PAIR_THRESHOLDS`) and against ``relative`` x the round-1 median (upper median) of every
-pair, which catches a slow link on a size with no published figure.
+(TCP, both directions at once) elsewhere.
 
 The gate's state is a plain dict (a fact between the role's rounds): :func:`start`,
-:func:`roles` (what each node runs in a round), :func:`advance` (judge a round, plan the
-next), :func:`node_checks` (the verdicts as health.py's check dicts, ``pair_link``),
+:func:`roles` (what each node runs in a round), :func:`advance` (judge a round, work out
+:func:`evidence`, :func:`plan` the next), :func:`node_checks` (the verdicts as health.py's check dicts, ``pair_link``),
 :func:`summary` (the rounds, pairs and figures as lines).
 """
 
@@ -48,14 +56,14 @@ CHECK = "pair_link"
 TOOLS = ("nccl", "ib_write_bw", "iperf3")
 UNITS = {"nccl": "GB/s", "ib_write_bw": "Gb/s", "iperf3": "Gb/s"}
 
-# Floors per VM size and tool (None: judged against the round's median only).
+# Floors per VM size and tool (None: judged against the pairs' statistic only).
 #   nccl         two-node all_reduce_perf bus bandwidth, GB/s: health.py's
 #                allreduce_cluster_busbw (80% of aznhc's InfiniBand floor per node).
 #   ib_write_bw  one HCA port, Gb/s, GPU-direct: aznhc conf/<size>.conf check_ib_bw_gdr
 #                (ND A100 v4 185 Gb/s HDR; ND H100 v5 and ND H200 v5 380 Gb/s NDR);
 #                ND40rs_v2 check_ib_bw_non_gdr 78 (EDR).
 #   iperf3       TCP both ways, Gb/s: no published figure; Azure's "expected network
-#                bandwidth" of a size is a cap, not a floor, so the median rule judges.
+#                bandwidth" of a size is a cap, not a floor, so the relative rule judges.
 PAIR_THRESHOLDS: dict[str, dict[str, float | None]] = {
     "standard_nd96asr_v4": {"nccl": 148.0, "ib_write_bw": 185.0, "iperf3": None},
     "standard_nd96amsr_a100_v4": {"nccl": 148.0, "ib_write_bw": 185.0, "iperf3": None},
@@ -100,24 +108,35 @@ def choose_tool(found: Mapping[str, Mapping[str, Any]], preferred: str = "auto")
 # --------------------------------------------------------------------------------------
 # Rounds
 # --------------------------------------------------------------------------------------
-def start(nodes: Iterable[str], tool: str, *, minimum: float | None = None, relative: float = 0.5,
-          max_rounds: int = 3) -> dict[str, Any]:
-    """The gate before round 1: its first round's pairs planned."""
+RELATIVE = 0.7        # a pair below this share of the median pair fails (healthcheck_pair_relative)
+SPREAD_Z = 4.0        # ... unless the pairs' own spread says that is within their noise
+SPREAD_MIN_FIGURES = 8  # fewer figures than this: no spread is estimated (the floor carries)
+CONFIRM = 2           # distinct known-good partners a node must fail with before it is named
+READINGS = 3          # readings of a pair in every round after the first (best one counts)
+MAX_ROUNDS = 4
+CONTROL_PAIRS = 16    # at most this many pairs of idle known-good nodes measure the fabric in a later round
+
+
+def start(nodes: Iterable[str], tool: str, *, minimum: float | None = None, relative: float = RELATIVE,
+          max_rounds: int = MAX_ROUNDS, readings: int = READINGS, confirm: int = CONFIRM) -> dict[str, Any]:
+    """The gate before round 1: its first round's pairs planned (inventory order, one reading each)."""
     order = list(dict.fromkeys(nodes))
     pairs = [[order[i], order[i + 1]] for i in range(0, len(order) - 1, 2)]
-    state = {"tool": tool, "unit": UNITS.get(tool, ""), "nodes": order, "minimum": minimum,
-             "relative": relative, "max_rounds": max_rounds, "reference": None, "rounds": [],
-             "good": [], "suspects": [], "untested": order[len(pairs) * 2:], "blamed": {},
-             "links": [], "next": pairs, "done": not pairs and len(order) < 2}
-    if len(order) == 1:
-        state["untested"] = []
-    return state
+    return {"tool": tool, "unit": UNITS.get(tool, ""), "nodes": order, "minimum": minimum,
+            "relative": float(relative), "max_rounds": int(max_rounds), "readings": max(1, int(readings)),
+            "confirm": max(2, int(confirm)), "reference": None, "spread": None, "threshold": None,
+            "rounds": [], "good": [], "suspects": [], "untested": order[len(pairs) * 2:] if len(order) > 1 else [],
+            "blamed": {}, "undecided": [], "links": [], "cleared": [], "next": pairs, "next_readings": 1,
+            "done": not pairs}
 
 
 def skipped_state(nodes: Iterable[str], reason: str) -> dict[str, Any]:
     """A gate that does not run (no tool, switched off, one node): every node's check skips."""
     return {"tool": "", "unit": "", "nodes": list(nodes), "rounds": [], "blamed": {}, "next": [],
             "done": True, "skip_reason": reason, "roles": {}, "summary": [f"pair gate skipped: {reason}"]}
+
+
+READING_PORT_STEP = 100  # reading i of a round uses its port + 100 x i
 
 
 def with_roles(state: Mapping[str, Any], addresses: Mapping[str, str], base_port: int) -> dict[str, Any]:
@@ -127,8 +146,9 @@ def with_roles(state: Mapping[str, Any], addresses: Mapping[str, str], base_port
 
 
 def client_figures(state: Mapping[str, Any], results: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """The figures of the round just run from each client's registered result; one of an
-    earlier round (another port) or none at all counts as no result."""
+    """The figures of the round just run from each client's registered result (``value``, the
+    best reading, and ``readings``, every reading); one of an earlier round (another port) or
+    none at all counts as no result."""
     out: dict[str, dict[str, Any]] = {}
     for node, role in (state.get("roles") or {}).items():
         got = results.get(node)
@@ -137,31 +157,115 @@ def client_figures(state: Mapping[str, Any], results: Mapping[str, Any]) -> dict
         if got.get("failed") or got.get("unreachable"):
             out[node] = {"value": None, "error": str(got.get("msg") or "the client task failed")}
         else:
-            out[node] = {"value": got.get("value"), "error": str(got.get("error") or "")}
+            out[node] = {"value": got.get("value"), "values": list(got.get("readings") or []),
+                         "error": str(got.get("error") or "")}
     return out
 
 
 def roles(state: Mapping[str, Any], addresses: Mapping[str, str], port: int = 5201) -> dict[str, dict[str, Any]]:
     """What each node runs in the next round: ``{node: {"role": "server"|"client", "peer",
-    "peer_address", "port"}}`` (the first of a pair serves, the second runs the client and
-    reports the figure). Nodes not in the round have no entry."""
+    "peer_address", "port", "ports"}}`` (the first of a pair serves, the second runs the client
+    and reports the figure; ``ports``: one per reading). Nodes not in the round have no entry."""
+    readings = max(1, int(state.get("next_readings") or 1))
+    ports = [port + READING_PORT_STEP * i for i in range(readings)]
     out: dict[str, dict[str, Any]] = {}
     for a, b in state.get("next") or []:
-        out[a] = {"role": "server", "peer": b, "peer_address": str(addresses.get(b, b)), "port": port}
-        out[b] = {"role": "client", "peer": a, "peer_address": str(addresses.get(a, a)), "port": port}
+        out[a] = {"role": "server", "peer": b, "peer_address": str(addresses.get(b, b)), "port": port, "ports": ports}
+        out[b] = {"role": "client", "peer": a, "peer_address": str(addresses.get(a, a)), "port": port, "ports": ports}
     return out
 
 
-def judge(value: float | None, error: str, minimum: float | None, reference: float | None,
-          relative: float, unit: str) -> tuple[str, str]:
-    """``(status, reason)`` of one pair."""
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def _log_spread(groups: Iterable[list[float]], within: bool = False) -> tuple[float, int] | None:
+    """A robust standard deviation of ln(reading) and how many readings it is made of: 1.4826 x
+    the median absolute deviation of each reading from its group's median, or (``within``: small
+    groups, the repeated readings of one pair, where a group's own median would add its zero
+    deviation) the median absolute difference of every two readings of a group / 0.954 (|X - Y|
+    of two normal readings has the median 0.954 sigma). None where no group has two readings."""
+    devs: list[float] = []
+    readings = 0
+    for group in groups:
+        logs = [math.log(v) for v in group if v and v > 0]
+        if len(logs) < 2:
+            continue
+        readings += len(logs)
+        if within:
+            devs += [abs(x - y) / 0.954 for i, x in enumerate(logs) for y in logs[i + 1:]]
+        else:
+            centre = _median(logs)
+            devs += [1.4826 * abs(v - centre) for v in logs]
+    return (_median(devs), readings) if devs else None
+
+
+LOW = "low"  # a pair's status between the two floors: not good, no evidence against anyone
+
+
+def reference(figures: Iterable[float | None], relative: float,
+              repeats: Iterable[Iterable[float]] = (), clean: bool = True) -> dict[str, Any]:
+    """The statistic a pair is judged against, over ``figures``: their ``median`` and a robust
+    ``spread`` (of ln(reading): bandwidth noise multiplies), and two floors below the median.
+
+    * ``pass_threshold``: ``relative`` x the median, lowered to median x exp(-4 spread) where
+      the readings' own spread is that wide. A pair at or above it passes: its nodes are good.
+    * ``threshold``: the same with the spread at its upper bound (x 1 + 2 / sqrt(readings): an
+      estimate from a few readings is itself uncertain). A pair below it fails: evidence
+      against a node. Between the two a pair is ``low``: retested, evidence of nothing.
+
+    A spread wrongly small would blame a healthy node, one wrongly large would pass a slow one
+    as good: each decision takes the bound that is safe for it. On a steady fabric (a spread of
+    a few per cent) both floors are ``relative`` x the median.
+
+    The spread is the larger of two: that of ``figures`` about their median (from
+    :data:`SPREAD_MIN_FIGURES` of them on, and only where they are ``clean``: a sample of the
+    fabric, not a round made of suspects, whose faults would widen it and hide themselves) and
+    that of the repeated readings of one pair about their own median (``repeats``: the later
+    rounds read each pair several times). The second needs no clean sample: a pair with a slow
+    node reads low every time and its readings still scatter only by the noise, so at small N,
+    where a few figures say nothing, the repeats do. With neither both floors are ``relative``
+    x the median."""
+    xs = [float(v) for v in figures if v is not None and float(v) > 0]
+    empty = {"median": _median(xs) if xs else None, "spread": None, "factor": None, "threshold": None,
+             "pass_factor": None, "pass_threshold": None, "figures": len(xs)}
+    if not xs or not relative:
+        return empty
+    median = _median(xs)
+    found = [x for x in (_log_spread([xs]) if clean and len(xs) >= SPREAD_MIN_FIGURES else None,
+                         _log_spread([list(r) for r in repeats], within=True)) if x is not None]
+    spread = max(x[0] for x in found) if found else None
+    upper = max(x[0] * (1 + 2 / math.sqrt(x[1])) for x in found) if found else None
+    pass_factor = float(relative) if spread is None else min(float(relative), math.exp(-SPREAD_Z * spread))
+    factor = float(relative) if upper is None else min(float(relative), math.exp(-SPREAD_Z * upper))
+    return {"median": median, "spread": spread, "factor": factor, "threshold": factor * median,
+            "pass_factor": pass_factor, "pass_threshold": pass_factor * median, "figures": len(xs)}
+
+
+def judge(value: float | None, error: str, minimum: float | None, ref: Mapping[str, Any] | float | None,
+          relative: float = RELATIVE, unit: str = "") -> tuple[str, str]:
+    """``(status, reason)`` of one pair: below the floor ``minimum`` or the relative floor of
+    ``ref`` (:func:`reference`'s dict, or a bare median judged with ``relative``) fails, at or
+    above both passes, between them it is :data:`LOW`."""
     if value is None:
         return health.FAIL, error or "no figure in the tool's output"
     if minimum is not None and value < minimum:
         return health.FAIL, f"{fig(value)} {unit} is below the floor {minimum:g} {unit}"
-    if reference and relative and value < relative * reference:
-        return health.FAIL, (f"{fig(value)} {unit} is below {relative:g} x the median pair "
-                             f"({reference:.2f} {unit})")
+    if not isinstance(ref, Mapping):
+        t = relative * ref if ref and relative else None
+        ref = {"median": ref, "factor": relative, "spread": None, "threshold": t, "pass_factor": relative,
+               "pass_threshold": t}
+    if ref.get("threshold") and value < ref["threshold"]:
+        if ref["factor"] < relative:
+            return health.FAIL, (f"{fig(value)} {unit} is below {fig(ref['threshold'])} {unit}, the median pair "
+                                 f"({fig(ref['median'])} {unit}) less {SPREAD_Z:g} robust spreads")
+        return health.FAIL, (f"{fig(value)} {unit} is below {ref['factor']:g} x the median pair "
+                             f"({ref['median']:.2f} {unit})")
+    if ref.get("pass_threshold") and value < ref["pass_threshold"]:
+        return LOW, (f"{fig(value)} {unit} is between {fig(ref['threshold'])} and {fig(ref['pass_threshold'])} "
+                     f"{unit}, within what the pairs' spread leaves unsure: retested")
     return health.PASS, ""
 
 
@@ -170,77 +274,197 @@ def fig(value: float) -> str:
     return f"{value:.2f}" if value >= 0.1 else f"{value:.3g}"
 
 
-def _upper_median(values: list[float]) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[len(ordered) // 2]
+def _readings(got: Mapping[str, Any]) -> list[float]:
+    values = got.get("values") or []
+    if not values and got.get("value") not in (None, ""):
+        values = [got["value"]]
+    return [float(v) for v in values if v not in (None, "")]
 
 
 def advance(state: Mapping[str, Any], figures: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Judge the round just run and plan the next one.
 
-    ``figures[client]`` is ``{"value": float|None, "error": str}`` of the pair the client ran
-    (a pair whose client left no figure fails with "no result")."""
-    new = json.loads(json.dumps(state))
-    pairs = new["next"]
+    ``figures[client]`` is ``{"value": float|None, "values": [float], "error": str}`` of the pair
+    the client ran (its best reading counts; a pair whose client left no figure fails with "no
+    result"). The rounds so far make the reference (:func:`reference` over :func:`basis`; round 1
+    is judged against itself); what the figures say about each node is worked out again from
+    every round (:func:`evidence`)."""
+    # A new state: the rounds so far are kept as they were (never changed once judged), the
+    # rest is worked out afresh below.
+    new = {**state, "rounds": list(state["rounds"])}
     number = len(new["rounds"]) + 1
     measured = []
-    for a, b in pairs:
+    for a, b in new["next"]:
         got = figures.get(b) or {}
-        value = got.get("value")
-        measured.append({"a": a, "b": b, "value": None if value in (None, "") else float(value),
+        values = _readings(got)
+        measured.append({"a": a, "b": b, "value": max(values) if values else None, "values": values,
+                         "readings": len(values),
                          "error": str(got.get("error") or ("" if got else f"no result from {b}"))})
-    if number == 1:
-        new["reference"] = _upper_median([m["value"] for m in measured if m["value"] is not None])
-    good, suspects = set(new["good"]), set(new["suspects"])
+    repeats = [m.get("values") or [] for r in new["rounds"] for m in r["pairs"]] + [m["values"] for m in measured]
+    good_before = set(new.get("good") or [])
+    controls = [v for m in measured if m["a"] in good_before and m["b"] in good_before for v in m["values"]]
+    # Round 1 is a sample of the fabric; a later round is judged against what it measured itself
+    # (the fabric's level moves between rounds: the twin's rounds ranged from 0.58 to 4.9 Gb/s): its
+    # control pairs between known-good nodes where there are enough, else all its pairs (their
+    # median; the spread then comes from the repeated readings alone).
+    clean = not new["rounds"] or len(controls) >= SPREAD_MIN_FIGURES
+    figures = controls if new["rounds"] and clean else [v for m in measured for v in m["values"]]
+    ref = reference(figures, new["relative"], repeats, clean=clean)
     for m in measured:
-        m["status"], m["reason"] = judge(m["value"], m["error"], new["minimum"], new["reference"],
-                                         new["relative"], new["unit"])
-    for m in measured:
-        a, b = m["a"], m["b"]
-        if m["status"] == health.PASS:
-            good |= {a, b}
-            continue
-        if number == 1:
-            suspects |= {a, b}
-            continue
-        # A later round pairs a known-good node (a) with one suspect (b): the suspect is to blame.
-        new["blamed"][b] = {"kind": "node", "round": number, "partners": [*_partners(new, b), a],
-                            "value": m["value"], "reason": m["reason"]}
-    for m in measured:
-        if m["status"] == health.FAIL and number > 1:
-            suspects.discard(m["a"])
-            suspects.discard(m["b"])
-    new["rounds"].append({"round": number, "pairs": measured})
-    suspects -= good
-    untested = [n for n in new["untested"] if n not in good and n not in new["blamed"]]
-    if number > 1:
-        untested = [n for n in untested if not any(n in (m["a"], m["b"]) for m in measured)]
-    # A failed round-1 pair whose two nodes both passed with others: the link between them.
-    if number > 1:
-        for m in new["rounds"][0]["pairs"]:
-            a, b = m["a"], m["b"]
-            if m["status"] == health.FAIL and a in good and b in good and [a, b] not in new["links"]:
-                new["links"].append([a, b])
-                new["blamed"][b] = {"kind": "link", "round": number, "partners": [a], "value": m["value"],
-                                    "reason": m["reason"]}
-    new["good"] = sorted(good - set(new["blamed"]))
-    new["suspects"] = sorted(suspects - set(new["blamed"]))
-    new["untested"] = untested
-    waiting = new["suspects"] + untested
-    partners = [n for n in new["nodes"] if n in set(new["good"])]
-    if not waiting or number >= new["max_rounds"] or not partners:
-        new["next"], new["done"] = [], True
-        return new
-    new["next"] = [[partners[i], waiting[i]] for i in range(min(len(partners), len(waiting)))]
-    new["done"] = False
+        m["status"], m["reason"] = judge(m["value"], m["error"], new["minimum"], ref, new["relative"], new["unit"])
+    new["rounds"].append({"round": number, "pairs": measured, "reference": ref})
+    new["reference"], new["spread"], new["threshold"] = ref["median"], ref["spread"], ref["threshold"]
+    ev = evidence(new)
+    new.update({"good": ev["good"], "suspects": ev["suspects"], "untested": ev["untested"], "blamed": ev["blamed"],
+                "links": ev["links"], "cleared": ev["cleared"]})
+    pairs = [] if number >= new["max_rounds"] else plan(new, ev)
+    new["next"], new["next_readings"], new["done"] = pairs, new.get("readings", READINGS), not pairs
+    new["undecided"] = (ev["suspects"] + ev["untested"]) if not pairs else []
     return new
 
 
-def _partners(state: Mapping[str, Any], node: str) -> list[str]:
-    return [m["b"] if m["a"] == node else m["a"] for r in state["rounds"] for m in r["pairs"]
-            if node in (m["a"], m["b"]) and m["status"] == health.FAIL]
+def basis(rounds: Iterable[Mapping[str, Any]]) -> list[float]:
+    """The readings the reference is made of: every reading of round 1 (all the pairs, a sample of
+    the fabric with at most the bad nodes' share of faults in it) and of every later pair that
+    passed. Later pairs that failed stay out: those rounds are chosen around suspects, and their
+    readings would drag the statistic toward the very faults being tested for."""
+    out: list[float] = []
+    for i, r in enumerate(rounds):
+        for m in r["pairs"]:
+            if i == 0 or m["status"] == health.PASS:
+                out += [float(v) for v in (m.get("values") or ([m["value"]] if m["value"] is not None else []))]
+    return out
+
+
+def _tests(state: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [{**m, "round": r["round"]} for r in state.get("rounds") or [] for m in r["pairs"]]
+
+
+def evidence(state: Mapping[str, Any]) -> dict[str, Any]:
+    """What every round so far says, worked out from all of them at once.
+
+    * ``good``: a node in a passing pair (a pair's figure is bounded by its slower end).
+    * a node that is not good and failed with ``confirm`` distinct good partners is **blamed**
+      (``node``: its own port, cable or NIC);
+    * a pair that did not pass whose two nodes are both good is a **link** suspect: retested
+      (every reading of a later round, the best counts) it passes and is ``cleared``, or fails a
+      second time and is a **link** (its second node blamed, which leaves the link out); a good
+      node on two such links is blamed itself;
+    * ``suspects`` did not pass and lack the evidence yet; ``untested`` never ran a pair.
+
+    Only a pair that *failed* is evidence against a node; one :data:`LOW` (between the floors
+    of :func:`reference`) is evidence of nothing and is retested."""
+    nodes, confirm = list(state["nodes"]), int(state.get("confirm", CONFIRM))
+    tests = _tests(state)
+    good = {x for m in tests if m["status"] == health.PASS for x in (m["a"], m["b"])}
+    history: dict[frozenset, list[dict[str, Any]]] = {}
+    for m in tests:
+        history.setdefault(frozenset((m["a"], m["b"])), []).append(m)
+    by_node: dict[str, list[dict[str, Any]]] = {}
+    for m in tests:
+        by_node.setdefault(m["a"], []).append(m)
+        by_node.setdefault(m["b"], []).append(m)
+    blamed: dict[str, dict[str, Any]] = {}
+    good_failures: dict[str, list[str]] = {}
+    for node in nodes:
+        if node in good:
+            continue
+        failed = [m for m in by_node.get(node, []) if m["status"] == health.FAIL]
+        partners = list(dict.fromkeys(m["b"] if m["a"] == node else m["a"] for m in failed))
+        good_failures[node] = [p for p in partners if p in good]
+        if len(good_failures[node]) >= confirm:
+            last = [m for m in failed if (m["b"] if m["a"] == node else m["a"]) in good][-1]
+            blamed[node] = {"kind": "node", "round": last["round"], "partners": good_failures[node],
+                            "value": last["value"], "reason": last["reason"]}
+    suspects, cleared, confirmed = [], [], []
+    for hist in history.values():
+        a, b = hist[0]["a"], hist[0]["b"]
+        if not (a in good and b in good) or all(m["status"] == health.PASS for m in hist):
+            continue
+        if any(m["status"] == health.PASS for m in hist):
+            cleared.append([a, b])
+        elif sum(m["status"] == health.FAIL for m in hist) >= 2:
+            confirmed.append([m for m in hist if m["status"] == health.FAIL])
+        else:
+            suspects.append([a, b])
+    on_links: dict[str, list[str]] = {}
+    for hist in confirmed:
+        a, b = hist[0]["a"], hist[0]["b"]
+        on_links.setdefault(a, []).append(b)
+        on_links.setdefault(b, []).append(a)
+    links = []
+    for hist in confirmed:
+        a, b = hist[0]["a"], hist[0]["b"]
+        links.append([a, b])
+        hub = next((x for x in (a, b) if len(on_links[x]) >= 2), None)
+        if hub is not None:
+            if hub not in blamed:
+                blamed[hub] = {"kind": "links", "round": hist[-1]["round"], "partners": on_links[hub],
+                               "value": hist[-1]["value"], "reason": hist[-1]["reason"]}
+        elif b not in blamed and a not in blamed:
+            blamed[b] = {"kind": "link", "round": hist[-1]["round"], "partners": [a],
+                         "rounds": [m["round"] for m in hist], "value": hist[-1]["value"],
+                         "reason": hist[-1]["reason"]}
+    tested = set(by_node)
+    return {"good": [n for n in nodes if n in good and n not in blamed],
+            "suspects": [n for n in nodes if n not in good and n not in blamed and n in tested],
+            "untested": [n for n in nodes if n not in tested],
+            "blamed": blamed, "links": links, "cleared": cleared, "link_suspects": suspects,
+            "good_failures": good_failures}
+
+
+def plan(state: Mapping[str, Any], ev: Mapping[str, Any]) -> list[list[str]]:
+    """The next round's pairs, each node in at most one: every link suspect retested; every
+    suspect (most evidence first) and untested node beside a known-good partner it has not met;
+    what is left paired among itself, never a pair met before (a pass there finds good nodes);
+    then up to :data:`CONTROL_PAIRS` pairs of idle known-good nodes, the round's own reference."""
+    order = {n: i for i, n in enumerate(state["nodes"])}
+    met = {frozenset((m["a"], m["b"])) for m in _tests(state)}
+    busy: set[str] = set()
+    pairs: list[list[str]] = []
+    for a, b in ev["link_suspects"]:
+        if a not in busy and b not in busy:
+            pairs.append([a, b])
+            busy |= {a, b}
+    goods = list(ev["good"])
+    waiting = sorted(ev["suspects"], key=lambda n: (-len(ev["good_failures"].get(n, [])), order[n])) + ev["untested"]
+    left = []
+    for node in waiting:
+        partner = next((g for g in goods if g not in busy and frozenset((g, node)) not in met), None)
+        if partner is None:
+            left.append(node)
+            continue
+        pairs.append([partner, node])
+        busy |= {partner, node}
+    while left:
+        node = left.pop(0)
+        other = next((x for x in left if frozenset((node, x)) not in met), None)
+        if other is not None:
+            left.remove(other)
+            pairs.append([node, other])
+    if not pairs:
+        return pairs
+    # Control pairs: known-good nodes left idle measure the fabric as it is now, beside the
+    # suspects (a fabric slower in this round than in round 1 then blames no one).
+    idle = [g for g in goods if g not in busy][:2 * CONTROL_PAIRS]
+    for i in range(0, len(idle) - 1, 2):
+        pairs.append([idle[i], idle[i + 1]])
+    return pairs
+
+
+def _partners_failed(state: Mapping[str, Any], node: str) -> list[str]:
+    return list(dict.fromkeys(m["b"] if m["a"] == node else m["a"] for m in _tests(state)
+                              if node in (m["a"], m["b"]) and m["status"] != health.PASS))
+
+
+def _threshold(state: Mapping[str, Any]) -> str:
+    unit = state.get("unit", "")
+    parts = [f">= {state['minimum']:g} {unit}"] if state.get("minimum") is not None else []
+    last = (state.get("rounds") or [{}])[-1].get("reference") or {}
+    if last.get("threshold"):
+        parts.append(f">= {fig(last['pass_threshold'])} {unit} ({last['pass_factor']:.2g} x median "
+                     f"{fig(last['median'])} {unit})")
+    return " and ".join(parts)
 
 
 def node_checks(state: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
@@ -248,46 +472,59 @@ def node_checks(state: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
     if state.get("skip_reason"):
         return {node: [health.skipped(CHECK, state["skip_reason"])] for node in state.get("nodes") or []}
     unit, rounds = state.get("unit", ""), len(state.get("rounds") or [])
-    floor = [f">= {state['minimum']:g} {unit}"] if state.get("minimum") is not None else []
-    if state.get("reference") and state.get("relative"):
-        floor.append(f">= {state['relative']:g} x median {state['reference']:.2f} {unit}")
-    threshold = " and ".join(floor)
+    threshold = _threshold(state)
     best: dict[str, float] = {}
-    for r in state.get("rounds") or []:
-        for m in r["pairs"]:
-            if m["status"] == health.PASS:
-                for node in (m["a"], m["b"]):
-                    best[node] = max(best.get(node, 0.0), m["value"])
+    for m in _tests(state):
+        if m["status"] == health.PASS:
+            for node in (m["a"], m["b"]):
+                best[node] = max(best.get(node, 0.0), m["value"])
+    retested = {x for pair in state.get("cleared") or [] for x in pair}
+    undecided = set(state.get("undecided") or [])
     out: dict[str, list[dict[str, Any]]] = {}
     for node in state.get("nodes") or []:
         blamed = (state.get("blamed") or {}).get(node)
         if blamed:
             value = "" if blamed["value"] is None else f"{fig(blamed['value'])} {unit}"
-            if blamed["kind"] == "link":
-                reason = (f"the link between {blamed['partners'][0]} and {node} is slow ({blamed['reason']}) "
-                          f"while each passes with other nodes: a route or switch port they share; "
-                          f"leaving out {node} removes it")
-            else:
-                reason = (f"fails the {state['tool']} pair test with {' and '.join(blamed['partners'])} "
-                          f"(round {blamed['round']}: {blamed['reason']}): its own network port, cable or NIC")
-            out[node] = [health.check(CHECK, health.FAIL, value, threshold, reason)]
-        elif node in (state.get("suspects") or []) or node in (state.get("untested") or []):
-            last = next((m for r in reversed(state.get("rounds") or []) for m in r["pairs"]
-                         if node in (m["a"], m["b"]) and m["status"] == health.FAIL), None)
+            out[node] = [health.check(CHECK, health.FAIL, value, threshold, blame_reason(state, node, blamed))]
+        elif node in undecided:
+            partners = _partners_failed(state, node)
+            last = next((m for m in reversed(_tests(state)) if node in (m["a"], m["b"])
+                         and m["status"] != health.PASS), None)
             why = f" (its last pair: {last['reason']})" if last else ""
-            reason = (f"undecided after {rounds} round(s) of pair tests: no known-good partner left, or "
-                      f"healthcheck_pair_max_rounds reached{why}" if len(state["nodes"]) > 2 else
-                      f"the only pair failed{why} and no third node can tell which end is slow")
+            if len(state["nodes"]) == 2:
+                reason = f"the only pair failed{why} and no third node can tell which end is slow"
+            elif not partners:
+                reason = (f"undecided after {rounds} round(s): no known-good partner was free to test it with; too "
+                          "few known-good nodes were left to decide")
+            else:
+                reason = (f"undecided after {rounds} round(s): it failed beside {' and '.join(partners)}, not known "
+                          f"good, and too few known-good nodes were left to tell which end is slow{why}")
             out[node] = [health.check(CHECK, health.FAIL, "", threshold, reason)]
         elif node in best:
-            out[node] = [health.check(CHECK, health.PASS, f"{best[node]:.2f} {unit}", threshold)]
+            note = "a low pair was retested and passed" if node in retested else ""
+            out[node] = [health.check(CHECK, health.PASS, f"{best[node]:.2f} {unit}", threshold, note)]
         else:
             out[node] = [health.skipped(CHECK, "single node: no partner to test with")]
     return out
 
 
+def blame_reason(state: Mapping[str, Any], node: str, blamed: Mapping[str, Any]) -> str:
+    """Why ``node`` is named, in one sentence."""
+    if blamed["kind"] == "link":
+        rounds = " and ".join(str(r) for r in blamed.get("rounds") or [blamed["round"]])
+        return (f"the link between {blamed['partners'][0]} and {node} failed in rounds {rounds} ({blamed['reason']}) "
+                f"while each passes with other nodes: a route or switch port they share; leaving out {node} "
+                "removes it")
+    if blamed["kind"] == "links":
+        return (f"its links to {' and '.join(blamed['partners'])} each failed twice while they pass with other "
+                f"nodes ({blamed['reason']}): its own network port, cable or NIC")
+    return (f"fails the {state['tool']} pair test with {' and '.join(blamed['partners'])}, each known good "
+            f"(round {blamed['round']}: {blamed['reason']}): its own network port, cable or NIC")
+
+
 def summary(state: Mapping[str, Any]) -> list[str]:
-    """The rounds, pairs and figures, one line each, then the verdict."""
+    """The rounds, pairs and figures, one line each, the pairs retested and cleared, then the
+    verdict: every failing node, named or undecided (never "passed" while one fails)."""
     unit = state.get("unit", "")
     lines = [f"pair gate: {state.get('tool')} over {len(state.get('nodes') or [])} node(s), "
              f"{len(state.get('rounds') or [])} round(s)"
@@ -295,12 +532,23 @@ def summary(state: Mapping[str, Any]) -> list[str]:
     for r in state.get("rounds") or []:
         for m in r["pairs"]:
             figure = "no figure" if m["value"] is None else f"{fig(m['value'])} {unit}"
+            best = f", best of {m['readings']} readings" if m.get("readings", 1) > 1 else ""
             lines.append(f"round {r['round']}: {m['a']} <-> {m['b']}: {figure} {m['status'].upper()}"
-                         + (f" ({m['reason']})" if m["reason"] else ""))
+                         + (f" ({m['reason']}{best})" if m["reason"] else f" ({best[2:]})" if best else ""))
+    for a, b in state.get("cleared") or []:
+        lines.append(f"retested: {a} <-> {b} failed, both passed with other nodes and the pair passed again: cleared")
     blamed = state.get("blamed") or {}
-    lines.append("verdict: " + ("; ".join(
-        f"{node} ({'link to ' + b['partners'][0] if b['kind'] == 'link' else 'node'})" for node, b in sorted(blamed.items()))
-        if blamed else "every link passed"))
+    undecided = [n for n in state.get("undecided") or [] if n not in blamed]
+    kinds = {"node": "node", "links": "node"}
+    said = [f"{node} ({kinds.get(b['kind']) or 'link to ' + b['partners'][0]})" for node, b in sorted(blamed.items())]
+    said += [f"{node} (undecided)" for node in undecided]
+    if undecided:
+        lines.append(f"undecided: {', '.join(undecided)}: too few known-good nodes were left to decide "
+                     f"within {len(state.get('rounds') or [])} round(s)")
+    if not state.get("done", True):  # between rounds: nothing is decided for the nodes still open
+        lines.append(f"verdict so far: {'; '.join(said) or 'nobody named'}; round {len(state.get('rounds') or []) + 1} next")
+        return lines
+    lines.append("verdict: " + ("; ".join(said) if said else "every node passed"))
     return lines
 
 
@@ -308,35 +556,27 @@ def report_lines(state: Mapping[str, Any], max_pairs: int = 16) -> list[str]:
     """The run report's section: :func:`summary`, with the passing pairs counted instead of
     listed where there are more than ``max_pairs`` pairs (every failing pair is listed)."""
     lines = summary(state)
-    pairs = [m for r in state.get("rounds") or [] for m in r["pairs"]]
+    pairs = _tests(state)
     if len(pairs) <= max_pairs:
         return [f"healthcheck {line}" for line in lines]
     passed = [m["value"] for m in pairs if m["status"] == health.PASS]
     unit = state.get("unit", "")
-    kept = [line for line in lines[1:-1] if " FAIL" in line]
+    kept = [line for line in lines[1:-1] if " FAIL" in line or " LOW" in line
+            or line.startswith(("retested:", "undecided:"))]
     counted = (f"{len(passed)} pair(s) passed, {min(passed):.2f} to {max(passed):.2f} {unit}" if passed
                else "no pair passed")
     return [f"healthcheck {line}" for line in (lines[0], counted, *kept, lines[-1])]
 
 
 def simulate(nodes: list[str], bandwidth: Any, tool: str = "iperf3", **kw: Any) -> dict[str, Any]:
-    """Run the gate against ``bandwidth(a, b) -> float | None`` (tests and bench)."""
+    """Run the gate against ``bandwidth(a, b) -> float | None``, called once per reading (tests and bench)."""
     state = start(nodes, tool, **kw)
     while not state["done"]:
-        figures = {b: {"value": bandwidth(a, b), "error": ""} for a, b in state["next"]}
+        k = state["next_readings"]
+        figures = {b: {"values": [v for v in (bandwidth(a, b) for _i in range(k)) if v is not None], "error": ""}
+                   for a, b in state["next"]}
         state = advance(state, figures)
     return state
-
-
-def rounds_bound(nodes: int, failed_pairs: int = 1) -> int:
-    """Rounds the gate needs at most for ``failed_pairs`` failed round-1 pairs among ``nodes``."""
-    if nodes < 2:
-        return 0
-    waiting = 2 * failed_pairs + nodes % 2
-    good = nodes - waiting
-    if waiting == 0:
-        return 1
-    return 1 + math.ceil(waiting / good) if good > 0 else 1
 
 
 # --------------------------------------------------------------------------------------

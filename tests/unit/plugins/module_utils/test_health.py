@@ -295,6 +295,8 @@ def ndv4_probe(**over):
              "ib_write_bw": {f"mlx5_ib{i}": ran(fx("ib_write_bw_hdr_mbsec.txt")) for i in range(8)},
              "nvme_devices": [f"/dev/nvme{i}n1" for i in range(8)],
              "remap_query": ran(fx("nvsmi_remap_ndv4_ok.csv")), "kernel_log": ran(fx("dmesg_clean.txt")),
+             "ecc_q": ran(fx("nvsmi_q_ecc_ndv4_ok.txt")), "perf_q": ran(fx("nvsmi_q_perf_ndv4_ok.txt")),
+             "ib_counters": fx("ib_counters_ndv4_ok.txt"),
              "nvbandwidth": ran(fx("nvbandwidth_ndv4_ok.txt")),
              "nccl_node": [{"check": "nccl_all_reduce_node", **ran(fx("all_reduce_ndv4_node_ok.txt"))},
                            {"check": "nccl_alltoall_node", **ran(fx("alltoall_ndv4_2node_sweep.txt"))}],
@@ -312,9 +314,10 @@ def test_node_checks_of_a_healthy_ndv4_head_in_table_order_with_the_cluster_runs
     limits = health.thresholds_for("Standard_ND96asr_v4")
     out = health.node_checks(ndv4_probe(), limits, NAMES, vm_size="Standard_ND96asr_v4", fs_path="/mnt/beeond",
                              cluster=CLUSTER)
-    assert [c["check"] for c in out["checks"]] == ["gpu_count", "gpu_health", "gpu_xid", "nvlink", "h2d_bandwidth",
+    assert [c["check"] for c in out["checks"]] == ["gpu_count", "gpu_health", "gpu_xid", "gpu_ecc_counts",
+                                                   "gpu_throttle", "nvlink", "h2d_bandwidth",
                                                    "nccl_all_reduce_node", "nccl_alltoall_node", "ib_ports", "ib_rate",
-                                                   "ib_bw", "nvme_count", "fs_write", "fs_read"]
+                                                   "ib_bw", "ib_link_flaps", "nvme_count", "fs_write", "fs_read"]
     assert all(c["status"] == "pass" for c in out["checks"]), out["checks"]
     assert out["gpu_count"] == 8
     assert [r["check"] for r in out["cluster_runs"]] == ["nccl_all_reduce_cluster", "nccl_alltoall_cluster"]
