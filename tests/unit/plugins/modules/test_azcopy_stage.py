@@ -294,8 +294,9 @@ def test_a_rerun_read_leaves_anything_else_to_the_module(tmp_path, capsys, drift
 
 
 def test_check_mode_refuses_a_prune_of_most_of_the_folder_as_the_run_would(tmp_path, capsys):
-    """Three files staged before, one of them still in the plan: a prune would remove two of
-    three. Check mode says the run would refuse it (and that prune_most lets it go on)."""
+    """Three files staged before, one of them still in the plan, the other two gone (the
+    controller's handoff says so): a prune would remove two of three. Check mode says the run
+    would refuse it (and that prune_most lets it go on)."""
     from amlhpc.azcopy_sync import manifest_text
     dest = tmp_path / "d"
     (dest / "train").mkdir(parents=True)
@@ -304,11 +305,13 @@ def test_check_mode_refuses_a_prune_of_most_of_the_folder_as_the_run_would(tmp_p
         (dest / "train" / name).write_bytes(b"x")
     (dest / ".amlhpc-staged" / "0.json").write_text(manifest_text({f"train/{n}_000.tfrecord": 1 for n in "abc"}))
     shard = {"mode": "balanced", "expected": [{"name": "train/a_000.tfrecord", "raw_size": 1, "gzip": False}]}
-    refused = run(base(tmp_path, dest=str(dest), shard=shard, prune=True, _ansible_check_mode=True), capsys)
+    handoff = {"handed": [], "gone": ["train/b_000.tfrecord", "train/c_000.tfrecord"]}
+    refused = run(base(tmp_path, dest=str(dest), shard=shard, prune=True, handoff=handoff, _ansible_check_mode=True),
+                  capsys)
     assert refused["failed"] and refused["msg"].startswith(
         "node 0: stage_prune would remove 2 of the 3 files staged here, whose blobs http://127.0.0.1:1/devstoreaccount1/c "
         "no longer lists (train/b_000.tfrecord, train/c_000.tfrecord), so nothing was fetched or removed"), refused
-    allowed = run(base(tmp_path, dest=str(dest), shard=shard, prune=True, prune_most=True, _ansible_check_mode=True),
-                  capsys)
+    allowed = run(base(tmp_path, dest=str(dest), shard=shard, prune=True, prune_most=True, handoff=handoff,
+                       _ansible_check_mode=True), capsys)
     assert not allowed.get("failed") and allowed["changed"] and allowed["gone_count"] == 2, allowed
     assert sorted(p.name for p in (dest / "train").iterdir()) == ["a_000.tfrecord", "b_000.tfrecord", "c_000.tfrecord"]
