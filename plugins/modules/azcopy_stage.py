@@ -223,7 +223,7 @@ options:
     default: 60
     version_added: "2.2.0"
   progress_file:
-    description: File rewritten with the latest progress (JSON, no secrets) for an operator to watch; empty for none.
+    description: File rewritten with the latest progress (JSON, no secrets) for an operator to watch, an absolute path; empty for none.
     type: path
     default: ""
   model:
@@ -430,6 +430,7 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy impor
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_handoff import handoff_problem
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_install import probe_install
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_model import rates_from
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_paths import folder_problem
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_sync import check_names
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_watch import ConnectionWatch
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.files import ensure_folder
@@ -516,6 +517,9 @@ def main() -> None:
     if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
         module.fail_json(msg=f"The shard's rank {rank!r} is not a number 0 or above: pass this node's entry of the "
                          "azcopy_shards plan as shard, or set rank.", sas_warnings=warnings)
+    if p["progress_file"] and folder_problem(p["progress_file"]):
+        module.fail_json(msg=f"The progress_file {p['progress_file']!r} cannot be written: "
+                         f"{folder_problem(p['progress_file'])}.", sas_warnings=warnings)
     why = handoff_problem(p["handoff"]) if p["handoff"] is not None else None
     if why:
         module.fail_json(msg=f"The handoff option {why}: pass the stage role's stage_handoff entry for this node.",

@@ -90,11 +90,10 @@ def test_a_root_owned_file_outside_survives_and_a_killed_controller_leaves_nothi
         said = " ".join((first.stdout + first.stderr).split())
         assert first.returncode != 0, first.stdout[-4000:]
         assert f"'{SENTINEL}.gz' (it starts with '/', which would make it an absolute path)" in said, said[-4000:]
-        for node in twin.nodes:
-            st = twin.exec(node, "stat", "-c", "%U %a %s", SENTINEL).stdout.split()
-            assert st == ["root", "644", "16"], st
-            assert twin.exec(node, "cat", SENTINEL).stdout == "root keeps this\n"
-            assert twin.exec(node, "test", "-e", "/mnt/scratch/cosmoflow").returncode != 0
+        sentinels = {n.container: (twin.exec(n, "stat", "-c", "%U %a %s", SENTINEL).stdout.split(),
+                                   twin.exec(n, "cat", SENTINEL).stdout) for n in twin.nodes}
+        assert all(v == (["root", "644", "16"], "root keeps this\n") for v in sentinels.values()), sentinels
+        assert all(twin.exec(n, "test", "-e", "/mnt/scratch/cosmoflow").returncode != 0 for n in twin.nodes)
         evil.delete_blob()
 
         # 2. kill -9 of the controller while every node's azcopy runs (1 Mbit/s each).

@@ -7,8 +7,8 @@ A node's stage folder may hold files outside its shard of this plan: files whose
 runs, files whose blob another node's shard holds now (``handed``: on node-local storage they
 are removed, since node-scope training refuses a file held by two nodes; on shared storage
 they are that node's, and stay). Which is which is decided from the plan's exact listing, a
-set, never a structure that can say "maybe" (2.1.0 shipped a Bloom filter, whose false
-positives removed files with ``stage_prune: false``).
+set, never a structure that can say "maybe" (whose false positives would remove files that
+neither ``stage_prune`` nor the plan gave away).
 
 The listing stays on the controller: each node's folder is read with one shell command
 (:func:`read_command`: its data files and the stage's manifests, no Python), and

@@ -166,13 +166,12 @@ def check_names(*, stage_dir: str, node: str, expected: Sequence[ExpectedFile] |
     why = folder_problem(stage_dir)
     if why is not None:
         raise StageError(f"{node}: the stage folder {stage_dir!r} cannot be used: {why}.")
-    names: list[str] = []
-    for e in expected or ():
-        names += [e.blob, e.staged_name(decompress)]
-    names += list(blobs or ())
+    names: list[str] = [e.blob for e in expected or ()] + list(blobs or ())
     for key in ("handed", "gone"):
         names += list((handoff or {}).get(key) or ())
     problems = check_all(list(dict.fromkeys(names)), stage_dir)
+    staged = [e.staged_name(decompress) for e in expected or () if e.blob not in problems]
+    problems.update(check_all([n for n in dict.fromkeys(staged) if n not in problems], stage_dir))
     if problems:
         raise StageError(name_refusal(node, stage_dir, problems))
 
