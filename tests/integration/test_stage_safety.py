@@ -89,7 +89,8 @@ def test_a_blob_named_like_an_absolute_path_changes_nothing_outside_the_stage_fo
 def five_of_many(azurite, tmp_path_factory):
     """192 blobs under v07/ (3 universes), and 5 more under v07/five/ whose names 2.1.0's Bloom
     filter (64 bits, 7 hashes) took for 3 of the 192 staged files: universe 100, sub-volumes
-    0-4 (bench/... none: found by trying universes from 100 up with 2.1.0's NameSet)."""
+    0-4 (the first universe tried, from 100 up, with 2.1.0's NameSet: bench/stage_plan_bench.py
+    keeps its code)."""
     base = tmp_path_factory.mktemp("five")
     generate(str(base / "raw"), train_universes=2, val_universes=1, cube=8)
     container = "five" + hashlib.sha1(str(base).encode()).hexdigest()[:8]
@@ -117,8 +118,8 @@ def test_a_prefix_listing_five_blobs_removes_nothing_without_prune(azurite, five
     after = {n: p.read_bytes() for n, p in staged_files(stage_dir).items()}
     assert {n: after.get(n) for n in before} == before, sorted(set(before) - set(after))[:5]
     assert "handed to other nodes" not in second.stdout
-    assert re.search(r"local-0: 202 files?|local-0: 5 files, 5 fetched \(0 repaired\), 197 gone \(0 removed\)",
-                     second.stdout), second.stdout[-3000:]
+    assert re.search(r"local-0: 5 files, 5 fetched \(0 repaired\), 197 gone \(0 removed\)", second.stdout), \
+        second.stdout[-3000:]
 
 
 LIES = {
@@ -131,9 +132,10 @@ LIES = {
 @pytest.mark.parametrize("name", sorted(LIES))
 def test_a_blob_whose_encoding_lies_fails_in_seconds_naming_it_and_again_on_a_rerun(azurite, tmp_path, name):
     """Content-Encoding gzip on content that is not gzip hung azcopy --decompress for 587 s in
-    the review (no time limit by default); a truncated one failed unnamed. Now each fails in
-    well under a minute (the tail rule: every byte in, transfers open for 20 s), names the blob
-    and the fix, and a rerun fails the same way instead of hanging."""
+    the review (no time limit by default); a truncated one failed unnamed. Now each fails within
+    about a minute (the tail rule, every byte in and transfers open for 20 s; on the rerun, whose
+    good file azcopy skips, the stall rule's 60 s), names the blob and the fix, and a rerun fails
+    the same way instead of hanging."""
     container = container_name(tmp_path, "lie")
     raw = os.urandom(300_000)
     good = gzip.compress(raw)
@@ -146,7 +148,9 @@ def test_a_blob_whose_encoding_lies_fails_in_seconds_naming_it_and_again_on_a_re
         out = stage(azurite, container, "v", stage_dir, tmp_path, timeout=240)
         took = time.monotonic() - started
         assert out.returncode != 0, out.stdout[-3000:]
-        assert took < 120, f"attempt {attempt}: {took:.0f} s"
+        # the stall rules stop azcopy after 20 s (first run: every byte in) or 60 s (the rerun);
+        # the bound leaves a loaded machine room for the playbook, and is far below for ever
+        assert took < 200, f"attempt {attempt}: {took:.0f} s"
         text = said(out)
         assert name in text and words in text, text[-3000:]
         assert "Content-Encoding" in text and "prepare_dataset" in text, text[-3000:]
@@ -162,7 +166,7 @@ def test_an_empty_blob_that_says_gzip_is_refused_by_the_plan(azurite, tmp_path):
     put(azurite, container, "v/zero_003.tfrecord.gz", b"")
     started = time.monotonic()
     out = stage(azurite, container, "v", tmp_path / "stage", tmp_path, timeout=240)
-    assert out.returncode != 0 and time.monotonic() - started < 120
+    assert out.returncode != 0 and time.monotonic() - started < 200  # refused by the plan; room for a loaded machine
     assert ("1 blob(s) say Content-Encoding gzip but are too short to be gzip (at least 20 bytes): "
             "'zero_003.tfrecord.gz' (0 bytes)") in said(out), said(out)[-3000:]
     assert not (tmp_path / "stage").exists()
