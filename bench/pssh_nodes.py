@@ -142,13 +142,11 @@ if site:
         os.makedirs(site["stage_dir"], mode=0o755, exist_ok=True)
         from amlhpc.azcopy_files import ExpectedFile
         from amlhpc.azcopy_sync import plan_sync
-        from amlhpc.azcopy_files import NameSet
         shard = site["shard"]
         expected = [ExpectedFile(r["name"], r.get("raw_size"), bool(r.get("gzip")), r.get("sha256") or None, r.get("size"))
                     for r in shard["expected"]]
         todo = plan_sync(stage_dir=site["stage_dir"], rank=shard["rank"], expected=expected, decompress=True,
-                         verify="size", suffixes=[int(x) for x in shard.get("suffixes") or []],
-                         known=NameSet.load(site["known_names"]) if site["known_names"] else None)
+                         verify="size")
         if todo["fetch"]:
             sys.exit("not staged: " + ", ".join(sorted(todo["fetch"])[:5]))
     finally:
@@ -221,7 +219,6 @@ def site_args(args: argparse.Namespace, count: int) -> list[dict]:
     from datetime import datetime, timedelta, timezone
 
     from amlhpc.blob_listing import account_name, list_blobs
-    from amlhpc.azcopy_files import NameSet
     from amlhpc.shards import plan_shards, plan_summary
     from azure.storage.blob import ContainerSasPermissions, generate_container_sas
 
@@ -232,12 +229,11 @@ def site_args(args: argparse.Namespace, count: int) -> list[dict]:
     listing = list_blobs(args.account_url, args.container, "", credential=sas)
     hosts = args.hosts.split(",") if args.hosts else [f"node-{i}" for i in range(count)]
     plan = plan_summary(plan_shards(hosts, "suffix", listing), "suffix", listed=True)
-    known = NameSet.of(b.name for b in listing).dump()
     lib = _lib()
     tools = ["nvidia-smi", "nvbandwidth", "bandwidthTest", "all_reduce_perf", "alltoall_perf", "elbencho", "mpirun"]
     return [{"lib": lib, "tools": tools, "fs_path": args.fs_path, "fs_files": args.fs_files,
              "fs_file_size_mb": args.fs_file_size_mb, "fs_parallel": args.fs_parallel, "azcopy": args.azcopy,
-             "stage_dir": args.stage_dir, "shard": plan["shards"][h], "known_names": known} for h in hosts]
+             "stage_dir": args.stage_dir, "shard": plan["shards"][h]} for h in hosts]
 
 
 def main() -> int:

@@ -13,7 +13,6 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_cmd import auth_argument_spec
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_files import NameSet
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_model import predict, rates_from
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_sas import check_sas, redact
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.blob_listing import (
@@ -139,8 +138,6 @@ class ActionModule(ActionBase):
         else:
             plan["moved"] = moved_files(whole, shards)
         plan["moved_files"] = sum(len(v) for to in plan["moved"].values() for v in to.values())
-        # Every blob of the listing, compact, so a node never calls "gone" a file another node holds now.
-        plan["known_names"] = NameSet.of(b.name for b in listing).dump() if listing is not None else ""
         try:
             rates = rates_from(args["model"])
         except ValueError as exc:

@@ -11,7 +11,11 @@ its result says whether the pinned azcopy is still to be installed (``needed``, 
 A rerun reads the node first with one shell command (module_utils/amlhpc/stage_read.py,
 through plugin_utils/node_read.py): ``azcopy --version`` and one digest of the stage folder.
 Where azcopy runs as pinned and a node-local folder holds exactly this shard and its
-manifest, the module's own result for that case is returned and no module runs."""
+manifest, the module's own result for that case is returned and no module runs.
+
+While the module runs, the worker watches its controller (plugin_utils/controller_watch.py):
+killed, its worker ends its ssh client (or, on the local connection, the module), and the
+module on the node stops azcopy, removes its temporary folder and drops its lock."""
 
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.stage_read i
     read_command,
     unchanged_outcome,
 )
+from ansible_collections.amlhpc.azureml.plugins.plugin_utils.controller_watch import ends_with_controller
 from ansible_collections.amlhpc.azureml.plugins.plugin_utils.node_read import unchanged_result
 from ansible_collections.amlhpc.azureml.plugins.plugin_utils.pipelined import run_pipelined
 
@@ -57,5 +62,6 @@ class ActionModule(ActionBase):
         if unchanged is not None:
             result.update(unchanged)
         else:
-            result = run_pipelined(self, result, task_vars, args)
+            with ends_with_controller():
+                result = run_pipelined(self, result, task_vars, args)
         return result

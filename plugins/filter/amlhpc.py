@@ -39,4 +39,6 @@ class FilterModule:
             "amlhpc_data_scope": lazy("job_spec", "data_scope_for"),
             "amlhpc_data_scope_problem": lazy("job_spec", "data_scope_problem"),
             "amlhpc_stage_shared_problem": lazy("job_spec", "stage_shared_problem"),
+            "amlhpc_stage_read_command": lazy("azcopy_handoff", "shard_read_command", (ValueError,)),
+            "amlhpc_stage_handoff": lazy("azcopy_handoff", "stage_handoff"),
         }

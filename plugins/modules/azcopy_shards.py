@@ -23,6 +23,12 @@ description:
     tie-breaks), so every host gets nearly equal bytes for any host count; each host gets
     an azcopy C(--list-of-files).
   - Deterministic, and every blob is in exactly one shard.
+  - Refuses, naming the blobs and what to do, a listing it cannot stage as it is. That is a name that would
+    leave the stage folder (below the prefix it starts with C(/), as C(<prefix>//etc/x.gz) does, or has a
+    C(.), C(..) or empty segment), one a Linux file system cannot hold (NUL or another control character, a
+    segment over 255 bytes, a file name too long for azcopy's temporary name, the stage's own folders), two
+    blobs staged as one file, or a gzip-encoded blob shorter than any gzip stream (azcopy would wait on it for
+    ever).
   - Run it once (C(run_once)) and register the result; each host then reads
     C(<registered>.shards[inventory_hostname]) (the C(stage) role does).
 version_added: "1.0.0"

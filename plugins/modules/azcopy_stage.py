@@ -20,7 +20,20 @@ description:
     shard; the repaired ones are named in RV(repaired). Blobs that appeared since the last run are
     fetched too.
   - Files this node staged before whose blob is gone are reported (RV(gone)) and removed only with
-    O(prune=true).
+    O(prune=true). Which files those are, and which another node's shard holds now, the controller decides
+    exactly from the plan's listing (O(handoff)); no file is removed on a guess.
+  - Every name of the plan and of O(handoff) is checked before anything changes, and each write and removal
+    again. A name that would leave O(dest) (absolute, C(..), an empty segment, a link out of the folder) or that
+    the file system cannot hold (NUL, a control character, a segment over 255 bytes) fails the stage, naming it,
+    and nothing is fetched or removed. O(dest) must be an absolute path other than C(/).
+  - Bounded (O(timeout), O(stall_seconds)). azcopy is stopped past its time limit or when nothing moves; the
+    blobs that failed or were still open are named from azcopy's job plan (C(azcopy jobs show)) and log, with
+    the fix. Whatever azcopy left of an open transfer is removed, so a rerun fetches it whole.
+  - Ends with its controller. When the controller's connection closes (the controller was killed), the module
+    stops azcopy's process group, removes azcopy's temporary folder and drops its lock within seconds. A stage
+    that finds the lock of its shard held waits up to 60 s for it (an interrupted run's stage ending), then
+    refuses naming the holder; the temporary folder of a holder that is gone (checked by pid, process start
+    time and host) is removed.
   - C(changed) is true exactly when a file was fetched or removed, or the stage folder made or its mode set.
   - Resumable. azcopy writes into a hidden folder C(<dest>/.amlhpc-staging/<rank>) with
     C(--overwrite=false), so a rerun after a failure skips the files already fetched. Files are
@@ -140,16 +153,17 @@ options:
         C(suffixes) lets it find gone files in suffix mode.
     type: dict
     required: true
-  known_names:
+  handoff:
     description:
-      - The plan's C(known_names) (a compact set of every blob of the listing). A file another node's
-        shard holds now is then never called gone; it stays or, with O(shared=false), is handed over
-        (removed here). Empty to leave it out.
-      - The set answers yes for about 1 % of the names it does not hold, so about 1 % of gone files are taken
-        for another node's. They stay unreported on shared storage and are removed as handed over on
-        node-local storage.
-    type: str
-    default: ""
+      - This node's exact lists of files outside its shard, from the plan's listing, as the stage role computes
+        them on the controller from one read of the node's folder (C(stage_handoff[inventory_hostname]),
+        M(amlhpc.azureml.azcopy_shards) and C(module_utils/amlhpc/azcopy_handoff.py)).
+      - C(handed) - files whose blob another node's shard holds now; removed with O(shared=false), kept otherwise.
+        C(gone) - files whose blob no shard of the plan holds; reported, and removed only with O(prune=true).
+      - Each name is checked again here before anything is removed (inside O(dest), a file there, not in this
+        node's shard). Left out, no file outside the shard is reported or removed.
+    type: dict
+    version_added: "2.2.0"
   verify:
     description: C(size) checks every staged file's size; C(checksum) also its content (reads every file).
     type: str
@@ -161,9 +175,8 @@ options:
       - V(true) (the safe default) keeps every file whose blob another node's shard holds now. On shared
         storage it is that node's file, at the path that node reads.
       - V(false) (node-local storage) makes the folder hold this node's shard and nothing of another node's,
-        since node-scope training refuses a file held by two nodes. A data file whose blob another node's
-        shard holds now is removed (RV(handed)), and so are the files an earlier rank of this node staged
-        there, found by its manifest. Needs O(known_names) to tell such a file from a gone one.
+        since node-scope training refuses a file held by two nodes. The files of O(handoff)'s C(handed) list
+        are removed (RV(handed)).
     type: bool
     default: true
   prune:
@@ -188,11 +201,29 @@ options:
     type: float
     default: 0
   timeout:
-    description: Seconds after which azcopy is stopped (0 for no limit). A rerun resumes.
+    description:
+      - Seconds after which azcopy is stopped; a rerun resumes.
+      - V(0) (the default) derives the limit from the staging model (O(model)) for what this run fetches, its
+        bytes over the wire and on disk at the model's rates with O(cap_mbps), times O(timeout_margin), plus
+        300 s; six hours where the plan gives no sizes. No stage waits for ever.
     type: int
     default: 0
+  timeout_margin:
+    description: With O(timeout=0), how many times the staging model's time the stage may take.
+    type: float
+    default: 3.0
+    version_added: "2.2.0"
+  stall_seconds:
+    description:
+      - Seconds without progress (no byte over the wire, no transfer started or ended) after which azcopy is stopped,
+        naming the blobs it had open; V(0) for no stall rule (the time limit still holds).
+      - Once every byte of the job is in and transfers stay open, the limit is the lower of this and 20 s (a blob
+        whose Content-Encoding says gzip and is not stalls C(azcopy --decompress) there).
+    type: int
+    default: 60
+    version_added: "2.2.0"
   progress_file:
-    description: File rewritten with the latest progress (JSON, no secrets) for an operator to watch; empty for none.
+    description: File rewritten with the latest progress (JSON, no secrets) for an operator to watch, an absolute path; empty for none.
     type: path
     default: ""
   model:
@@ -230,7 +261,7 @@ EXAMPLES = r"""
     dest: /mnt/beeond/cosmoflow
     rank: "{{ aml_node_rank }}"
     shard: "{{ stage_plan.shards[inventory_hostname] }}"
-    known_names: "{{ stage_plan.known_names }}"
+    handoff: "{{ stage_handoff[inventory_hostname] }}"
     verify: checksum
   register: stage_result
 
@@ -348,6 +379,13 @@ prediction:
   type: dict
   sample: {"seconds": 782.2, "minutes": 13.04, "bottleneck": "decompression CPU", "nodes": 4,
            "limits_s": {"account egress": 44.0, "NIC": 453.0, "decompression CPU": 782.2}}
+time_limit:
+  description:
+    - The seconds azcopy was given in this run (C(seconds)) and how they were found (C(how)), e.g.
+      C(3 x the staging model's 12.4 s for 1.2 GB (NIC\) + 300 s). Empty when azcopy did not run.
+  returned: success
+  type: dict
+  version_added: "2.2.0"
 summary:
   description:
     - One line for the report, e.g. C(96 files, 3 fetched (2 repaired), 0 gone; 2.1 s measured, 1.9 s predicted (NIC)),
@@ -374,8 +412,11 @@ sas_warnings:
   elements: str
 """
 
+import signal
+
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy import (
-    NameSet,
+    Cancel,
+    Limits,
     StageError,
     auth_env,
     blob_url,
@@ -386,7 +427,12 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy impor
     shard_is_staged,
     stage_shard,
 )
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_handoff import handoff_problem
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_install import probe_install
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_model import rates_from
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_paths import folder_problem
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_sync import check_names
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_watch import ConnectionWatch
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.files import ensure_folder
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.stage_read import (
     ARGUMENT_SPEC,
@@ -405,12 +451,6 @@ def _shard_args(shard: dict) -> dict:
     return {"include_pattern": shard["include_pattern"]}
 
 
-def _suffixes(shard: dict) -> list[int] | None:
-    if shard.get("mode", "suffix") != "suffix":
-        return None
-    return [int(x) for x in shard.get("suffixes") or []]
-
-
 def probe_azcopy(module: AnsibleModule, warnings: list[str]) -> dict:
     """``<azcopy> --version`` and the install decision (the stage role's probe, as
     azcopy_probe makes it): ``needed``, ``src_kind`` and ``probe``; fails with the role's
@@ -421,6 +461,21 @@ def probe_azcopy(module: AnsibleModule, warnings: list[str]) -> dict:
     if decision["error"]:
         module.fail_json(msg=decision["error"], probe=found, sas_warnings=warnings)
     return {"needed": decision["needed"], "src_kind": decision["src_kind"], "probe": found}
+
+
+def _ended(signum: int, _frame: object) -> None:
+    """SIGTERM or SIGHUP (the worker of a dead controller ends its group): unwind, so that the
+    stage stops azcopy, removes its temporary folder and drops the lock on the way out."""
+    raise SystemExit(128 + signum)
+
+
+def limits_from(p: dict) -> Limits:
+    """The stage's time limit (``timeout``, else the staging model's for what it fetches,
+    ``timeout_margin`` times) and stall rule (``stall_seconds``)."""
+    model = dict(p["model"] or {})
+    nodes = int(model.pop("nodes", 1) or 1)
+    return Limits(timeout=p["timeout"] or None, margin=p["timeout_margin"], rates=rates_from(model), nodes=nodes,
+                  cap_mbps=p["cap_mbps"] or None, stall=p["stall_seconds"])
 
 
 def main() -> None:
@@ -444,6 +499,9 @@ def main() -> None:
                     "client_secret": p["client_secret"] or ""}
     try:
         auth_env(p["auth"], **auth_options)
+        limits = limits_from(p)
+        if p["stall_seconds"] < 0 or p["timeout"] < 0:
+            raise ValueError("timeout and stall_seconds must be 0 or above")
     except ValueError as exc:
         module.fail_json(msg=str(exc), sas_warnings=warnings)
     probed = probe_azcopy(module, warnings) if p["version"] else {}
@@ -456,24 +514,42 @@ def main() -> None:
         module.fail_json(msg="No rank for this node: the shard has none and the rank option is not set. Pass this "
                          "node's entry of the azcopy_shards plan as shard (shards[inventory_hostname]: it carries "
                          "the rank), or set rank.", sas_warnings=warnings)
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
+        module.fail_json(msg=f"The shard's rank {rank!r} is not a number 0 or above: pass this node's entry of the "
+                         "azcopy_shards plan as shard, or set rank.", sas_warnings=warnings)
+    if p["progress_file"] and folder_problem(p["progress_file"]):
+        module.fail_json(msg=f"The progress_file {p['progress_file']!r} cannot be written: "
+                         f"{folder_problem(p['progress_file'])}.", sas_warnings=warnings)
+    why = handoff_problem(p["handoff"]) if p["handoff"] is not None else None
+    if why:
+        module.fail_json(msg=f"The handoff option {why}: pass the stage role's stage_handoff entry for this node.",
+                         sas_warnings=warnings)
+    shard_args = _shard_args(shard)
+    expected = expected_files(shard)
+    node = f"node {rank}"
+    try:  # every name the plan and the handoff give, before anything changes
+        check_names(stage_dir=p["dest"], node=node, expected=expected, blobs=shard_args.get("blobs"),
+                    handoff=p["handoff"], decompress=p["decompress"])
+    except StageError as exc:
+        module.fail_json(msg=redact(str(exc), secrets), sas_warnings=warnings)
     try:
         folder = ensure_folder(p["dest"], 0o755, module.check_mode)
     except OSError as exc:
         module.fail_json(msg=f"The stage folder {p['dest']}: {exc}", sas_warnings=warnings)
     extra = {"diff": folder} if folder and module._diff else {}  # pylint: disable=protected-access
     source = blob_url(p["account_url"], p["container"], p["prefix"])
-    shard_args = _shard_args(shard)
-    expected = expected_files(shard)
-    known = NameSet.load(p["known_names"]) if p["known_names"] else None
     if module.check_mode:
         if expected is None:
             staged = shard_is_staged(source_url=source, stage_dir=p["dest"], rank=rank,
                                      decompress=p["decompress"], **shard_args)
             module.exit_json(changed=not staged or folder is not None, sas_warnings=warnings, **probed, **extra)
-        todo = plan_sync(stage_dir=p["dest"], rank=rank, expected=expected, decompress=p["decompress"],
-                         verify=p["verify"], suffixes=_suffixes(shard), known=known, shared=p["shared"])
+        try:
+            todo = plan_sync(stage_dir=p["dest"], rank=rank, expected=expected, decompress=p["decompress"],
+                             verify=p["verify"], handoff=p["handoff"], shared=p["shared"], node=node)
+        except StageError as exc:
+            module.fail_json(msg=redact(str(exc), secrets), sas_warnings=warnings)
         refused = p["prune"] and not p["prune_most"] and prune_refusal(todo["gone"], expected, todo["fetch"], source,
-                                                                       f"node {rank}")
+                                                                       node)
         if refused:
             module.fail_json(msg=refused, sas_warnings=warnings)
         module.exit_json(changed=bool(todo["fetch"]) or bool(p["prune"] and todo["gone"]) or bool(todo["handed"])
@@ -481,14 +557,18 @@ def main() -> None:
                          would_fetch=len(todo["fetch"]), gone=todo["gone"][:5], gone_count=len(todo["gone"]),
                          handed=todo["handed"][:5], handed_count=len(todo["handed"]),
                          sas_warnings=warnings, **probed, **extra)
+    cancel = Cancel()
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _ended)
     try:
-        result = stage_shard(
-            azcopy=p["azcopy"], source_url=source, sas=sas, stage_dir=p["dest"], rank=rank,
-            expected=expected, decompress=p["decompress"], cap_mbps=p["cap_mbps"] or None,
-            timeout=p["timeout"] or None, node=f"node {rank}", progress_file=p["progress_file"] or None,
-            verify=p["verify"], prune=p["prune"], prune_most=p["prune_most"], suffixes=_suffixes(shard), known=known,
-            shared=p["shared"], auth=p["auth"],
-            auth_options=auth_options, **shard_args)
+        with ConnectionWatch(cancel):
+            result = stage_shard(
+                azcopy=p["azcopy"], source_url=source, sas=sas, stage_dir=p["dest"], rank=rank,
+                expected=expected, decompress=p["decompress"], cap_mbps=p["cap_mbps"] or None,
+                node=node, progress_file=p["progress_file"] or None,
+                verify=p["verify"], prune=p["prune"], prune_most=p["prune_most"], handoff=p["handoff"],
+                shared=p["shared"], auth=p["auth"], auth_options=auth_options, limits=limits, cancel=cancel,
+                **shard_args)
         result["prediction"] = prediction_for(result, p["model"])
     except (StageError, OSError, ValueError) as exc:
         module.fail_json(msg=redact(str(exc), secrets), sas_warnings=warnings)

@@ -96,12 +96,13 @@ def two_nodes(azurite, data, tmp_path, **group_vars) -> tuple[Path, dict, dict]:
     return inv, extra, {"TEST_STAGE_SAS": azurite.container_sas(data.container, "rl")}
 
 
-def test_a_rerun_costs_each_node_three_host_tasks(azurite, pb_dataset, tmp_path):
+def test_a_rerun_costs_each_node_four_host_tasks(azurite, pb_dataset, tmp_path):
     """Controller CPU goes per host-task, a node's CPU per module run (docs/performance.md): on
-    a run with nothing to do the role is Ansible's check of its variables, one task per node
-    that probes azcopy and stages in one module run, and the set_fact that keeps its answer;
-    the role then ends for the node in the strategy (meta end_role: no install task to skip);
-    the plan and the report table are run once."""
+    a run with nothing to do the role is Ansible's check of its variables, one shell command
+    per node that lists its stage folder (for the exact handoff, decided on the controller),
+    one task per node that probes azcopy and stages in one module run, and the set_fact that
+    keeps its answer; the role then ends for the node in the strategy (meta end_role: no
+    install task to skip); the plan, the handoff and the report table are run once."""
     inv, extra, env = two_nodes(azurite, pb_dataset, tmp_path)
     first = run_playbook("playbooks/stage.yml", extra, env, "-i", str(inv))
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
@@ -113,8 +114,8 @@ def test_a_rerun_costs_each_node_three_host_tasks(azurite, pb_dataset, tmp_path)
         m = re.search(rf"^{host}\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=0\s+failed=0\s+skipped=(\d+)", tail, re.M)
         assert m, tail
         counts[host] = (int(m[1]) + int(m[3]), int(m[2]))
-    # local-1 runs the role's three; local-0 also the run-once ones (plan, show, report)
-    assert counts["local-1"][0] == 3 and counts["local-0"][0] <= counts["local-1"][0] + 3, counts
+    # local-1 runs the role's four; local-0 also the run-once ones (plan, show, handoff, report)
+    assert counts["local-1"][0] == 4 and counts["local-0"][0] <= counts["local-1"][0] + 4, counts
     assert "Install azcopy, then copy" not in second.stdout, second.stdout[-3000:]
     assert second.stdout.count("TASK [amlhpc.azureml.stage : Stage | Report every node's stage]") == 1
     assert counts["local-0"][1] == counts["local-1"][1] == 0, counts

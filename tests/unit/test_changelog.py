@@ -54,8 +54,14 @@ def test_the_plugins_of_the_collection_are_found():
     assert ("modules", "aml_job") in found
 
 
+def _semver(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in version.split("."))
+
+
 @pytest.mark.parametrize(("kind", "name", "doc"), documented(), ids=lambda v: v if isinstance(v, str) else "")
 def test_each_plugin_names_the_release_that_lists_it_as_new(kind, name, doc):
     version = str(doc.get("version_added", ""))
+    if version not in CHANGES["releases"] and _semver(version) > max(map(_semver, CHANGES["releases"])):
+        return  # not released yet: the release's "New Plugins" list is made from version_added then
     assert version in CHANGES["releases"], f"{kind}/{name}: version_added {version!r} is no release of changelogs/changelog.yaml"
     assert (kind, name) in released(version), f"{kind}/{name} is missing from release {version}'s new plugins"

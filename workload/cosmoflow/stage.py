@@ -15,7 +15,10 @@ finished by the other.
 It is a sync like the Ansible stage: with the listing (the Azure SDK is in the job image),
 every planned file is checked by size (and with ``verify="checksum"`` by the SHA-256 of its
 content recorded by ``prepare_dataset``), only missing or wrong files are fetched, and files
-whose blob is gone are reported (removed with ``prune=True``).
+whose blob is gone are reported (removed with ``prune=True``). Which files are gone, and
+which another node's shard holds now, is decided from the listing itself (a set), never on
+a guess; no name of the listing is written or removed outside ``stage_dir``. azcopy is
+bounded as in the Ansible stage: a time limit from the staging model and a stall rule.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from amlhpc.azcopy import AUTH_MODES, ExpectedFile, StageError, auth_env, blob_url, check_sas, stage_shard
+from amlhpc.azcopy import AUTH_MODES, ExpectedFile, Limits, StageError, auth_env, blob_url, check_sas, stage_shard
+from amlhpc.azcopy_handoff import local_handoff
 from amlhpc.blob_listing import ListingError, identity_credential, list_blobs, sdk_available
 from amlhpc.shards import ShardError, include_pattern, plan_shards
 
@@ -67,7 +71,8 @@ def stage_for_this_node(*, account_url: str, container: str, stage_dir: str, sas
                         msi_client_id: str = "", tenant_id: str = "", client_id: str = "",
                         client_secret: str = "", verify: str = "size", prune: bool = False,
                         shared: bool = True, env: dict[str, str] | None = None,
-                        prune_most: bool = False) -> dict[str, Any]:
+                        prune_most: bool = False, timeout: float | None = None,
+                        stall_seconds: float = 60.0) -> dict[str, Any]:
     """Stage node ``node_rank``'s shard (of ``num_nodes``) into ``stage_dir``; resumable.
 
     ``auth`` as the Ansible stage: ``sas`` (``sas`` is in azcopy's argv while it runs),
@@ -82,8 +87,9 @@ def stage_for_this_node(*, account_url: str, container: str, stage_dir: str, sas
     shard, and such a file is removed (``handed``): node-scope training refuses a file held
     by two nodes.
     ``progress`` gets azcopy's progress as dicts (percent, completed, total,
-    bytes_over_wire, seconds). Raises ``StageError`` or ``ValueError`` with a sentence
-    naming the problem.
+    bytes_over_wire, seconds). ``timeout`` (seconds; None: the staging model's time for what
+    is fetched, three times, plus 300 s) and ``stall_seconds`` bound azcopy. Raises
+    ``StageError`` or ``ValueError`` with a sentence naming the problem.
     """
     if not 0 <= node_rank < num_nodes:
         raise ValueError(f"node_rank {node_rank} is outside 0..{num_nodes - 1}")
@@ -117,8 +123,14 @@ def stage_for_this_node(*, account_url: str, container: str, stage_dir: str, sas
     except ShardError as exc:
         raise StageError(str(exc)) from exc
     expected = None
+    handoff = None
     if listing is not None:
         expected = [ExpectedFile(b.name, b.raw_size, b.gzip_encoded, b.raw_sha256, b.size) for b in shard.blobs]
+        if os.path.isabs(stage_dir):  # a relative one is refused by stage_shard, naming it
+            handoff = local_handoff(stage_dir, node_rank,
+                                    [{"name": b.name, "gzip": b.gzip_encoded} for b in shard.blobs],
+                                    {b.name for b in listing}, shared=shared,
+                                    suffixes=shard.suffixes if shard_mode == "suffix" else None)
     source = blob_url(account_url, container, prefix)
     kwargs: dict[str, Any] = {}
     if shard_mode == "balanced":
@@ -130,6 +142,6 @@ def stage_for_this_node(*, account_url: str, container: str, stage_dir: str, sas
     return stage_shard(azcopy=azcopy, source_url=source, sas=sas, stage_dir=stage_dir, rank=node_rank,
                        expected=expected, decompress=True, cap_mbps=cap_mbps, progress=progress,
                        node=f"node {node_rank}", verify=verify, prune=prune, prune_most=prune_most, shared=shared,
-                       known={b.name for b in listing} if listing is not None else None,
-                       suffixes=shard.suffixes if shard_mode == "suffix" else None, auth=auth,
-                       auth_options=auth_options, env=env, **kwargs)
+                       handoff=handoff, auth=auth, auth_options=auth_options, env=env,
+                       limits=Limits(timeout=timeout, nodes=num_nodes, cap_mbps=cap_mbps, stall=stall_seconds),
+                       **kwargs)

@@ -7,7 +7,11 @@
 ``azcopy_progress``  running azcopy with JSON output, its result, the progress series
 ``azcopy_files``     staged files: final names, azcopy's leftovers, size and checksum checks
 ``azcopy_sync``      one node's stage as a sync with the plan (fetch, repair, report gone)
-``azcopy_model``     the staging-time model (account egress, NIC, decompression CPU)
+``azcopy_paths``     names from blobs and node listings kept inside their folder
+``azcopy_handoff``   which files outside a node's shard are gone and which another node's, exactly
+``azcopy_lock``      one stage of a shard at a time; a dead stage's leftovers taken over
+``azcopy_watch``     the controller dies, the node's stage ends
+``azcopy_model``     the staging-time model (account egress, NIC, decompression CPU) and time limit
 
 Standard library only.
 """
@@ -29,7 +33,6 @@ from .azcopy_files import (  # noqa: F401
     STAGING_DIRNAME,
     VERIFY_MODES,
     ExpectedFile,
-    NameSet,
     check_file,
     final_name,
     finalize,
@@ -40,6 +43,7 @@ from .azcopy_files import (  # noqa: F401
 )
 from .azcopy_progress import (  # noqa: F401
     AzcopyMessage,
+    Cancel,
     JobResult,
     ProgressSeries,
     explain_failure,
@@ -47,7 +51,7 @@ from .azcopy_progress import (  # noqa: F401
     run_azcopy,
 )
 from .azcopy_sas import SAS_PERMISSION_NAMES, SasCheck, check_sas, parse_sas, redact  # noqa: F401
-from .azcopy_sync import StageError, find_strays, plan_sync, prune_refusal, shard_is_staged, stage_shard, survey  # noqa: F401
+from .azcopy_sync import Limits, StageError, plan_sync, prune_refusal, shard_is_staged, stage_shard, survey  # noqa: F401
 
 # What the workload, the modules and the tests import from here.
 __all__ = [
@@ -64,7 +68,6 @@ __all__ = [
     "STAGING_DIRNAME",
     "VERIFY_MODES",
     "ExpectedFile",
-    "NameSet",
     "check_file",
     "final_name",
     "finalize",
@@ -83,7 +86,8 @@ __all__ = [
     "parse_sas",
     "redact",
     "StageError",
-    "find_strays",
+    "Limits",
+    "Cancel",
     "plan_sync",
     "prune_refusal",
     "shard_is_staged",

@@ -15,10 +15,9 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from .azcopy_paths import MANIFEST_DIRNAME, STAGING_DIRNAME, inside
 from .tfrecord import masked_crc32c
 
-STAGING_DIRNAME = ".amlhpc-staging"
-MANIFEST_DIRNAME = ".amlhpc-staged"
 AZCOPY_TEMP_PREFIX = ".azDownload-"
 VERIFY_MODES = ("size", "checksum")
 
@@ -129,16 +128,19 @@ def finalize(staging: str, stage_dir: str, decompress: bool) -> dict[str, int]:
     """Move every complete file from ``staging`` to its final name under ``stage_dir``.
 
     Returns ``{final relative name: size}``. A ``.gz`` file whose content is no longer gzip
-    (azcopy decompressed it) loses the ``.gz``.
+    (azcopy decompressed it) loses the ``.gz``. A name that would leave ``stage_dir``
+    (:func:`azcopy_paths.inside`) raises UnsafePath before anything is moved.
     """
     done: dict[str, int] = {}
+    moves = []
     for rel in walk_files(staging):
         if os.path.basename(rel).startswith(AZCOPY_TEMP_PREFIX):
             continue
         src = os.path.join(staging, rel)
         decompressed = decompress and rel.endswith(".gz") and not is_gzip_file(src)
         name = final_name(rel, decompressed)
-        dst = os.path.join(stage_dir, name)
+        moves.append((src, name, inside(stage_dir, name)))
+    for src, name, dst in moves:
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         os.replace(src, dst)
         done[name] = os.path.getsize(dst)
@@ -150,49 +152,3 @@ def shown(names: Iterable[str], limit: int = 5) -> str:
     names = list(names)
     text = ", ".join(names[:limit])
     return text + (f" and {len(names) - limit} more" if len(names) > limit else "")
-
-
-class NameSet:
-    """A compact set of blob names (a Bloom filter) the planner hands every node.
-
-    ``name in s`` is never False for a name that was added; it is True for about 1 % of
-    the others. Staging asks it before calling a file "gone", so a false positive only
-    keeps a file that could have been pruned: never the other way round.
-    """
-
-    BITS_PER_NAME = 10
-    HASHES = 7
-
-    def __init__(self, bits: int, data: bytearray | None = None) -> None:
-        self.bits = max(64, bits)
-        self.data = data if data is not None else bytearray((self.bits + 7) // 8)
-
-    @classmethod
-    def of(cls, names: Iterable[str]) -> NameSet:
-        names = list(names)
-        s = cls(len(names) * cls.BITS_PER_NAME)
-        for n in names:
-            s.add(n)
-        return s
-
-    def _positions(self, name: str) -> list[int]:
-        digest = hashlib.blake2b(name.encode(), digest_size=16).digest()
-        a, b = int.from_bytes(digest[:8], "little"), int.from_bytes(digest[8:], "little") | 1
-        return [(a + i * b) % self.bits for i in range(self.HASHES)]
-
-    def add(self, name: str) -> None:
-        for p in self._positions(name):
-            self.data[p >> 3] |= 1 << (p & 7)
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and all(self.data[p >> 3] >> (p & 7) & 1 for p in self._positions(name))
-
-    def dump(self) -> str:
-        import base64  # noqa: PLC0415
-        return f"{self.bits}:{base64.b64encode(bytes(self.data)).decode()}"
-
-    @classmethod
-    def load(cls, text: str) -> NameSet:
-        import base64  # noqa: PLC0415
-        bits, _unused, data = text.partition(":")
-        return cls(int(bits), bytearray(base64.b64decode(data)))

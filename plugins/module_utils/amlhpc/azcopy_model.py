@@ -104,3 +104,35 @@ def rates_from(values: dict[str, Any] | None) -> Rates:
     if unknown:
         raise ValueError(f"unknown staging-model rate(s) {', '.join(unknown)}: use {', '.join(sorted(known))}")
     return Rates(**{k: float(v) for k, v in values.items()})
+
+
+TIME_LIMIT_MARGIN = 3.0
+"""How many times the model's prediction a stage may take before it is stopped (the default of
+``stage_timeout_margin``)."""
+TIME_LIMIT_FLOOR_S = 300.0
+"""Seconds every time limit adds to the margin's: azcopy's start, the listing of a
+``--list-of-files`` and its retries, which the model does not count."""
+TIME_LIMIT_UNKNOWN_S = 6 * 3600.0
+"""The time limit where the plan gives no sizes (suffix mode without a listing)."""
+
+
+def time_limit(wire: int | None, raw: int | None, rates: Rates, *, nodes: int = 1,
+               margin: float = TIME_LIMIT_MARGIN, cap_mbps: float | None = None) -> tuple[float, str]:
+    """The default time limit of one node's stage and how it was found (one phrase).
+
+    ``wire`` and ``raw``: the bytes this run fetches, over the wire and on disk (``None``:
+    unknown). The model predicts their time on this node (its share of the account's egress
+    with ``nodes`` nodes; a bandwidth cap ``cap_mbps`` lowers the network rate), and the limit
+    is ``margin`` times that plus :data:`TIME_LIMIT_FLOOR_S`. No sizes: :data:`TIME_LIMIT_UNKNOWN_S`.
+    """
+    if margin <= 0:
+        raise ValueError(f"the time limit's margin must be above 0, got {margin:g}")
+    if wire is None:
+        return TIME_LIMIT_UNKNOWN_S, f"{TIME_LIMIT_UNKNOWN_S:g} s, the limit where the plan gives no sizes"
+    if cap_mbps:
+        rates = Rates(**{**asdict(rates), "azcopy_mb_s": min(rates.azcopy_mb_s, cap_mbps / 8)})
+    pred = predict_node(int(wire), None if raw is None else int(raw), rates, nodes=max(1, nodes),
+                        wire_total=int(wire) * max(1, nodes))
+    limit = TIME_LIMIT_FLOOR_S + margin * pred["seconds"]
+    return round(limit, 1), (f"{margin:g} x the staging model's {pred['seconds']:g} s for {wire / 1e9:.3g} GB "
+                             f"({pred['bottleneck']}) + {TIME_LIMIT_FLOOR_S:g} s")

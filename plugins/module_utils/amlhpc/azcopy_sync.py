@@ -21,13 +21,23 @@ shard), a run is a sync:
    to their final names (``.gz`` dropped when azcopy decompressed them), so a file under
    its final name is always whole. Each fetched file is checked again; one still wrong
    fails the stage, named.
-3. Gone: files this node staged before (its manifest ``.amlhpc-staged/<rank>.json``) or,
-   in suffix mode, files carrying its suffixes, whose blob is no longer listed. They are
-   reported, and removed only with ``prune``.
-4. Handed over (node-local storage, ``shared=False``): a file whose blob another node's
-   shard holds now (the nodes changed between runs) is removed, as are the files an
-   earlier rank of this node staged in the folder, since node-scope training refuses a
-   file held by two nodes. On shared storage such a file is the other node's and stays.
+3. Strays (files outside this node's shard): which ones are ``gone`` (no blob of the listing)
+   and which ``handed`` (another node's shard holds their blob now) is decided from exact
+   data, the plan's listing (``azcopy_handoff``): by the controller, from one read of the
+   node's folder, or inside the training job, which has the listing. Gone files are reported
+   and removed only with ``prune``; handed files are removed on node-local storage
+   (``shared=False``), since node-scope training refuses a file held by two nodes, and kept on
+   shared storage, where they are the other node's. Nothing else is ever removed.
+
+Every name the plan or the handoff gives is checked before anything changes: a name that would
+leave ``stage_dir`` or that the file system cannot hold (``azcopy_paths``) refuses the whole
+stage, naming it. Each write and removal goes through ``azcopy_paths.inside`` again.
+
+Bounded: azcopy is stopped past a time limit (by default the staging model's prediction for
+what this run fetches, times a margin, ``azcopy_model.time_limit``), when nothing moves for
+``stall`` seconds, or, once every byte is in, when transfers stay open (a blob whose
+Content-Encoding lies); the failing or open blobs are named from azcopy's job plan
+(``azcopy jobs show``) and log. A ``cancel`` (the controller went away) stops it too.
 
 ``changed`` is true exactly when a file was fetched or removed.
 
@@ -36,22 +46,21 @@ count is the plan and a finished stage is recognised by its manifest.
 
 No secret is written anywhere: a SAS travels only in azcopy's argv (with an identity there
 is none, see ``azcopy_cmd``), azcopy's job plans and logs go to a private temporary folder
-that is removed afterwards, and every message goes through ``redact``.
+that is removed afterwards (by the next stage, where this one was killed: ``azcopy_lock``),
+and every message goes through ``redact``.
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import shutil
-import socket
 import tempfile
 import time
 from collections.abc import Callable, Container, Mapping, Sequence
-from contextlib import contextmanager
 from typing import Any
+from urllib.parse import unquote
 
 from .azcopy_cmd import copy_download_command, with_auth_env
 from .azcopy_files import (
@@ -65,10 +74,15 @@ from .azcopy_files import (
     private_azcopy_env,
     remove_partial,
     shown,
-    walk_files,
 )
-from .azcopy_progress import ProgressSeries, explain_failure, run_azcopy
-from .shards import suffix_of
+from .azcopy_lock import WORKDIR_PREFIX, Held, LockBusy, holder_refusal, stage_lock
+from .azcopy_model import TIME_LIMIT_MARGIN, Rates, time_limit
+from .azcopy_paths import UnsafePath, check_all, folder_problem, inside, shown_problems
+from .azcopy_progress import Cancel, JobResult, ProgressSeries, explain_failure, job_transfers, log_failures, run_azcopy
+
+STALL_S = 60.0
+"""Seconds without progress (no byte over the wire, no transfer started or ended) after which
+azcopy is stopped (the default of ``stage_stall_seconds``)."""
 
 
 class StageError(RuntimeError):
@@ -127,16 +141,6 @@ def survey(stage_dir: str, expected: Sequence[ExpectedFile], decompress: bool,
     return bad
 
 
-def _manifest_names(stage_dir: str, rank: int | None) -> set[str]:
-    """Files a manifest lists: this rank's, or with ``rank=None`` every rank's in the folder."""
-    if rank is not None:
-        return set(_read_manifest(stage_dir, rank).get("files", {}))
-    names: set[str] = set()
-    for other in _manifest_ranks(stage_dir):
-        names |= set(_read_manifest(stage_dir, other).get("files", {}))
-    return names
-
-
 def _manifest_ranks(stage_dir: str) -> list[int]:
     try:
         entries = os.listdir(os.path.join(stage_dir, MANIFEST_DIRNAME))
@@ -145,49 +149,57 @@ def _manifest_ranks(stage_dir: str) -> list[int]:
     return sorted(int(e[:-5]) for e in entries if e.endswith(".json") and e[:-5].isdigit())
 
 
-def find_strays(stage_dir: str, rank: int, expected: Sequence[ExpectedFile], decompress: bool, *,
-                suffixes: Sequence[int] | None = None, known: Container[str] | None = None,
-                shared: bool = True) -> tuple[list[str], list[str]]:
-    """Files on disk that are not in this node's plan: ``(gone, handed)``.
+def name_refusal(node: str, stage_dir: str, problems: Mapping[str, str]) -> str:
+    """One sentence refusing a stage whose plan or handoff names a path that would leave the
+    stage folder or that the file system cannot hold; nothing was fetched or removed."""
+    return (f"{node}: {len(problems)} name(s) of the plan would be staged or removed outside {stage_dir}, or cannot "
+            f"be held by its file system: {shown_problems(problems)}. Nothing was fetched or removed: rename or remove "
+            "those blobs (or choose a stage_prefix that leaves them out), then plan and stage again.")
 
-    ``gone``: their blob is no longer listed (reported; removed only with ``prune``).
-    ``handed``: their blob is listed (``known``: every blob of the whole listing) and another
-    node's shard holds it now; only on node-local storage (``shared=False``), where such a
-    file would be on two nodes, which node-scope training refuses. On shared storage
-    (``shared=True``, BeeOND) it is the other node's file, at the path that node reads: kept.
 
-    Candidates on shared storage: what this rank's manifest (``.amlhpc-staged/<rank>.json``)
-    says it staged before and, in suffix mode, every data file carrying one of its suffixes.
-    On node-local storage every file of the folder is this node's, so the candidates are
-    what any manifest there lists (a node whose rank changed left its files under its old
-    rank) and every CosmoFlow data file. Without ``known`` every candidate is ``gone``.
-    """
+def check_names(*, stage_dir: str, node: str, expected: Sequence[ExpectedFile] | None = None,
+                blobs: Sequence[str] | None = None, handoff: Mapping[str, Sequence[str]] | None = None,
+                decompress: bool = True) -> None:
+    """StageError (:func:`name_refusal`) unless every name of the plan (the blobs, their staged
+    names) and of the handoff (``handed``, ``gone``) lies inside ``stage_dir``
+    (``azcopy_paths.inside``); also for a ``stage_dir`` that cannot be one (relative, ``/``)."""
+    why = folder_problem(stage_dir)
+    if why is not None:
+        raise StageError(f"{node}: the stage folder {stage_dir!r} cannot be used: {why}.")
+    names: list[str] = [e.blob for e in expected or ()] + list(blobs or ())
+    for key in ("handed", "gone"):
+        names += list((handoff or {}).get(key) or ())
+    problems = check_all(list(dict.fromkeys(names)), stage_dir)
+    staged = [e.staged_name(decompress) for e in expected or () if e.blob not in problems]
+    problems.update(check_all([n for n in dict.fromkeys(staged) if n not in problems], stage_dir))
+    if problems:
+        raise StageError(name_refusal(node, stage_dir, problems))
+
+
+def present_strays(stage_dir: str, handoff: Mapping[str, Sequence[str]] | None,
+                   expected: Sequence[ExpectedFile], decompress: bool, shared: bool) -> tuple[list[str], list[str]]:
+    """``(gone, handed)``: the handoff's names that are files in ``stage_dir`` now and not in
+    this node's plan; ``handed`` only on node-local storage. Without a handoff, none: a file is
+    never removed on a guess."""
+    if not handoff:
+        return [], []
     planned = {e.staged_name(decompress) for e in expected} | {e.blob for e in expected}
-    candidates = _manifest_names(stage_dir, rank if shared else None)
-    if suffixes or not shared:
-        wanted = set(suffixes or ())
-        candidates |= {n for n in walk_files(stage_dir, skip_hidden_stage_dirs=True)
-                       if suffix_of(n) is not None and (not shared or suffix_of(n) in wanted)}
-    gone: list[str] = []
-    handed: list[str] = []
-    for name in sorted(candidates - planned):
-        if not os.path.isfile(os.path.join(stage_dir, name)):
-            continue
-        listed = known is not None and (name in known or f"{name}.gz" in known)
-        if not listed:
-            gone.append(name)
-        elif not shared:
-            handed.append(name)
-    return gone, handed
+
+    def there(names: Sequence[str] | None) -> list[str]:
+        return sorted(n for n in set(names or ()) if n not in planned and os.path.isfile(inside(stage_dir, n)))
+
+    return there(handoff.get("gone")), ([] if shared else there(handoff.get("handed")))
 
 
 def plan_sync(*, stage_dir: str, rank: int, expected: Sequence[ExpectedFile], decompress: bool = True,
-              verify: str = "size", suffixes: Sequence[int] | None = None,
-              known: Container[str] | None = None, shared: bool = True) -> dict[str, Any]:
+              verify: str = "size", handoff: Mapping[str, Sequence[str]] | None = None, shared: bool = True,
+              node: str | None = None) -> dict[str, Any]:
     """What a stage would do (check mode): ``fetch`` {blob: why}, ``gone`` and ``handed`` names
-    (see :func:`find_strays`)."""
+    (see :func:`present_strays`). Refuses the names :func:`check_names` refuses."""
+    node = node or f"node {rank}"
+    check_names(stage_dir=stage_dir, node=node, expected=expected, handoff=handoff, decompress=decompress)
     stage_dir = os.path.abspath(stage_dir)
-    gone, handed = find_strays(stage_dir, rank, expected, decompress, suffixes=suffixes, known=known, shared=shared)
+    gone, handed = present_strays(stage_dir, handoff, expected, decompress, shared)
     return {"fetch": survey(stage_dir, expected, decompress, verify), "gone": gone, "handed": handed}
 
 
@@ -198,13 +210,66 @@ def shard_is_staged(*, source_url: str, stage_dir: str, rank: int, include_patte
     return _manifest_ok(os.path.abspath(stage_dir), rank, key) is not None
 
 
+class Limits:
+    """How long one azcopy run may take: ``timeout`` (seconds; None: derived from the staging
+    model for what the run fetches), its ``margin``, the model's ``rates`` and ``nodes``, the
+    bandwidth cap, and ``stall`` (seconds without progress; 0 for none)."""
+
+    def __init__(self, *, timeout: float | None = None, margin: float = TIME_LIMIT_MARGIN, rates: Rates | None = None,
+                 nodes: int = 1, cap_mbps: float | None = None, stall: float = STALL_S) -> None:
+        self.timeout = timeout if timeout and timeout > 0 else None
+        self.margin = margin
+        self.rates = rates or Rates()
+        self.nodes = nodes
+        self.cap_mbps = cap_mbps
+        self.stall = stall if stall and stall > 0 else None
+
+    def for_fetch(self, wire: int | None, raw: int | None) -> tuple[float, str]:
+        """``(seconds, how)`` for a run fetching ``wire`` bytes (``raw`` on disk)."""
+        if self.timeout is not None:
+            return float(self.timeout), f"stage_timeout, {self.timeout:g} s"
+        return time_limit(wire, raw, self.rates, nodes=self.nodes, margin=self.margin, cap_mbps=self.cap_mbps)
+
+
+def _blob_of(url: str, source_url: str) -> str:
+    """The blob name below the source of an azcopy transfer's source URL."""
+    url = url.split("?", 1)[0]
+    base = source_url.split("?", 1)[0].rstrip("/") + "/"
+    return unquote(url[len(base):]) if url.startswith(base) else unquote(url.rsplit("/", 1)[-1])
+
+
+def _name_failures(result: JobResult, *, azcopy: str, env: Mapping[str, str], source_url: str,
+                   staging: str, secrets: Sequence[str], gzip_blobs: Container[str] = ()) -> None:
+    """Fill the result's ``failed_transfers`` (failed ones, with azcopy's reason from its log)
+    and ``in_flight`` (transfers open when azcopy was stopped) from its job plan, and remove the
+    open ones' files from ``staging``, so that a rerun fetches them again."""
+    reasons = log_failures(env.get("AZCOPY_LOG_LOCATION", ""), secrets)
+    if result.failed or not result.ok:
+        failed = job_transfers(azcopy, result.job_id, env, "Failed", secrets)
+        if failed:
+            result.failed_transfers = failed
+    for t in result.failed_transfers:
+        t["blob"] = _blob_of(str(t.get("src", "")), source_url)
+        t["why"] = reasons.get(str(t.get("src", "")).split("?", 1)[0], "")
+    if result.stopped:
+        result.in_flight = job_transfers(azcopy, result.job_id, env, "Started", secrets)
+        for t in result.in_flight:
+            t["blob"] = _blob_of(str(t.get("src", "")), source_url)
+            result.decompressing = result.decompressing or t["blob"] in gzip_blobs
+            dst = os.path.realpath(str(t.get("dst", "")))
+            if dst.startswith(os.path.realpath(staging).rstrip(os.sep) + os.sep) and os.path.isfile(dst):
+                os.unlink(dst)  # whatever azcopy wrote of it is not whole
+
+
 def _run_copy(*, azcopy: str, source_url: str, sas: str, staging: str, include_pattern: str | None,
               blobs: Sequence[str] | None, decompress: bool, cap_mbps: float | None, env: Mapping[str, str],
-              auth: str, auth_options: Mapping[str, str], timeout: float | None, node: str,
-              on_progress: Callable[[dict[str, Any]], None]) -> Any:
+              auth: str, auth_options: Mapping[str, str], limit: tuple[float, str], stall: float | None,
+              cancel: Cancel | None, held: Held, node: str,
+              on_progress: Callable[[dict[str, Any]], None], gzip_blobs: Container[str] = ()) -> Any:
     os.makedirs(staging, exist_ok=True)
     remove_partial(staging)
-    workdir = tempfile.mkdtemp(prefix="amlhpc-azcopy-")
+    workdir = tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
+    held.note(workdir=workdir)  # so that a stage after a killed one removes it (azcopy_lock)
     secrets = [sas] + [v for k, v in auth_options.items() if k == "client_secret"]
     try:
         os.chmod(workdir, 0o700)
@@ -218,12 +283,19 @@ def _run_copy(*, azcopy: str, source_url: str, sas: str, staging: str, include_p
                                     include_pattern=include_pattern, list_file=list_file, decompress=decompress,
                                     cap_mbps=cap_mbps)
         try:
-            result = run_azcopy(cmd, run_env, secrets=secrets, progress=on_progress, timeout=timeout)
+            result = run_azcopy(cmd, run_env, secrets=secrets, progress=on_progress, timeout=limit[0], stall=stall,
+                                cancel=cancel)
         except FileNotFoundError as exc:
             raise StageError(f"azcopy was not found at {azcopy}: install it (role stage) or set its path") from exc
+        if not result.ok:
+            _name_failures(result, azcopy=azcopy, env=run_env, source_url=source_url, staging=staging,
+                           secrets=secrets, gzip_blobs=gzip_blobs if decompress else ())
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+        held.note(workdir="")
     if not result.ok:
+        if result.stopped == "time limit":
+            result.stopped_detail += f" ({limit[1]})"
         raise StageError(f"{node}: {explain_failure(result)}")
     return result
 
@@ -253,7 +325,7 @@ def stage_result(files: Mapping[str, int], *, seconds: float, verify: str, progr
            "fetched": 0, "fetched_files": [], "repaired": [], "repaired_count": 0, "gone": [], "gone_count": 0,
            "handed": [], "handed_count": 0, "removed": 0, "removed_files": [],
            "skipped_existing": 0, "azcopy_runs": 0, "verify": verify, "progress": progress,
-           "fetched_planned_bytes": None, "fetched_planned_raw_bytes": None}
+           "fetched_planned_bytes": None, "fetched_planned_raw_bytes": None, "time_limit": {}}
     out.update(kw)
     out["changed"] = bool(out["fetched"] or out["removed"])
     return out
@@ -262,47 +334,6 @@ def stage_result(files: Mapping[str, int], *, seconds: float, verify: str, progr
 def manifest_text(files: Mapping[str, int], key: str = "listed") -> str:
     """The manifest ``.amlhpc-staged/<rank>.json`` as a stage writes it."""
     return json.dumps({"key": key, "files": dict(files)}, indent=1, sort_keys=True)
-
-
-@contextmanager
-def stage_lock(stage_dir: str, rank: int, node: str):
-    """Hold the lock of this rank's stage in the folder, ``<stage_dir>/.amlhpc-staged/<rank>.lock``
-    (per rank: on shared storage every node stages into one folder), or raise StageError naming
-    its holder: two runs never stage one shard into one folder at once, and the stage of an
-    interrupted run, still running on the node, is found and named by the next one. The file
-    holds the stage's pid, host and start; the kernel drops the lock (flock) when the holder
-    ends, however it ends."""
-    path = os.path.join(stage_dir, MANIFEST_DIRNAME, f"{rank}.lock")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise StageError(holder_refusal(node, stage_dir, _read_holder(fd))) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                 "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}).encode())
-        yield
-    finally:
-        os.close(fd)  # closing it drops the lock
-
-
-def _read_holder(fd: int) -> dict[str, Any]:
-    try:
-        os.lseek(fd, 0, os.SEEK_SET)
-        data = json.loads(os.read(fd, 4096).decode() or "{}")
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def holder_refusal(node: str, stage_dir: str, holder: Mapping[str, Any]) -> str:
-    """One sentence for a stage folder another stage holds, naming that stage."""
-    who = (f"pid {holder.get('pid')} on {holder.get('host')}, since {holder.get('since')}" if holder.get("pid")
-           else "a process that has not said which")
-    return (f"{node}: another stage is running in {stage_dir} ({who}), for instance one of a run that was "
-            "interrupted: wait for it to end, or stop it (kill that pid; its azcopy ends with it), then rerun, "
-            "which resumes where it stopped.")
 
 
 def prune_refusal(gone: Sequence[str], expected: Sequence[ExpectedFile], bad: Mapping[str, str], source_url: str,
@@ -325,26 +356,35 @@ def stage_shard(*, azcopy: str, source_url: str, sas: str = "", stage_dir: str, 
                 cap_mbps: float | None = None, progress: Callable[[dict[str, Any]], None] | None = None,
                 env: Mapping[str, str] | None = None, timeout: float | None = None,
                 node: str | None = None, progress_file: str | None = None, verify: str = "size",
-                prune: bool = False, suffixes: Sequence[int] | None = None, known: Container[str] | None = None,
+                prune: bool = False, handoff: Mapping[str, Sequence[str]] | None = None,
                 shared: bool = True, auth: str = "sas", auth_options: Mapping[str, str] | None = None,
-                prune_most: bool = False) -> dict[str, Any]:
+                prune_most: bool = False, limits: Limits | None = None, cancel: Cancel | None = None,
+                lock_wait: float | None = None) -> dict[str, Any]:
     """Stage one node's shard into ``stage_dir`` (see the module docstring). Resumable.
 
     Give ``include_pattern`` (suffix mode) or ``blobs`` (names relative to ``source_url``,
-    balanced mode). ``expected`` (from the listing) makes the run a sync against the plan.
+    balanced mode). ``expected`` (from the listing) makes the run a sync against the plan;
+    ``handoff`` (``{"handed": [...], "gone": [...]}``, exact, ``azcopy_handoff``) says which
+    files outside the shard are gone and which another node's. ``limits`` bound azcopy (a
+    ``timeout`` given alone is a fixed limit); ``cancel`` stops it from another thread.
 
     Returns files and bytes (this shard on disk), fetched, repaired (``name (why)``, a
     few) and repaired_count, gone (a few names) and gone_count, removed, bytes_over_wire,
-    seconds, throughput_mb_s, skipped_existing, changed, azcopy_runs and ``progress``: at
-    most 64 points ``{t, bytes, files}`` (seconds since the start, bytes over the wire and
-    files done so far). ``progress_file`` (optional) is rewritten with the latest progress.
+    seconds, throughput_mb_s, skipped_existing, changed, azcopy_runs, ``time_limit`` (the
+    seconds azcopy was given, and how they were found) and ``progress``: at most 64 points
+    ``{t, bytes, files}`` (seconds since the start, bytes over the wire and files done so far).
+    ``progress_file`` (optional) is rewritten with the latest progress.
     """
     node = node or f"node {rank}"
     if (include_pattern is None) == (blobs is None):
         raise ValueError("give include_pattern or blobs")
     if verify not in VERIFY_MODES:
         raise ValueError(f"verify must be one of {', '.join(VERIFY_MODES)}, got {verify!r}")
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
+        raise StageError(f"{node}: the rank {rank!r} is not a number 0 or above: pass the plan's shard (it carries it).")
+    check_names(stage_dir=stage_dir, node=node, expected=expected, blobs=blobs, handoff=handoff, decompress=decompress)
     auth_options = dict(auth_options or {})
+    limits = limits or Limits(timeout=timeout, cap_mbps=cap_mbps)
     stage_dir = os.path.abspath(stage_dir)
     started = time.monotonic()
     series = ProgressSeries()
@@ -362,90 +402,101 @@ def stage_shard(*, azcopy: str, source_url: str, sas: str = "", stage_dir: str, 
         return stage_result(files, seconds=time.monotonic() - started, verify=verify, progress=series.series(), **kw)
 
     os.makedirs(os.path.join(stage_dir, MANIFEST_DIRNAME), exist_ok=True)
-    with stage_lock(stage_dir, rank, node):
+    try:
+        locked = stage_lock(stage_dir, rank, **({} if lock_wait is None else {"wait": lock_wait}))
+        held = locked.__enter__()
+    except LockBusy as busy:
+        raise StageError(holder_refusal(node, stage_dir, rank, busy.holder)) from None
+    try:
+        run = {"azcopy": azcopy, "source_url": source_url, "sas": sas, "staging": staging, "decompress": decompress,
+               "cap_mbps": cap_mbps, "env": base_env, "auth": auth, "auth_options": auth_options,
+               "stall": limits.stall, "cancel": cancel, "held": held, "node": node, "on_progress": on_progress}
         if expected is None:
-            return _stage_unlisted(azcopy=azcopy, source_url=source_url, sas=sas, stage_dir=stage_dir, rank=rank,
-                                   staging=staging, include_pattern=include_pattern, blobs=blobs, decompress=decompress,
-                                   cap_mbps=cap_mbps, env=base_env, auth=auth, auth_options=auth_options,
-                                   timeout=timeout, node=node, on_progress=on_progress, done=done)
-
-        bad = survey(stage_dir, expected, decompress, verify)
-        gone, handed = find_strays(stage_dir, rank, expected, decompress, suffixes=suffixes, known=known,
-                                   shared=shared)
-        if prune and not prune_most:
-            refused = prune_refusal(gone, expected, bad, source_url, node)
-            if refused:
-                raise StageError(refused)
-        repaired = [f"{e.staged_name(decompress)} ({bad[e.blob]})" for e in expected
-                    if e.blob in bad and bad[e.blob] != "missing"]
-        result = None
-        if bad:
-            for e in expected:  # a wrong file goes before its replacement is fetched
-                if e.blob in bad and bad[e.blob] != "missing":
-                    path = locate(stage_dir, e, decompress)
-                    if path:
-                        os.unlink(path)
-            # A whole shard in suffix mode goes by its pattern: azcopy enumerates a --list-of-files
-            # entry by entry, 2.6x slower for 192 small files here.
-            whole = include_pattern is not None and len(bad) == len(expected)
-            result = _run_copy(azcopy=azcopy, source_url=source_url, sas=sas, staging=staging,
-                               include_pattern=include_pattern if whole else None,
-                               blobs=None if whole else [e.blob for e in expected if e.blob in bad], decompress=decompress,
-                               cap_mbps=cap_mbps, env=base_env, auth=auth, auth_options=auth_options,
-                               timeout=timeout, node=node, on_progress=on_progress)
-            finalize(staging, stage_dir, decompress)
-            still = {e.staged_name(decompress): check_file(stage_dir, e, decompress, verify)
-                     for e in expected if e.blob in bad}
-            still = {n: why for n, why in still.items() if why is not None}
-            if still:
-                raise StageError(f"{node}: {len(still)} file(s) are still wrong after fetching them again: "
-                                 f"{shown(f'{n} ({w})' for n, w in still.items())}. The blob's metadata may not match "
-                                 "its content: run prepare_dataset again, then the stage.")
-            _cleanup_staging(stage_dir, staging)
-        removed_files = handed + (gone if prune else [])
-        for name in removed_files:
-            os.unlink(os.path.join(stage_dir, name))
-        removed = len(removed_files)
-        if not shared:  # every earlier file of this folder has been sorted out above, under this rank
-            for other in _manifest_ranks(stage_dir):
-                if other != rank:
-                    os.unlink(_manifest_path(stage_dir, other))
-        files = {}
-        for e in expected:
-            path = locate(stage_dir, e, decompress)
-            if path is not None:
-                files[os.path.relpath(path, stage_dir).replace(os.sep, "/")] = os.path.getsize(path)
-        # Files reported gone but kept stay in the manifest, so the next run reports them again.
-        kept = {n: os.path.getsize(os.path.join(stage_dir, n)) for n in gone if not prune}
-        _write_json_atomic(_manifest_path(stage_dir, rank), {"key": "listed", "files": {**files, **kept}})
-        fetched = [e for e in expected if e.blob in bad]
-        planned_wire = sum(e.size for e in fetched) if all(e.size is not None for e in fetched) else None
-        planned_raw = sum(e.raw_size for e in fetched) if all(e.raw_size is not None for e in fetched) else None
-        return done(files, fetched=len(bad), fetched_files=[e.staged_name(decompress) for e in fetched][:NAMED],
-                    repaired=repaired[:NAMED], repaired_count=len(repaired), removed_files=removed_files[:NAMED],
-                    fetched_planned_bytes=planned_wire, fetched_planned_raw_bytes=planned_raw,
-                    gone=gone[:NAMED], gone_count=len(gone), handed=handed[:NAMED], handed_count=len(handed), removed=removed,
-                    skipped_existing=len(expected) - len(bad) + (result.skipped if result else 0),
-                    bytes_over_wire=result.bytes_over_wire if result else 0, azcopy_runs=1 if result else 0)
+            return _stage_unlisted(stage_dir=stage_dir, rank=rank, include_pattern=include_pattern, blobs=blobs,
+                                   limits=limits, run=run, done=done)
+        return _stage_listed(stage_dir=stage_dir, rank=rank, include_pattern=include_pattern, expected=expected,
+                             verify=verify, prune=prune, prune_most=prune_most, handoff=handoff, shared=shared,
+                             limits=limits, run=run, done=done)
+    except UnsafePath as exc:
+        raise StageError(name_refusal(node, stage_dir, {exc.name: exc.why})) from None
+    finally:
+        locked.__exit__(None, None, None)
 
 
-def _stage_unlisted(*, azcopy: str, source_url: str, sas: str, stage_dir: str, rank: int, staging: str,
-                    include_pattern: str | None, blobs: Sequence[str] | None, decompress: bool,
-                    cap_mbps: float | None, env: Mapping[str, str], auth: str, auth_options: Mapping[str, str],
-                    timeout: float | None, node: str, on_progress: Callable[[dict[str, Any]], None],
-                    done: Callable[..., dict[str, Any]]) -> dict[str, Any]:
+def _stage_listed(*, stage_dir: str, rank: int, include_pattern: str | None, expected: Sequence[ExpectedFile],
+                  verify: str, prune: bool, prune_most: bool, handoff: Mapping[str, Sequence[str]] | None,
+                  shared: bool, limits: Limits, run: dict[str, Any], done: Callable[..., dict[str, Any]]) -> dict[str, Any]:
+    node, decompress, staging = run["node"], run["decompress"], run["staging"]
+    bad = survey(stage_dir, expected, decompress, verify)
+    gone, handed = present_strays(stage_dir, handoff, expected, decompress, shared)
+    if prune and not prune_most:
+        refused = prune_refusal(gone, expected, bad, run["source_url"], node)
+        if refused:
+            raise StageError(refused)
+    repaired = [f"{e.staged_name(decompress)} ({bad[e.blob]})" for e in expected
+                if e.blob in bad and bad[e.blob] != "missing"]
+    fetched = [e for e in expected if e.blob in bad]
+    planned_wire = sum(e.size for e in fetched) if all(e.size is not None for e in fetched) else None
+    planned_raw = sum(e.raw_size for e in fetched) if all(e.raw_size is not None for e in fetched) else None
+    limit = limits.for_fetch(planned_wire, planned_raw)
+    result = None
+    if bad:
+        for e in expected:  # a wrong file goes before its replacement is fetched
+            if e.blob in bad and bad[e.blob] != "missing":
+                path = locate(stage_dir, e, decompress)
+                if path:
+                    os.unlink(inside(stage_dir, os.path.relpath(path, stage_dir).replace(os.sep, "/")))
+        # A whole shard in suffix mode goes by its pattern: azcopy enumerates a --list-of-files
+        # entry by entry, 2.6x slower for 192 small files here.
+        whole = include_pattern is not None and len(bad) == len(expected)
+        result = _run_copy(include_pattern=include_pattern if whole else None,
+                           blobs=None if whole else [e.blob for e in fetched], limit=limit,
+                           gzip_blobs={e.blob for e in fetched if e.gzip_encoded}, **run)
+        finalize(staging, stage_dir, decompress)
+        still = {e.staged_name(decompress): check_file(stage_dir, e, decompress, verify) for e in fetched}
+        still = {n: why for n, why in still.items() if why is not None}
+        if still:
+            raise StageError(f"{node}: {len(still)} file(s) are still wrong after fetching them again: "
+                             f"{shown(f'{n} ({w})' for n, w in still.items())}. The blob's metadata may not match "
+                             "its content: run prepare_dataset again, then the stage.")
+        _cleanup_staging(stage_dir, staging)
+    removed_files = handed + (gone if prune else [])
+    for name in removed_files:
+        os.unlink(inside(stage_dir, name))
+    if handoff and not shared:  # every earlier file of this folder has been sorted out above, under this rank
+        for other in _manifest_ranks(stage_dir):
+            if other != rank:
+                os.unlink(_manifest_path(stage_dir, other))
+    files = {}
+    for e in expected:
+        path = locate(stage_dir, e, decompress)
+        if path is not None:
+            files[os.path.relpath(path, stage_dir).replace(os.sep, "/")] = os.path.getsize(path)
+    # Files reported gone but kept stay in the manifest, so the next run reports them again.
+    kept = {n: os.path.getsize(os.path.join(stage_dir, n)) for n in gone if not prune}
+    _write_json_atomic(_manifest_path(stage_dir, rank), {"key": "listed", "files": {**files, **kept}})
+    return done(files, fetched=len(bad), fetched_files=[e.staged_name(decompress) for e in fetched][:NAMED],
+                repaired=repaired[:NAMED], repaired_count=len(repaired), removed_files=removed_files[:NAMED],
+                fetched_planned_bytes=planned_wire, fetched_planned_raw_bytes=planned_raw,
+                gone=gone[:NAMED], gone_count=len(gone), handed=handed[:NAMED], handed_count=len(handed),
+                removed=len(removed_files), skipped_existing=len(expected) - len(bad) + (result.skipped if result else 0),
+                bytes_over_wire=result.bytes_over_wire if result else 0, azcopy_runs=1 if result else 0,
+                time_limit={"seconds": limit[0], "how": limit[1]} if result else {})
+
+
+def _stage_unlisted(*, stage_dir: str, rank: int, include_pattern: str | None, blobs: Sequence[str] | None,
+                    limits: Limits, run: dict[str, Any], done: Callable[..., dict[str, Any]]) -> dict[str, Any]:
     """No listing: azcopy's count is the plan; a manifest recognises a finished stage."""
-    key = _shard_key(source_url, include_pattern, blobs, decompress)
+    node, decompress, staging = run["node"], run["decompress"], run["staging"]
+    key = _shard_key(run["source_url"], include_pattern, blobs, decompress)
     have = _manifest_ok(stage_dir, rank, key)
     if have is not None:
         return done(have, skipped_existing=len(have))
     if blobs is not None and not blobs:
         _write_json_atomic(_manifest_path(stage_dir, rank), {"key": key, "files": {}})
         return done({})
-    result = _run_copy(azcopy=azcopy, source_url=source_url, sas=sas, staging=staging,
-                       include_pattern=include_pattern, blobs=blobs, decompress=decompress, cap_mbps=cap_mbps,
-                       env=env, auth=auth, auth_options=auth_options, timeout=timeout, node=node,
-                       on_progress=on_progress)
+    limit = limits.for_fetch(None, None)
+    result = _run_copy(include_pattern=include_pattern, blobs=blobs, limit=limit, **run)
     moved = finalize(staging, stage_dir, decompress)
     if len(moved) < result.completed:
         raise StageError(f"{node}: azcopy reported {result.completed} file(s) copied, but {len(moved)} arrived in "
@@ -460,4 +511,5 @@ def _stage_unlisted(*, azcopy: str, source_url: str, sas: str, stage_dir: str, r
     _write_json_atomic(_manifest_path(stage_dir, rank), {"key": key, "files": files})
     _cleanup_staging(stage_dir, staging)
     return done(files, fetched=result.completed, fetched_files=sorted(moved)[:NAMED], skipped_existing=result.skipped,
-                bytes_over_wire=result.bytes_over_wire, azcopy_runs=1)
+                bytes_over_wire=result.bytes_over_wire, azcopy_runs=1,
+                time_limit={"seconds": limit[0], "how": limit[1]})

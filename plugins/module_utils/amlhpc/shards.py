@@ -33,11 +33,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .azcopy_paths import listing_problems, shown_problems, unsafe_names
+
 SUFFIXES = 64
 MODES = ("suffix", "balanced")
 # CosmoFlow-style naming: anything, then the sub-volume suffix _<NNN>, then .tfrecord[.gz]
 # (univ_ics_2019-03_a<universe>_<NNN>.tfrecord.gz in the MLPerf HPC v0.7 data set).
 NAME_RE = re.compile(r"^.*[^_]_(?P<suffix>\d{3})\.tfrecord(?:\.gz)?$")
+# The smallest gzip stream (10-byte header, empty deflate block, 8-byte trailer): a blob that
+# says Content-Encoding gzip and is shorter than this is no gzip, and azcopy --decompress
+# waits on it for ever.
+MIN_GZIP_BYTES = 20
 
 
 class ShardError(ValueError):
@@ -170,7 +176,16 @@ def balanced_loads(sizes_desc: Sequence[int], num_hosts: int) -> list[int]:
     return loads
 
 
+def staged_name(blob: Blob) -> str:
+    """The name a blob gets on disk when the stage decompresses (the default): ``.gz`` dropped
+    from a gzip-encoded blob."""
+    return blob.name[:-3] if blob.gzip_encoded and blob.name.endswith(".gz") else blob.name
+
+
 def _check_listing(blobs: Sequence[Blob]) -> None:
+    """Refuse, before anything is planned, a listing that cannot be staged as it is: a name
+    twice, a negative size, a name that would leave the stage folder or that a Linux file
+    system cannot hold, two blobs for one file, a gzip-encoded blob too short to be gzip."""
     seen: set[str] = set()
     for b in blobs:
         if b.name in seen:
@@ -178,6 +193,25 @@ def _check_listing(blobs: Sequence[Blob]) -> None:
         if b.size < 0:
             raise ShardError(f"blob {b.name!r} has a negative size {b.size}")
         seen.add(b.name)
+    bad = unsafe_names(b.name for b in blobs)
+    if bad:
+        raise ShardError(
+            f"{len(bad)} blob name(s) below the prefix cannot be staged: {shown_problems(bad)}. Each would be "
+            "written outside the stage folder or cannot be held by a Linux file system, so nothing was staged or "
+            "removed: rename or remove those blobs, or choose a stage_prefix that leaves them out.")
+    clash = listing_problems(staged_name(b) for b in blobs)
+    if clash:
+        raise ShardError(
+            f"{len(clash)} blob name(s) below the prefix cannot be staged side by side: {shown_problems(clash)} "
+            "(a gzip-encoded <name>.gz is staged as <name>). Nothing was staged or removed: rename or remove one "
+            "blob of each pair, or choose a stage_prefix that leaves them out.")
+    short = {b.name: f"{b.size} bytes" for b in blobs if b.gzip_encoded and b.size < MIN_GZIP_BYTES}
+    if short:
+        raise ShardError(
+            f"{len(short)} blob(s) say Content-Encoding gzip but are too short to be gzip (at least "
+            f"{MIN_GZIP_BYTES} bytes): {shown_problems(short)}; azcopy --decompress would wait on them for ever, "
+            "so nothing was staged or removed: upload them again (playbooks/prepare_dataset.yml) or clear their "
+            "Content-Encoding.")
 
 
 def plan_shards(hosts: Sequence[str], mode: str = "suffix", blobs: Sequence[Blob] | None = None,

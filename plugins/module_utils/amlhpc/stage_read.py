@@ -53,7 +53,7 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "install": {"type": "bool", "default": True},
     "src": {"type": "str", "default": ""},
     "shard": {"type": "dict", "required": True},
-    "known_names": {"type": "str", "default": ""},
+    "handoff": {"type": "dict"},
     "shared": {"type": "bool", "default": True},
     "verify": {"type": "str", "default": "size", "choices": list(VERIFY_MODES)},
     "prune": {"type": "bool", "default": False},
@@ -61,6 +61,8 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "decompress": {"type": "bool", "default": True},
     "cap_mbps": {"type": "float", "default": 0},
     "timeout": {"type": "int", "default": 0},
+    "timeout_margin": {"type": "float", "default": 3.0},
+    "stall_seconds": {"type": "int", "default": 60},
     "progress_file": {"type": "path", "default": ""},
     "model": {"type": "dict", "default": {}},
 }

@@ -1,18 +1,16 @@
-"""The staging pieces added for issue 13: progress series, identity auth, gone files, NameSet, the time model."""
+"""The staging pieces added for issue 13: progress series, identity auth, gone and handed files, the time model."""
 
 from __future__ import annotations
 
 import pytest
 
 from amlhpc.azcopy import (
-    ExpectedFile,
-    NameSet,
     ProgressSeries,
     auth_env,
     copy_download_command,
-    find_strays,
     with_auth_env,
 )
+from amlhpc.azcopy_handoff import local_handoff
 from amlhpc.azcopy_model import Rates, predict, predict_node, rates_from
 
 
@@ -48,20 +46,22 @@ def test_identity_modes_put_no_token_in_argv_and_set_azcopy_auto_login():
     assert argv[2] == "https://a.blob.core.windows.net/c" and not any("sig=" in a for a in argv)
 
 
+PLAN = [{"name": "train/u_a1_000.tfrecord.gz", "gzip": True}]
+
+
 def test_gone_files_are_this_nodes_and_not_listed_anywhere(tmp_path):
     train = tmp_path / "train"
     train.mkdir()
     for name in ("u_a1_000.tfrecord", "u_a1_001.tfrecord", "u_a2_000.tfrecord", "u_a1_040.tfrecord"):
         (train / name).write_bytes(b"x")
-    plan = [ExpectedFile("train/u_a1_000.tfrecord.gz", 1, True)]
     # shared storage, suffix mode, this node has 000-001: a2_000 and a1_001 have no blob any
-    # more; 040 is another node's
-    assert find_strays(str(tmp_path), 0, plan, True, suffixes=[0, 1]) == (
-        ["train/u_a1_001.tfrecord", "train/u_a2_000.tfrecord"], [])
+    # more; 040 is another node's (not this node's suffix: never a candidate)
+    assert local_handoff(str(tmp_path), 0, PLAN, set(), suffixes=[0, 1], shared=True) == {
+        "handed": [], "gone": ["train/u_a1_001.tfrecord", "train/u_a2_000.tfrecord"]}
     # a file another node's shard holds now (balanced mode moves files) is not gone, and stays
-    known = NameSet.of(["train/u_a1_000.tfrecord.gz", "train/u_a2_000.tfrecord.gz", "train/u_a1_040.tfrecord.gz"])
-    assert find_strays(str(tmp_path), 0, plan, True, suffixes=[0, 1], known=known) == (
-        ["train/u_a1_001.tfrecord"], [])
+    listed = {"train/u_a1_000.tfrecord.gz", "train/u_a2_000.tfrecord.gz", "train/u_a1_040.tfrecord.gz"}
+    assert local_handoff(str(tmp_path), 0, PLAN, listed, suffixes=[0, 1], shared=True) == {
+        "handed": [], "gone": ["train/u_a1_001.tfrecord"]}
 
 
 def test_on_node_local_storage_every_file_outside_the_shard_is_gone_or_handed(tmp_path):
@@ -76,25 +76,15 @@ def test_on_node_local_storage_every_file_outside_the_shard_is_gone_or_handed(tm
     staged.mkdir()
     (staged / "3.json").write_text('{"key": "listed", "files": {"train/odd-name.bin": 1}}')
     (staged / "3.progress.json").write_text("{}")
-    plan = [ExpectedFile("train/u_a1_000.tfrecord.gz", 1, True)]
-    known = {"train/u_a1_000.tfrecord.gz", "train/u_a1_040.tfrecord.gz", "train/odd-name.bin"}
-    assert find_strays(str(tmp_path), 0, plan, True, suffixes=[0, 1], known=known, shared=False) == (
-        ["train/u_a1_001.tfrecord"], ["train/odd-name.bin", "train/u_a1_040.tfrecord"])
+    listed = {"train/u_a1_000.tfrecord.gz", "train/u_a1_040.tfrecord.gz", "train/odd-name.bin"}
+    assert local_handoff(str(tmp_path), 0, PLAN, listed, suffixes=[0, 1], shared=False) == {
+        "gone": ["train/u_a1_001.tfrecord"], "handed": ["train/odd-name.bin", "train/u_a1_040.tfrecord"]}
     # the same folder read as shared storage: rank 3's files are rank 3's, 040 another suffix's
-    assert find_strays(str(tmp_path), 0, plan, True, suffixes=[0, 1], known=known) == (
-        ["train/u_a1_001.tfrecord"], [])
-    # no listing: nothing can be called handed
-    assert find_strays(str(tmp_path), 0, plan, True, suffixes=[0, 1], shared=False) == (
-        ["train/odd-name.bin", "train/u_a1_001.tfrecord", "train/u_a1_040.tfrecord"], [])
-
-
-def test_name_set_has_no_false_negatives_and_few_false_positives():
-    names = [f"train/univ_{i}_{i % 64:03d}.tfrecord.gz" for i in range(5000)]
-    s = NameSet.load(NameSet.of(names).dump())
-    assert all(n in s for n in names)
-    others = sum(f"validation/x_{i}.tfrecord.gz" in s for i in range(5000))
-    assert others < 150  # about 1 %
-    assert len(NameSet.of(names).dump()) < 5000 * 2
+    assert local_handoff(str(tmp_path), 0, PLAN, listed, suffixes=[0, 1], shared=True) == {
+        "handed": [], "gone": ["train/u_a1_001.tfrecord"]}
+    # an empty listing: nothing can be called handed (notes.txt is no data file and listed nowhere)
+    assert local_handoff(str(tmp_path), 0, PLAN, set(), suffixes=[0, 1], shared=False) == {
+        "handed": [], "gone": ["train/odd-name.bin", "train/u_a1_001.tfrecord", "train/u_a1_040.tfrecord"]}
 
 
 def test_model_reproduces_the_seed_figures_and_names_the_bottleneck():

@@ -294,8 +294,9 @@ def test_a_rerun_read_leaves_anything_else_to_the_module(tmp_path, capsys, drift
 
 
 def test_check_mode_refuses_a_prune_of_most_of_the_folder_as_the_run_would(tmp_path, capsys):
-    """Three files staged before, one of them still in the plan: a prune would remove two of
-    three. Check mode says the run would refuse it (and that prune_most lets it go on)."""
+    """Three files staged before, one of them still in the plan, the other two gone (the
+    controller's handoff says so): a prune would remove two of three. Check mode says the run
+    would refuse it (and that prune_most lets it go on)."""
     from amlhpc.azcopy_sync import manifest_text
     dest = tmp_path / "d"
     (dest / "train").mkdir(parents=True)
@@ -304,11 +305,43 @@ def test_check_mode_refuses_a_prune_of_most_of_the_folder_as_the_run_would(tmp_p
         (dest / "train" / name).write_bytes(b"x")
     (dest / ".amlhpc-staged" / "0.json").write_text(manifest_text({f"train/{n}_000.tfrecord": 1 for n in "abc"}))
     shard = {"mode": "balanced", "expected": [{"name": "train/a_000.tfrecord", "raw_size": 1, "gzip": False}]}
-    refused = run(base(tmp_path, dest=str(dest), shard=shard, prune=True, _ansible_check_mode=True), capsys)
+    handoff = {"handed": [], "gone": ["train/b_000.tfrecord", "train/c_000.tfrecord"]}
+    refused = run(base(tmp_path, dest=str(dest), shard=shard, prune=True, handoff=handoff, _ansible_check_mode=True),
+                  capsys)
     assert refused["failed"] and refused["msg"].startswith(
         "node 0: stage_prune would remove 2 of the 3 files staged here, whose blobs http://127.0.0.1:1/devstoreaccount1/c "
         "no longer lists (train/b_000.tfrecord, train/c_000.tfrecord), so nothing was fetched or removed"), refused
-    allowed = run(base(tmp_path, dest=str(dest), shard=shard, prune=True, prune_most=True, _ansible_check_mode=True),
-                  capsys)
+    allowed = run(base(tmp_path, dest=str(dest), shard=shard, prune=True, prune_most=True, handoff=handoff,
+                       _ansible_check_mode=True), capsys)
     assert not allowed.get("failed") and allowed["changed"] and allowed["gone_count"] == 2, allowed
     assert sorted(p.name for p in (dest / "train").iterdir()) == ["a_000.tfrecord", "b_000.tfrecord", "c_000.tfrecord"]
+
+
+def test_an_unsafe_name_or_folder_is_refused_before_anything_changes(tmp_path, capsys):
+    """Issue 40: the module refuses, before it makes the stage folder, a plan or handoff name that
+    would leave it, a relative or root folder, a rank that is no number, a relative progress file."""
+    dest = tmp_path / "new" / "stage"
+    shard = {"mode": "balanced", "rank": 0, "list_of_files": ["/etc/passwd_000.tfrecord.gz"],
+             "expected": [{"name": "/etc/passwd_000.tfrecord.gz", "raw_size": 5, "gzip": True}]}
+    out = run(base(tmp_path, dest=str(dest), shard=shard, rank=None), capsys)
+    assert out["failed"] and out["msg"].startswith(
+        f"node 0: 1 name(s) of the plan would be staged or removed outside {dest}, or cannot be held by its file "
+        "system: '/etc/passwd_000.tfrecord.gz' (it starts with '/', which would make it an absolute path)"), out
+    ok = {"mode": "balanced", "rank": 0, "list_of_files": ["train/a_000.tfrecord"],
+          "expected": [{"name": "train/a_000.tfrecord", "raw_size": 5, "gzip": False}]}
+    out = run(base(tmp_path, dest=str(dest), shard=ok, rank=None,
+                   handoff={"handed": ["../outside_000.tfrecord"], "gone": []}), capsys)
+    assert out["failed"] and "'../outside_000.tfrecord' (it has a '.' or '..' path segment" in out["msg"], out
+    out = run(base(tmp_path, dest="relative/stage", shard=ok, rank=None), capsys)
+    assert out["failed"] and out["msg"] == ("node 0: the stage folder 'relative/stage' cannot be used: it is a "
+                                            "relative path: give an absolute one."), out
+    out = run(base(tmp_path, dest="/", shard=ok, rank=None), capsys)
+    assert out["failed"] and "it is the root folder /" in out["msg"], out
+    out = run(base(tmp_path, dest=str(dest), shard={**ok, "rank": "../x"}, rank=None), capsys)
+    assert out["failed"] and out["msg"].startswith("The shard's rank '../x' is not a number 0 or above"), out
+    out = run(base(tmp_path, dest=str(dest), shard=ok, rank=None, progress_file="p.json"), capsys)
+    assert out["failed"] and "progress_file 'p.json' cannot be written" in out["msg"], out
+    out = run(base(tmp_path, dest=str(dest), shard=ok, rank=None, handoff={"handed": "x"}), capsys)
+    assert out["failed"] and out["msg"] == ("The handoff option handed is not a list of names: pass the stage "
+                                            "role's stage_handoff entry for this node."), out
+    assert not (tmp_path / "new").exists()

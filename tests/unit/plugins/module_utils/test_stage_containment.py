@@ -1,0 +1,64 @@
+"""Issue 40, item 1: a path built from a blob name or a node listing stays inside its folder.
+
+The two cases the review found, at the planner (controller) and at the stage (node): a blob
+``<prefix>//etc/<file>.gz`` (the name below the prefix starts with ``/``) and a blob
+``../outside_000.tfrecord``. Both are refused before anything changes, and the files around
+the stage folder come out byte for byte the same.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from amlhpc.azcopy import ExpectedFile, StageError, stage_shard
+from amlhpc.blob_listing import blob_from
+from amlhpc.shards import ShardError, plan_shards
+
+
+def sentinel_tree(root: Path) -> dict[Path, bytes]:
+    """Files around the stage folder ``root/stage`` (and one inside a sibling) that must not change."""
+    files = {
+        root / "outside_000.tfrecord": b"outside, next to the stage folder\n",
+        root / "etc" / "victim_000.tfrecord": b"root-owned in real life\n",
+        root / "stage-sibling" / "x_001.tfrecord": b"a sibling folder's file\n",
+    }
+    for path, data in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    (root / "stage").mkdir(exist_ok=True)
+    return files
+
+
+def assert_unchanged(files: dict[Path, bytes]) -> None:
+    for path, data in files.items():
+        assert path.is_file(), f"{path} was removed"
+        assert path.read_bytes() == data, f"{path} was changed"
+
+
+@pytest.mark.parametrize("listed", ["v07//etc/passwd_000.tfrecord.gz", "v07/../outside_000.tfrecord",
+                                    "v07/train/../../outside_000.tfrecord"])
+def test_the_plan_refuses_a_blob_that_would_land_outside_the_stage_folder(listed):
+    blob = blob_from(listed, 100, "gzip" if listed.endswith(".gz") else "", {}, "v07")
+    ok = blob_from("v07/train/u_a1_000.tfrecord.gz", 100, "gzip", {}, "v07")
+    with pytest.raises(ShardError) as err:
+        plan_shards(["n0", "n1"], "balanced", [ok, blob])
+    said = str(err.value)
+    assert repr(blob.name) in said and "stage_prefix" in said
+
+
+def test_the_stage_never_removes_a_file_outside_its_folder(tmp_path):
+    """``os.path.join(stage_dir, '/abs')`` is ``/abs``: a planned name that is absolute or climbs
+    out named a file outside, which the survey found of the wrong size and removed."""
+    files = sentinel_tree(tmp_path)
+    victim = tmp_path / "etc" / "victim_000.tfrecord"
+    expected = [ExpectedFile(f"{victim}.gz", 5, True), ExpectedFile("../outside_000.tfrecord", 5, False),
+                ExpectedFile("train/u_a1_000.tfrecord.gz", 5, True)]
+    with pytest.raises(StageError) as err:
+        stage_shard(azcopy="/nonexistent/azcopy", source_url="http://127.0.0.1:1/a/c", stage_dir=str(tmp_path / "stage"),
+                    rank=0, blobs=[e.blob for e in expected], expected=expected, prune=True, shared=False)
+    assert f"{victim}.gz" in str(err.value)
+    assert_unchanged(files)
+    assert os.listdir(tmp_path / "stage") in ([], [".amlhpc-staged"])
