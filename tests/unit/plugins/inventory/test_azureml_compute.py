@@ -861,3 +861,55 @@ def test_known_hosts_keep_the_entries_of_nodes_left_out(tmp_path, warnings):
         f.write_text(json.dumps(nodes[:3]))
         load(write_config(tmp_path, base))
         assert f"{entry} ssh-ed25519" in known.read_text(), private
+
+
+# ---------------------------------------------------------------------------------------
+# Pins: each node id's host keys in the plugin's own record, whatever known_hosts holds
+# (issue 40 item 3: the reviewer's cases, each red on 2.1.0)
+
+
+def _known_lines(known: Path, port: int) -> list[str]:
+    return [line for line in known.read_text().splitlines() if f"]:{port} " in line]
+
+
+def test_deleted_lines_then_a_changed_key_under_the_same_node_id_are_not_trusted(tmp_path, fake_keyscan, warnings):
+    """Delete one node's lines from known_hosts, then change that node's key under the same
+    node id: the pin restores the old key (ssh refuses the new one), and a warning names the
+    node and the way to accept a node that was legitimately re-imaged."""
+    known = tmp_path / "ssh" / "known_hosts"
+    load(_two_nodes(tmp_path))
+    pinned = _known_lines(known, 50001)
+    known.write_text("\n".join(line for line in known.read_text().splitlines() if ":50001 " not in line) + "\n")
+    (fake_keyscan / "50001").write_text("AAAAmitm")
+    warnings.clear()
+    inv = load(_two_nodes(tmp_path))
+    assert _known_lines(known, 50001) == pinned
+    assert "AAAAmitm" not in known.read_text()
+    said = " ".join(warnings)
+    assert "gpu-1" in said and "node-b" in said and "AMLHPC_KNOWN_HOSTS_REPIN" in said, warnings
+    assert hv(inv, "gpu-1")["aml_host_key_refused"]
+
+
+def test_an_emptied_known_hosts_is_restored_from_the_pins(tmp_path, fake_keyscan, warnings):
+    known = tmp_path / "ssh" / "known_hosts"
+    load(_two_nodes(tmp_path))
+    before = known.read_text()
+    (fake_keyscan / "50000").write_text("AAAAmitm")  # refused from the start ...
+    load(_two_nodes(tmp_path))
+    assert known.read_text() == before
+    known.write_text("")  # ... and after the file was emptied, still
+    load(_two_nodes(tmp_path))
+    assert known.read_text() == before
+    known.unlink()
+    load(_two_nodes(tmp_path))
+    assert known.read_text() == before
+
+
+def test_a_new_node_id_is_trusted_on_first_use_with_a_warning(tmp_path, fake_keyscan, warnings):
+    load(_two_nodes(tmp_path))
+    assert any("new node" in w and "node-a" in w and "node-b" in w and "SHA256:" in w for w in warnings), warnings
+    warnings.clear()
+    load(_two_nodes(tmp_path))
+    assert warnings == []
+    load(_two_nodes(tmp_path, second_id="node-c"))
+    assert any("node-c" in w and "first use" in w for w in warnings), warnings
