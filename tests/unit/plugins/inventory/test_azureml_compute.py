@@ -705,19 +705,28 @@ def test_known_hosts_are_scanned_once_and_follow_node_ids(tmp_path, fake_keyscan
     assert known.read_text() == ("[20.1.2.3]:50000 ssh-ed25519 AAAAC3key50000\n"
                                  "[20.1.2.3]:50001 ssh-ed25519 AAAAC3key50001\n")
     assert hv(inv, "gpu-1")["ansible_ssh_common_args"] == (f"-o UserKnownHostsFile={known} "
+                                                           "-o GlobalKnownHostsFile=/dev/null "
                                                            "-o StrictHostKeyChecking=yes")
-    assert warnings == []
-    # The same node ids: nothing is scanned again, so a key that changed is not taken in
-    # (ssh refuses it: a man in the middle looks like that).
+    assert hv(inv, "gpu-1")["aml_host_keys"] == ["ssh-ed25519 AAAAC3key50001"]
+    # Trust on first use, said out loud: one warning names both new node ids.
+    assert len(warnings) == 1 and "2 new node id(s) trusted on first use" in warnings[0], warnings
+    warnings.clear()
+    # The same node ids: nothing is trusted again, so a key that changed is not taken in
+    # (ssh refuses it: a man in the middle looks like that), and a warning names the node.
     (fake_keyscan / "50000").write_text("AAAAmitm")
-    load(_two_nodes(tmp_path))
-    assert "AAAAmitm" not in known.read_text() and warnings == []
+    inv = load(_two_nodes(tmp_path))
+    assert "AAAAmitm" not in known.read_text()
+    assert len(warnings) == 1 and "node gpu-0 (node id node-a at [20.1.2.3]:50000) offers host key" in warnings[0]
+    assert hv(inv, "gpu-0")["aml_host_key_refused"] == warnings[0]
+    assert "aml_host_key_refused" not in hv(inv, "gpu-1")
+    (fake_keyscan / "50000").unlink()
+    warnings.clear()
     # AmlCompute replaced node 1 at the same port: its keys are replaced, with a warning naming it.
     (fake_keyscan / "50001").write_text("AAAAnew")
     load(_two_nodes(tmp_path, second_id="node-c"))
     assert known.read_text() == ("[20.1.2.3]:50000 ssh-ed25519 AAAAC3key50000\n"
                                  "[20.1.2.3]:50001 ssh-ed25519 AAAAnew\n")
-    assert len(warnings) == 1
+    assert len(warnings) == 1, warnings
     assert "node gpu-1 at [20.1.2.3]:50001 was replaced by AmlCompute (node id node-b -> node-c)" in warnings[0]
     # Another node at another port: it is scanned; the entry of the port it no longer lists
     # stays pinned to node-c, which may come back there.
@@ -732,7 +741,8 @@ def test_a_node_that_does_not_answer_is_named_and_scanned_on_the_next_read(tmp_p
     load(_two_nodes(tmp_path))
     known = tmp_path / "ssh" / "known_hosts"
     assert "50001" not in known.read_text()
-    assert len(warnings) == 1 and "could not read the SSH host keys of gpu-1 at [20.1.2.3]:50001" in warnings[0]
+    assert len(warnings) == 2 and "could not read the SSH host keys of gpu-1 at [20.1.2.3]:50001" in warnings[0]
+    assert "1 new node id(s) trusted on first use" in warnings[1] and "gpu-1" not in warnings[1]
     (fake_keyscan / "50001").unlink()
     load(_two_nodes(tmp_path))
     assert "[20.1.2.3]:50001 ssh-ed25519 AAAAC3key50001" in known.read_text()
