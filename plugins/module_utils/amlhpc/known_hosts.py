@@ -53,6 +53,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from .host_keys import changed_keys, describe_keys, key_fingerprint, normal_keys  # noqa: F401
+
 RECORD_SUFFIX = ".nodes.json"
 RECORD_VERSION = 2
 # How many nodes a warning names before it says "and N more" (a first read of 512 nodes).
@@ -78,54 +80,6 @@ class Endpoint:
 def endpoint_pattern(address: str, port: int) -> str:
     """The known_hosts host pattern ssh looks up: ``[address]:port``, or ``address`` on port 22."""
     return address if int(port) == 22 else f"[{address}]:{int(port)}"
-
-
-# ---------------------------------------------------------------------------------------
-# Keys and fingerprints
-
-
-def key_fingerprint(key: str) -> str:
-    """``SHA256:...`` of a public key (``type base64`` or the base64 alone), as ``ssh-keygen -l``
-    prints it; a key that is not base64 is hashed as its text (it then matches nothing real)."""
-    blob_text = key.split()[-1] if key.split() else ""
-    try:
-        blob = base64.b64decode(blob_text, validate=True)
-    except (binascii.Error, ValueError):
-        blob = blob_text.encode()
-    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
-
-
-def describe_keys(keys: Iterable[str]) -> str:
-    """``ssh-ed25519 SHA256:..., ssh-rsa SHA256:...`` for pinned keys (``type base64``)."""
-    return ", ".join(f"{k.split()[0]} {key_fingerprint(k)}" for k in sorted(keys) if k.split())
-
-
-def normal_keys(lines: Iterable[str]) -> list[str]:
-    """``type base64`` of key lines (``[host] type base64 [comment]`` or ``type base64``), sorted, unique."""
-    out = set()
-    for line in lines:
-        fields = line.split()
-        if len(fields) >= 3:
-            fields = fields[1:3]
-        if len(fields) == 2:
-            out.add(" ".join(fields))
-    return sorted(out)
-
-
-def changed_keys(pinned: Iterable[str], offered: Iterable[str]) -> list[str]:
-    """The offered keys (``type base64``) of a type the pin holds with another key: what ssh
-    refuses as a changed host key. A type the pin lacks is not trusted either (ssh with strict
-    checking asks for the pinned types), so it is not a change."""
-    by_type: dict[str, set[str]] = {}
-    for key in pinned:
-        kind, _sep, blob = key.partition(" ")
-        by_type.setdefault(kind, set()).add(blob)
-    out = []
-    for key in offered:
-        kind, _sep, blob = key.partition(" ")
-        if kind in by_type and blob not in by_type[kind]:
-            out.append(key)
-    return sorted(out)
 
 
 # ---------------------------------------------------------------------------------------
