@@ -39,6 +39,7 @@ from __future__ import annotations
 import base64
 import binascii
 import fcntl
+import functools
 import hashlib
 import hmac
 import json
@@ -86,10 +87,14 @@ def endpoint_pattern(address: str, port: int) -> str:
 # known_hosts text, matched as ssh matches it
 
 
+@functools.lru_cache(maxsize=4096)
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    return re.compile("".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern.lower()), re.S)
+
+
 def _glob(name: str, pattern: str) -> bool:
     """ssh's match_pattern: ``*`` and ``?`` wildcards, everything else literal, no case."""
-    regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern.lower())
-    return re.fullmatch(regex, name.lower(), re.S) is not None
+    return _glob_regex(pattern).fullmatch(name.lower()) is not None
 
 
 def hosts_field_matches(hosts: str, name: str) -> bool:
@@ -128,35 +133,71 @@ def _line_fields(line: str) -> tuple[str, str, list[str]] | None:
     return marker, fields[0], fields[1:]
 
 
+_COMPLEX = frozenset("*?|!")
+
+
+def _simple(hosts: str) -> bool:
+    """A host field ssh matches by plain comparison (no wildcard, hash or negation)."""
+    return not _COMPLEX.intersection(hosts)
+
+
+class KnownHostsIndex:
+    """A known_hosts text read once, so that many patterns can be looked up: plain lines by
+    pattern (no case, as ssh compares), the others (hashed, wildcard, negated) matched as ssh
+    matches them. At 512 nodes a read looks up every endpoint; line by line that was
+    512 x 1,536 lines, here it is one pass and a dictionary."""
+
+    def __init__(self, text: str) -> None:
+        self.plain: dict[str, set[str]] = {}
+        self.exact: dict[str, set[str]] = {}
+        self.authorities: list[str] = []
+        self.others: list[tuple[str, str]] = []
+        for line in text.splitlines():
+            parsed = _line_fields(line)
+            if not parsed or not parsed[1]:
+                continue
+            marker, hosts, rest = parsed
+            if marker == "@cert-authority":
+                self.authorities.append(hosts)
+            elif not marker and len(rest) >= 2:
+                key = " ".join(rest[:2])
+                if _simple(hosts):
+                    for part in hosts.split(","):
+                        self.plain.setdefault(part.lower(), set()).add(key)
+                        self.exact.setdefault(part, set()).add(key)
+                else:
+                    self.others.append((hosts, key))
+
+    def keys(self, pattern: str) -> list[str]:
+        """The keys ssh finds for ``pattern`` (marker lines aside)."""
+        found = set(self.plain.get(pattern.lower(), ()))
+        found.update(key for hosts, key in self.others if hosts_field_matches(hosts, pattern))
+        return sorted(found)
+
+    def plain_keys(self, pattern: str) -> list[str]:
+        """The keys of the plain lines whose host list names ``pattern`` itself."""
+        return sorted(self.exact.get(pattern, ()))
+
+    def authority(self, pattern: str) -> bool:
+        """Whether an ``@cert-authority`` line matches ``pattern``."""
+        return any(hosts_field_matches(hosts, pattern) for hosts in self.authorities)
+
+
 def keys_for_pattern(text: str, pattern: str) -> list[str]:
     """The keys (``type base64``) a known_hosts text gives ``pattern``, by ssh's matching
     (hashed and wildcard lines included, marker lines not)."""
-    keys = []
-    for line in text.splitlines():
-        parsed = _line_fields(line)
-        if parsed and not parsed[0] and len(parsed[2]) >= 2 and hosts_field_matches(parsed[1], pattern):
-            keys.append(" ".join(parsed[2][:2]))
-    return sorted(set(keys))
+    return KnownHostsIndex(text).keys(pattern)
 
 
 def plain_keys_for_pattern(text: str, pattern: str) -> list[str]:
     """The keys of the plain lines (no marker, no hash, no wildcard) whose host list names ``pattern``."""
-    keys = []
-    for line in text.splitlines():
-        parsed = _line_fields(line)
-        if parsed and not parsed[0] and len(parsed[2]) >= 2 and pattern in parsed[1].split(","):
-            keys.append(" ".join(parsed[2][:2]))
-    return sorted(set(keys))
+    return KnownHostsIndex(text).plain_keys(pattern)
 
 
 def authority_for(text: str, pattern: str) -> bool:
     """Whether an ``@cert-authority`` line matches ``pattern`` (ssh would then trust any host
     certificate that authority signed for it)."""
-    for line in text.splitlines():
-        parsed = _line_fields(line)
-        if parsed and parsed[0] == "@cert-authority" and hosts_field_matches(parsed[1], pattern):
-            return True
-    return False
+    return KnownHostsIndex(text).authority(pattern)
 
 
 def patterns_in(text: str) -> set[str]:
@@ -183,11 +224,14 @@ def pinned_text(text: str, managed: Mapping[str, Iterable[str]]) -> str:
     hosts stay as they are, in their order; the pinned lines follow, by address and port.
     """
     kept = []
+    lowered = {pattern.lower() for pattern in managed}
     for line in text.splitlines():
         parsed = _line_fields(line)
-        if parsed and parsed[0] != "@revoked" and parsed[1] and any(
-                hosts_field_matches(parsed[1], pattern) for pattern in managed):
-            continue
+        if parsed and parsed[0] != "@revoked" and parsed[1]:
+            hosts = parsed[1]
+            if (_simple(hosts) and lowered.intersection(h.lower() for h in hosts.split(","))) or (
+                    not _simple(hosts) and any(hosts_field_matches(hosts, pattern) for pattern in managed)):
+                continue
         kept.append(line)
     for pattern in sorted(managed, key=_pattern_order):
         kept.extend(f"{pattern} {key}" for key in sorted(set(managed[pattern])))
@@ -248,6 +292,7 @@ def plan_pins(endpoints: Iterable[Endpoint], recorded: Mapping[str, Mapping[str,
     operator asked to pin again."""
     repin = set(repin)
     plan = PinPlan()
+    index = KnownHostsIndex(text)
     for endpoint in endpoints:
         record = recorded.get(endpoint.pattern)
         moved = record is not None and record.get("node_id") != endpoint.node_id
@@ -258,13 +303,12 @@ def plan_pins(endpoints: Iterable[Endpoint], recorded: Mapping[str, Mapping[str,
             plan.repin.append(endpoint)
         elif pinned is not None:
             plan.pinned.append(endpoint)
-            if not moved and (keys_for_pattern(text, endpoint.pattern) != sorted(set(pinned))
-                              or authority_for(text, endpoint.pattern)):
+            if not moved and (index.keys(endpoint.pattern) != sorted(set(pinned)) or index.authority(endpoint.pattern)):
                 plan.restored.append(endpoint)
         else:
             # Only plain lines naming the endpoint itself are taken as the operator's word (a
             # wildcard or hashed line would pin whatever key it holds to every new node).
-            present = plain_keys_for_pattern(text, endpoint.pattern) if record is None else []
+            present = index.plain_keys(endpoint.pattern) if record is None else []
             if present:
                 plan.adopt.append((endpoint, present))
             else:
@@ -276,8 +320,9 @@ def migrate_pins(recorded: Mapping[str, Mapping[str, Any]], text: str) -> dict[s
     """Pins for a record written before pins existed (2.1.0): each recorded endpoint's node id
     gets the keys the file holds for it, which that version's ssh checked on every connection."""
     pins: dict[str, dict[str, Any]] = {}
+    index = KnownHostsIndex(text)
     for pattern, record in sorted(recorded.items()):
-        keys = keys_for_pattern(text, pattern)
+        keys = index.keys(pattern)
         if keys and record.get("node_id"):
             pins.setdefault(str(record.get("cluster") or ""), {}).setdefault(
                 str(record["node_id"]), {"keys": keys, "first": pattern})
@@ -370,14 +415,21 @@ class ReadOutcome:
 Scanner = Callable[[list[Endpoint]], Mapping[str, tuple[list[str], str]]]
 
 
+VERIFY_CHOICES = ("edited", "always", "never")
+
+
 def follow_pins(record: Any, endpoints: list[Endpoint], scan: Scanner, *, repin: Iterable[str] = (),
-                verify: bool = True, path: str = "", config: str = "") -> ReadOutcome:
+                verify: str = "edited", path: str = "", config: str = "") -> ReadOutcome:
     """Pin new node ids, put known ones back from their pins, compare the live keys of known
     ones with their pins; ``record`` (a :class:`NodeRecord`: ``endpoints``, ``pins``, ``text``)
     is brought up to date. ``scan`` is :func:`scan_keys` (a stand-in in tests): whatever it
-    answers for a node id that has a pin is compared, never trusted."""
+    answers for a node id that has a pin is compared, never trusted. ``verify``: whose live keys
+    are compared, ``edited`` (the known nodes whose lines in the file had to be put back),
+    ``always`` (every known node listed) or ``never``."""
+    if verify not in VERIFY_CHOICES:
+        raise ValueError(f"known_hosts_verify {verify!r}: use one of {', '.join(VERIFY_CHOICES)}")
     plan = plan_pins(endpoints, record.endpoints, record.pins, record.text, repin)
-    checked = plan.pinned if verify else []
+    checked = {"always": plan.pinned, "edited": plan.restored, "never": []}[verify]
     scanned = scan(plan.to_scan + checked) if plan.to_scan or checked else {}
     out = ReadOutcome(text="")
     first: dict[str, list[tuple[Endpoint, list[str], str]]] = {}

@@ -699,7 +699,7 @@ def _two_nodes(tmp_path: Path, second_id: str = "node-b", second_port: int = 500
     return write_config(tmp_path, {"source": "nodes_file", "cluster": "gpu", "nodes_file": str(f)})
 
 
-def test_known_hosts_are_scanned_once_and_follow_node_ids(tmp_path, fake_keyscan, warnings):
+def test_known_hosts_are_scanned_once_and_follow_node_ids(tmp_path, fake_keyscan, warnings, monkeypatch):
     known = tmp_path / "ssh" / "known_hosts"
     inv = load(_two_nodes(tmp_path))
     assert known.read_text() == ("[20.1.2.3]:50000 ssh-ed25519 AAAAC3key50000\n"
@@ -711,15 +711,20 @@ def test_known_hosts_are_scanned_once_and_follow_node_ids(tmp_path, fake_keyscan
     # Trust on first use, said out loud: one warning names both new node ids.
     assert len(warnings) == 1 and "2 new node id(s) trusted on first use" in warnings[0], warnings
     warnings.clear()
-    # The same node ids: nothing is trusted again, so a key that changed is not taken in
-    # (ssh refuses it: a man in the middle looks like that), and a warning names the node.
+    # The same node ids: nothing is scanned again, so a key that changed is not taken in (ssh
+    # refuses it: a man in the middle looks like that).
     (fake_keyscan / "50000").write_text("AAAAmitm")
+    load(_two_nodes(tmp_path))
+    assert "AAAAmitm" not in known.read_text() and warnings == []
+    # Compared on every read (known_hosts_verify: always), a warning names the node and the fix.
+    monkeypatch.setenv("AMLHPC_KNOWN_HOSTS_VERIFY", "always")
     inv = load(_two_nodes(tmp_path))
     assert "AAAAmitm" not in known.read_text()
     assert len(warnings) == 1 and "node gpu-0 (node id node-a at [20.1.2.3]:50000) offers host key" in warnings[0]
     assert hv(inv, "gpu-0")["aml_host_key_refused"] == warnings[0]
     assert "aml_host_key_refused" not in hv(inv, "gpu-1")
     (fake_keyscan / "50000").unlink()
+    monkeypatch.delenv("AMLHPC_KNOWN_HOSTS_VERIFY")
     warnings.clear()
     # AmlCompute replaced node 1 at the same port: its keys are replaced, with a warning naming it.
     (fake_keyscan / "50001").write_text("AAAAnew")
