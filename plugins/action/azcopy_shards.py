@@ -107,12 +107,14 @@ class ActionModule(ActionBase):
                 listing = list_blobs(args["account_url"], args["container"], args["prefix"], credential=credential)
             except ContainerMissing as exc:
                 if not self._task.check_mode:
-                    raise AnsibleActionFail(str(exc)) from None
+                    raise AnsibleActionFail(redact(str(exc), secrets)) from None
                 # check mode: a run would make and fill it first (prepare_dataset) or stop here
-                warnings.append(f"check mode: {exc}: no shard to plan yet")
+                warnings.append(redact(f"check mode: {exc}: no shard to plan yet", secrets))
                 listing, no_container = [], True
-            except (ListingError, ValueError) as exc:
-                raise AnsibleActionFail(redact(str(exc), secrets)) from None
+            except Exception as exc:  # pylint: disable=broad-exception-caught  # any error may quote the URL
+                raise AnsibleActionFail(redact(str(exc) if isinstance(exc, (ListingError, ValueError))
+                                               else f"listing the container failed: {type(exc).__name__}: {exc}",
+                                               secrets)) from None
             # (a missing container, in check mode, was warned about just above)
             refused = None if no_container else empty_source_error(listing, args["container"], args["prefix"],
                                                                    args["allow_empty"])

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import pair_gate
+from .azcopy_sas import redact
 
 # Ansible's `| bool` truth (ansible.module_utils.parsing.convert_bool, non-strict), kept here so
 # that the pure logic imports only the standard library (the workload's venv has no Ansible).
@@ -159,4 +160,5 @@ def run_report(node_vars: Sequence[Mapping[str, Any]], controller_vars: Mapping[
         lines += [f"healthcheck: {line}" for line in verdict.get("report_lines") or []]
     lines += staging_summary([hv.get("stage_result") for hv in node_vars if hv.get("stage_result")])
     lines += training_summary(job)
-    return lines
+    # The report shows messages the phases returned: the one redaction, whatever they carry.
+    return [redact(line) for line in lines]
