@@ -39,4 +39,6 @@ class FilterModule:
             "amlhpc_data_scope": lazy("job_spec", "data_scope_for"),
             "amlhpc_data_scope_problem": lazy("job_spec", "data_scope_problem"),
             "amlhpc_stage_shared_problem": lazy("job_spec", "stage_shared_problem"),
+            "amlhpc_roles_to_check": lazy("variable_checks", "roles_to_check"),
+
         }

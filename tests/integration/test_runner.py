@@ -42,7 +42,7 @@ def test_local_default_through_ansible_runner(tmp_path):
 
     events = list(runner.events)
     plays = [e["event_data"]["play"] for e in events if e["event"] == "playbook_on_play_start"]
-    assert plays[:4] == ["Check the controller",
+    assert plays[:5] == ["Check the controller", "Check every role variable before anything changes",
                          "Cluster | Make sure the AmlCompute cluster exists at its fixed size",
                          "Validate that the inventory has cluster nodes",
                          "Validate the inventory and variables"]
