@@ -143,7 +143,7 @@ def test_good_inputs_pass_and_an_unknown_vm_size_is_a_warning(tmp_path):
     extra = tmp_path / "ok.yml"
     extra.write_text(yaml.safe_dump({"aml_cluster_vm_size": "Standard_ND192isr_H300_v9", "stage_cap_mbps": 0,
                                      "healthcheck_on_failure": "exclude", "healthcheck_spare_nodes": 0}))
-    res = subprocess.run([ANSIBLE_PLAYBOOK, "playbooks/preflight.yml", "--check", "-e", f"@{extra}", "-e",
+    res = subprocess.run([ANSIBLE_PLAYBOOK, "playbooks/validate_variables.yml", "--check", "-e", f"@{extra}", "-e",
                           "aml_cluster_manage=true"], cwd=ROOT, capture_output=True, text=True, timeout=180, check=False)
     out = " ".join((res.stdout + res.stderr).split())
     assert res.returncode == 0, out[-3000:]

@@ -143,11 +143,26 @@ def training_summary(job: Mapping[str, Any] | None, max_steps: int = 40) -> list
     return lines
 
 
+def failure_lines(node_vars: Sequence[Mapping[str, Any]], controller_vars: Mapping[str, Any]) -> list[str]:
+    """Where the run failed: one line per phase, task and message, naming the hosts (the
+    ``report_failed_at`` a phase's rescue records, playbooks/tasks/failed.yml)."""
+    seen: dict[tuple[str, str, str], list[str]] = {}
+    entries = [(str(hv.get("inventory_hostname", "?")), hv.get("report_failed_at")) for hv in node_vars]
+    entries.append(("localhost", controller_vars.get("report_failed_at")))
+    for host, failed in entries:
+        if isinstance(failed, Mapping) and failed.get("phase"):
+            key = (str(failed["phase"]), str(failed.get("task") or ""), str(failed.get("message") or ""))
+            seen.setdefault(key, []).append(host)
+    return [f"failed at {phase}: '{task}' on {_names(hosts, 8)}: {message}"
+            for (phase, task, message), hosts in seen.items()]
+
+
 def run_report(node_vars: Sequence[Mapping[str, Any]], controller_vars: Mapping[str, Any],
                job: Mapping[str, Any] | None = None) -> list[str]:
     """The whole report, a list of lines."""
     names = [str(hv.get("inventory_hostname", "?")) for hv in node_vars]
     lines = [f"nodes: {len(names)} ({', '.join(names[:8])}{', ...' if len(names) > 8 else ''})"]
+    lines += failure_lines(node_vars, controller_vars)
     lines += skipped_phases(node_vars, controller_vars)
     health = next((hv.get("healthcheck_report") for hv in node_vars if hv.get("healthcheck_report")), None)
     if isinstance(health, Mapping) and health.get("summary"):
