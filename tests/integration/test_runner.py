@@ -197,7 +197,7 @@ def test_the_runner_entry_writes_no_secret_into_its_private_data_dir(tmp_path, m
     (pdd / "artifacts" / "old-run" / "command").write_text(json.dumps(
         {"command": ["ansible-playbook", "-e", json.dumps({"submit_sas": sas})], "env": {"AZURE_SECRET": env_secret}}))
     needles = [SECRET_SIG, env_secret, "ClientSECRET-abcdef-0123456789"]
-    for _ in range(2):
+    for _run in range(2):
         rc = entry.main(["--playbook", "playbooks/validate.yml", "--extra-vars-file", str(extra),
                          "--private-data-dir", str(pdd), "--quiet"])
         assert rc == 0, capsys.readouterr().out[-3000:]
@@ -232,9 +232,9 @@ def test_no_sas_reaches_an_artifact_a_report_or_outputs_over_two_real_runs(tmp_p
     pdd = tmp_path / "runner"
     monkeypatch.setenv("AZURE_SECRET", "EnvSECRET-for-the-runner-0123456789")
     signatures = []
-    before = {p for p in (ROOT / "outputs").rglob("*")} if (ROOT / "outputs").exists() else set()
+    before = set((ROOT / "outputs").rglob("*")) if (ROOT / "outputs").exists() else set()
     for shape in range(2):
-        sas = container_sas(f"devstoreaccount1", "cosmoflow", key, permission="rl", start=now - timedelta(minutes=5),
+        sas = container_sas("devstoreaccount1", "cosmoflow", key, permission="rl", start=now - timedelta(minutes=5),
                             expiry=now + timedelta(hours=1, minutes=shape))
         fields = sas.split("&")
         sig = next(f for f in fields if f.startswith("sig="))

@@ -106,7 +106,7 @@ def test_two_runs_in_the_same_second_keep_two_pages(tmp_path):
     keep a page of their own; on 2.1.0 the second replaced the first (named by the second)."""
     project, inv = _project(tmp_path)
     cmd = [ANSIBLE_PLAYBOOK, "-i", str(inv), str(ROOT / "playbooks" / "report.yml")]
-    runs = [subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(3)]
+    runs = [subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _run in range(3)]
     outs = [r.communicate(timeout=300)[0] for r in runs]
     assert all(r.returncode == 0 for r in runs), outs
     pages = sorted((project / "outputs" / "cosmoflow" / "reports").iterdir())
@@ -116,7 +116,7 @@ def test_two_runs_in_the_same_second_keep_two_pages(tmp_path):
 
 
 def _failing_stage(tmp_path: Path) -> tuple[subprocess.CompletedProcess, Path]:
-    project, _inv = _project(tmp_path)
+    project = _project(tmp_path)[0]
     extra = tmp_path / "x.yml"
     # The local default, its stage pointed at a port where nothing answers: the stage phase fails
     # on the only node, which ends the run before the Report play.

@@ -63,8 +63,8 @@ def test_only_a_cluster_with_every_nodes_keys_on_the_controller_is_taken_from_it
 
     tasks = yaml.safe_load((ROOT / "roles" / "ssh_trust" / "tasks" / "head.yml").read_text())
     take = next(t for t in tasks if t["name"].startswith("SSH trust | Take each cluster's host keys"))
-    plan = {"whole": {"ips": ["10.0.0.4", "10.0.0.5"], "pins": [["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB5"],
-                                                               ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB4"]]},
+    plan = {"whole": {"ips": ["10.0.0.4", "10.0.0.5"],
+                      "pins": [["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB5"], ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB4"]]},
             "partial": {"ips": ["10.1.0.4", "10.1.0.5"], "pins": [["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB6"], []]}}
     playbook = tmp_path / "take.yml"
     playbook.write_text(yaml.safe_dump([{

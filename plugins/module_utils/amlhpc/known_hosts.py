@@ -54,7 +54,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from .host_keys import changed_keys, describe_keys, key_fingerprint, normal_keys  # noqa: F401
+from .host_keys import changed_keys, describe_keys, normal_keys
 
 RECORD_SUFFIX = ".nodes.json"
 RECORD_VERSION = 2

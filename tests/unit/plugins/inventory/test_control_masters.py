@@ -5,8 +5,6 @@ through a new ssh ControlPersist master, never through the one kept to the old V
 from __future__ import annotations
 
 import json
-from pathlib import Path
-
 import yaml
 from ansible.inventory.manager import InventoryManager
 from ansible.parsing.dataloader import DataLoader

@@ -10,11 +10,11 @@ import subprocess
 
 import pytest
 
+from amlhpc.host_keys import key_fingerprint
 from amlhpc.known_hosts import (
     Endpoint,
     endpoint_pattern,
     hosts_field_matches,
-    key_fingerprint,
     keys_for,
     keys_for_pattern,
     migrate_pins,

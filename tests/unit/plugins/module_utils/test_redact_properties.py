@@ -34,7 +34,7 @@ def leaks(secret: str, out: str) -> list[str]:
     found = []
     for i in range(len(secret) - WINDOW + 1):
         run = secret[i:i + WINDOW]
-        for form in {run, quote(run, safe=""), quote_plus(run), quote(quote(run, safe=""), safe="")}:
+        for form in (run, quote(run, safe=""), quote_plus(run), quote(quote(run, safe=""), safe="")):
             if form in out:
                 found.append(form)
     return found
@@ -53,7 +53,7 @@ def sas_shape(draw) -> tuple[str, str]:
     enc = draw(st.sampled_from(["quoted", "raw"]), label="sig encoding")
     value = quote(sig, safe="") if enc == "quoted" else sig
     name = draw(st.sampled_from(["sig", "SIG", "Sig"]))
-    fields = [f"sv=2026-10-06", "sr=c", "sp=rl", "se=2030-01-01T00%3A00%3A00Z", "spr=https",
+    fields = ["sv=2026-10-06", "sr=c", "sp=rl", "se=2030-01-01T00%3A00%3A00Z", "spr=https",
               "skoid=11111111-1111-1111-1111-111111111111"]
     fields = draw(st.permutations(fields))[:draw(st.integers(1, len(fields)))]
     at = draw(st.integers(0, len(fields)))
