@@ -344,7 +344,7 @@ from typing import Any
 
 from ansible.errors import AnsibleError, AnsibleParserError
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable, get_cache_plugin
-from ansible.release import __version__ as ansible_core_version
+from ansible.module_utils.ansible_release import __version__ as ansible_core_version
 
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.core_range import core_floor_error
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_nodes import (

@@ -5,6 +5,7 @@ through a new ssh ControlPersist master, never through the one kept to the old V
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import yaml
 from ansible.inventory.manager import InventoryManager
 from ansible.parsing.dataloader import DataLoader
@@ -56,3 +57,16 @@ def test_every_host_of_the_inventory_gets_its_node_s_control_path(tmp_path, monk
     assert again != paths["gpu-1"]
     config.write_text(config.read_text() + "ssh_control_path: false\n")
     assert "ansible_control_path" not in InventoryManager(DataLoader(), [str(config)]).get_host("gpu-1").get_vars()
+
+
+def test_the_plugin_uses_no_ansible_internals():
+    """Issue 41 item 5: no plugin loaders, config internals or ansible.release from the plugin."""
+    import ast
+
+    source = (Path(__file__).resolve().parents[4] / "plugins" / "inventory" / "azureml_compute.py").read_text()
+    names = {n.module for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ImportFrom) and n.module}
+    names |= {a.name for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Import) for a in n.names}
+    assert not {"ansible.constants", "ansible.release", "ansible.plugins.loader"} & names, names
+    assert not [n for n in names if n.startswith("ansible._internal")]
+    for private in ("cache_loader", "connection_loader", "get_config_value", "from ansible import constants"):
+        assert private not in source, private
