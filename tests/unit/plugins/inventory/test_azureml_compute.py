@@ -928,3 +928,26 @@ def test_a_new_node_id_is_trusted_on_first_use_with_a_warning(tmp_path, fake_key
     assert warnings == []
     load(_two_nodes(tmp_path, second_id="node-c"))
     assert any("node-c" in w and "first use" in w for w in warnings), warnings
+
+
+def test_a_record_that_does_not_parse_stops_the_read_instead_of_trusting_anew(tmp_path, fake_keyscan):
+    load(_two_nodes(tmp_path))
+    record = tmp_path / "ssh" / "known_hosts.nodes.json"
+    record.write_text(record.read_text()[:40])  # truncated by hand
+    (fake_keyscan / "50001").write_text("AAAAmitm")
+    with pytest.raises(AnsibleError, match=r"the host key pins in .*known_hosts\.nodes\.json cannot be read .*remove it "
+                                           r"to trust every node anew on first use"):
+        parse(_two_nodes(tmp_path))
+    assert "AAAAmitm" not in (tmp_path / "ssh" / "known_hosts").read_text()
+
+
+def test_a_record_of_2_1_0_is_taken_over_its_keys_becoming_the_pins(tmp_path, fake_keyscan, warnings):
+    known = tmp_path / "ssh" / "known_hosts"
+    known.parent.mkdir(parents=True)
+    known.write_text("[20.1.2.3]:50000 ssh-ed25519 AAAAold0\n[20.1.2.3]:50001 ssh-ed25519 AAAAold1\n")
+    (tmp_path / "ssh" / "known_hosts.nodes.json").write_text(json.dumps({"endpoints": {
+        "[20.1.2.3]:50000": {"node_id": "node-a", "cluster": "gpu", "host": "gpu-0"},
+        "[20.1.2.3]:50001": {"node_id": "node-b", "cluster": "gpu", "host": "gpu-1"}}, "hosts": {}}))
+    inv = load(_two_nodes(tmp_path))
+    assert hv(inv, "gpu-1")["aml_host_keys"] == ["ssh-ed25519 AAAAold1"] and warnings == []
+    assert known.read_text() == "[20.1.2.3]:50000 ssh-ed25519 AAAAold0\n[20.1.2.3]:50001 ssh-ed25519 AAAAold1\n"
