@@ -1,11 +1,13 @@
 """What the controller's known_hosts upkeep costs a 512-node azureml_compute inventory read.
 
 Reads of a nodes_file inventory through Ansible's InventoryManager, with host key management
-off, on at the first read (512 endpoints scanned), on at a steady read (nothing scanned) and
-after one node was replaced (one scanned). ssh-keyscan is a stand-in shell script that
-answers at once, so the numbers are the controller's own cost (one process per scanned
-endpoint, the plan, the locked read and write of known_hosts and its record), not the
-network's. Wall time and CPU seconds (this process and its children: user + sys).
+off, on at the first read (512 endpoints scanned and pinned), on at a steady read (nothing
+scanned; and with known_hosts_verify: always, every pinned node's live keys compared with its
+pin), after known_hosts was emptied (512 nodes put back from their pins, and compared) and
+after one node was replaced (one scanned). ssh-keyscan is a stand-in shell script that answers at once,
+so the numbers are the controller's own cost (one process per scanned endpoint, the plan, the
+locked read and write of known_hosts and its record), not the network's. Wall time and CPU
+seconds (this process and its children: user + sys).
 """
 
 from __future__ import annotations
@@ -71,6 +73,11 @@ def main() -> None:
         os.environ["AMLHPC_KNOWN_HOSTS"] = "true"
         read(f"first read ({NODES} scanned)")
         read("steady read (0 scanned)")
+        os.environ["AMLHPC_KNOWN_HOSTS_VERIFY"] = "always"
+        read(f"steady read, verify always ({NODES} compared)")
+        os.environ["AMLHPC_KNOWN_HOSTS_VERIFY"] = "edited"
+        (t / "known_hosts").write_text("")
+        read(f"emptied file ({NODES} put back, compared)")
         nodes[7]["nodeId"] = "tvmps_replacement_d"
         (t / "nodes.json").write_text(json.dumps(nodes))
         read("one node replaced (1 scanned)")

@@ -97,6 +97,10 @@ class ActionModule(ActionBase):
                     raise AnsibleActionFail(" ".join(check.errors))
                 warnings += check.warnings
             secrets = [x for x in (sas, args["client_secret"]) if x]
+            # The failure is raised after the except block: an AnsibleActionFail made inside one
+            # records the traceback of the exception handled (ansible-core 2.18 shows it at -vvv),
+            # whose message is not redacted.
+            failure = None
             try:
                 credential = sas or None
                 if auth != "sas":
@@ -106,12 +110,15 @@ class ActionModule(ActionBase):
                 listing = list_blobs(args["account_url"], args["container"], args["prefix"], credential=credential)
             except ContainerMissing as exc:
                 if not self._task.check_mode:
-                    raise AnsibleActionFail(str(exc)) from None
+                    failure = redact(str(exc), secrets)
                 # check mode: a run would make and fill it first (prepare_dataset) or stop here
-                warnings.append(f"check mode: {exc}: no shard to plan yet")
+                warnings.append(redact(f"check mode: {exc}: no shard to plan yet", secrets))
                 listing, no_container = [], True
-            except (ListingError, ValueError) as exc:
-                raise AnsibleActionFail(redact(str(exc), secrets)) from None
+            except Exception as exc:  # pylint: disable=broad-exception-caught  # any error may quote the URL
+                failure = redact(str(exc) if isinstance(exc, (ListingError, ValueError))
+                                 else f"listing the container failed: {type(exc).__name__}: {exc}", secrets)
+            if failure is not None:
+                raise AnsibleActionFail(failure)
             # (a missing container, in check mode, was warned about just above)
             refused = None if no_container else empty_source_error(listing, args["container"], args["prefix"],
                                                                    args["allow_empty"])

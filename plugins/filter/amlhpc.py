@@ -41,4 +41,5 @@ class FilterModule:
             "amlhpc_stage_shared_problem": lazy("job_spec", "stage_shared_problem"),
             "amlhpc_stage_read_command": lazy("azcopy_handoff", "shard_read_command", (ValueError,)),
             "amlhpc_stage_handoff": lazy("azcopy_handoff", "stage_handoff"),
+            "amlhpc_roles_to_check": lazy("variable_checks", "roles_to_check"),
         }

@@ -20,4 +20,6 @@ class FilterModule:
             "amlhpc_head_key_command": lazy("ssh_trust", "head_key_command"),
             "amlhpc_head_key_state": lazy("ssh_trust", "head_key_state"),
             "amlhpc_controller_host_keys": lazy("ssh_trust", "controller_host_keys"),
+            "amlhpc_pinned_host_keys": lazy("ssh_trust", "pinned_host_keys"),
+            "amlhpc_scanned_host_keys": lazy("ssh_trust", "scanned_host_keys"),
         }

@@ -24,20 +24,23 @@ description:
   - Nodes in state unusable, leaving or preempted are left out by default, with a warning
     that names them.
   - "Cached facts are tied to node ids: when the node behind a host name changed (a node
-    replaced, ranks shifted), the host's cached facts are dropped and gathered again."
-  - "Kept ssh connections follow node ids too: for an endpoint that now stands for another
-    node, or for a node not seen before, the ssh ControlPersist master that ansible-core's
-    ssh connection keeps for it (C(control_path_dir), C(control_path) as ansible.cfg and the
-    environment set them) is stopped with C(ssh -O exit), so the run does not reach the new
-    node through a connection made to the old one. Behind AmlCompute's load balancer such a
-    connection is not closed when the VM goes: its packets are dropped, and ssh would wait
-    for its keepalives to fail (about two minutes on the twin) before it tried the new node."
+    replaced, ranks shifted), the host's cached facts (the fact cache of O(fact_caching), the
+    one C([defaults] fact_caching) configures) are emptied, so the next play gathers them again."
+  - "Kept ssh connections follow node ids too: every host gets an C(ansible_control_path) of its
+    own node id (a file in the ssh connection's C(control_path_dir) named by a hash of address,
+    port, user, node id and pinned keys), so a node AmlCompute put behind an old endpoint is reached through a new ssh ControlPersist
+    master, never through the one kept to the old VM. Behind AmlCompute's load balancer such a
+    connection is not closed when the VM goes: its packets are dropped, and ssh would wait for
+    its keepalives to fail (about two minutes on the twin) before it tried the new node.
+    O(ssh_control_path=false) leaves the control path to you."
   - "Host vars: C(ansible_host) (public IP), C(ansible_port) (the node's public SSH port),
     C(ansible_user) (the cluster's admin user), C(aml_cluster), C(aml_node_rank),
     C(aml_private_ip), C(aml_public_ip), C(aml_public_port), C(aml_node_id),
     C(aml_node_state), C(aml_run_id), and when the cluster's properties are known
-    C(aml_cluster_min_nodes), C(aml_cluster_max_nodes), C(aml_vm_size); with O(known_hosts)
-    also C(ansible_ssh_common_args) and C(aml_known_hosts_file)."
+    C(aml_cluster_min_nodes), C(aml_cluster_max_nodes), C(aml_vm_size), C(ansible_control_path);
+    with O(known_hosts) also C(ansible_ssh_common_args), C(aml_known_hosts_file), C(aml_host_keys)
+    (the node id's pinned host keys, C(type base64)) and, for a node that offers another key than
+    its pin, C(aml_host_key_refused) (the sentence that names it and the fix)."
   - "A port that arrives as an integral float (C(50001.0); azureml-core's REST model types
     the port as a float) is taken as an integer; any other non-integer port is refused."
   - azure-ai-ml 1.35.x returns node objects whose snake_case attributes are empty; the
@@ -168,15 +171,22 @@ options:
   known_hosts:
     description:
       - Manage the controller's known_hosts for the nodes, so that SSH host key checking stays
-        on without a prompt. On every read, each node's endpoint (C([address]:port)) not known
-        yet is scanned with C(ssh-keyscan) and recorded with the node's C(nodeId); when
-        AmlCompute replaced a node (same endpoint, another C(nodeId)) its old keys are dropped,
-        the new node's scanned, and a warning names the node. A key that changes while the
-        C(nodeId) stays is refused by ssh. An endpoint missing from a read (an empty or partial
-        node list, such as a cluster scaled to 0 or a transient answer) keeps its pinned keys,
-        so the same C(nodeId) coming back with another key is refused as well.
+        on without a prompt, with each node id's host keys pinned in the plugin's own record
+        (C(<known_hosts_file>.nodes.json)); known_hosts is written from the pins on every read.
+      - A node id not seen before is scanned with C(ssh-keyscan), its keys are pinned, and a
+        warning names it with its fingerprints (trust on first use). When AmlCompute replaced a
+        node (same endpoint C([address]:port), another C(nodeId)) the old node's lines go and a
+        warning names the node; the new node id is a new node.
+      - A node id with a pin is never scanned and trusted again. Its lines in known_hosts are
+        put back from the pin where they are missing, truncated, emptied or edited (a warning
+        names the nodes), and its live keys are compared with the pin (O(known_hosts_verify));
+        a node that offers another key is named in a warning (ssh refuses it) with the fix,
+        O(known_hosts_repin).
+      - An endpoint missing from a read (an empty or partial node list, such as a cluster scaled
+        to 0 or a transient answer) keeps its pinned keys.
       - Every host gets C(ansible_ssh_common_args) C(-o UserKnownHostsFile=<file>
-        -o StrictHostKeyChecking=yes) (ssh never asks, it refuses an unknown key) and
+        -o GlobalKnownHostsFile=/dev/null -o StrictHostKeyChecking=yes) (ssh never asks, it
+        refuses an unknown key, and no system-wide line stands in for a pin) and
         C(aml_known_hosts_file). Put ssh options of your own in O(ssh_common_args).
       - C(false) leaves host keys to you (an SSH certificate authority, your own known_hosts).
     type: bool
@@ -186,13 +196,82 @@ options:
   known_hosts_file:
     description:
       - The controller's known_hosts file for the nodes; the record of which node id each
-        entry belongs to lies beside it (C(<file>.nodes.json)).
-      - Default C(.cache/known_hosts) next to the C(ansible.cfg) in use (the project's), or
-        next to this configuration file when there is none. A relative path is relative to
-        the folder of this configuration file.
+        entry belongs to, and each node id's pinned keys, lie beside it (C(<file>.nodes.json)).
+        Removing the record forgets the pins (every node is then trusted anew on first use,
+        each named in a warning); a record that does not parse stops the read.
+      - "Set in C(ansible.cfg) (C([inventory_plugin_azureml_compute] known_hosts_file), relative to
+        that file; the project's C(ansible.cfg) says C(.cache/known_hosts)), the environment, or
+        this configuration file (relative to its folder). Default: C(amlhpc/known_hosts) in
+        Ansible's home folder (C([defaults] home), C(~/.ansible))."
     type: path
     env:
       - name: AMLHPC_KNOWN_HOSTS_FILE
+    ini:
+      - section: inventory_plugin_azureml_compute
+        key: known_hosts_file
+    version_added: 2.2.0
+  ansible_home:
+    description:
+      - Ansible's home folder, where the default O(known_hosts_file) goes (the C(home) setting of
+        C(ansible.cfg), read here so the plugin needs no Ansible internals).
+    type: path
+    default: ~/.ansible
+    env:
+      - name: ANSIBLE_HOME
+    ini:
+      - section: defaults
+        key: home
+    version_added: 2.2.0
+  known_hosts_verify:
+    description:
+      - Whose live host keys are compared with their pin on a read (one C(ssh-keyscan) per node,
+        in parallel), so that a node offering another key is named in a warning, and in the host
+        var C(aml_host_key_refused), with the fix. Nothing scanned here is ever trusted.
+      - C(edited) (the default) compares the known nodes whose lines in known_hosts had to be put
+        back from their pins (deleted, emptied or edited by hand); where the file was left alone,
+        ssh itself refuses a changed key (C(REMOTE HOST IDENTIFICATION HAS CHANGED)).
+      - C(always) compares every known node on every read. A real C(ssh-keyscan) of the three key
+        types costs the controller about 0.11 s of CPU per node (0.04 s for one type; the key
+        exchange), about a minute of CPU per read at 512 nodes, which is why it is not the default.
+      - C(never) compares none.
+    type: str
+    default: edited
+    choices: [edited, always, never]
+    env:
+      - name: AMLHPC_KNOWN_HOSTS_VERIFY
+    version_added: 2.2.0
+  known_hosts_repin:
+    description:
+      - Node ids whose pin is replaced by the keys they offer now, for a node you know was
+        re-imaged under the same node id (a warning names each). Set it for one run, then
+        remove it.
+    type: list
+    elements: str
+    default: []
+    env:
+      - name: AMLHPC_KNOWN_HOSTS_REPIN
+    version_added: 2.2.0
+  ssh_control_path:
+    description:
+      - Give every host an C(ansible_control_path) of its own node id, so that a new node behind
+        an old endpoint gets a new ssh ControlPersist master. C(false) leaves the ssh connection's
+        own C(control_path) (and yours) in force.
+    type: bool
+    default: true
+    version_added: 2.2.0
+  fact_caching:
+    description:
+      - The fact cache plugin whose entries of a host are emptied when the node behind the host
+        name changed (the C([defaults] fact_caching) setting, read here so the plugin needs no
+        Ansible internals; its connection and prefix are the cache plugin's own settings).
+    type: str
+    default: memory
+    env:
+      - name: ANSIBLE_CACHE_PLUGIN
+    ini:
+      - section: defaults
+        key: fact_caching
+    version_added: 2.2.0
   known_hosts_scan_timeout:
     description: Seconds C(ssh-keyscan) waits for a node.
     type: int
@@ -258,15 +337,13 @@ max_nodes: 4
 vm_size: Standard_ND96asr_v4
 """
 
-import contextlib
-import functools
 import json
 import os
 import sys
 from typing import Any
 
 from ansible.errors import AnsibleError, AnsibleParserError
-from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
+from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable, get_cache_plugin
 from ansible.module_utils.ansible_release import __version__ as ansible_core_version
 
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.core_range import core_floor_error
@@ -288,12 +365,10 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_nodes im
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.known_hosts import (
     Endpoint,
     NodeRecord,
-    close_masters,
-    patterns_in,
-    plan_known_hosts,
-    replaced_warning,
-    rewrite_known_hosts,
-    scan_failed_warning,
+    RecordError,
+    control_path,
+    follow_pins,
+    pin_of,
     scan_keys,
     ssh_common_args,
     stale_fact_hosts,
@@ -453,90 +528,78 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
 
         self._follow_nodes(endpoints)
 
-    # Known hosts and cached facts, tied to node ids ---------------------------------------
+    # Known hosts, kept connections and cached facts, tied to node ids ----------------------
     def _known_hosts_file(self) -> str:
-        path = self.get_option("known_hosts_file")
+        # Written in this configuration file: relative to its folder (get_option resolves a
+        # relative path from the environment against the working folder, from ansible.cfg
+        # against that file's folder).
+        written = (getattr(self, "_config_data", None) or {}).get("known_hosts_file")
+        path = written if written and not os.path.isabs(os.path.expanduser(str(written))) else \
+            self.get_option("known_hosts_file")
         if path:
             path = os.path.expanduser(str(path))
             return path if os.path.isabs(path) else os.path.join(self._basedir, path)
-        from ansible import constants
-        base = os.path.dirname(os.path.abspath(constants.CONFIG_FILE)) if constants.CONFIG_FILE else self._basedir
-        return os.path.join(base, ".cache", "known_hosts")
+        home = os.path.expanduser(str(self.get_option("ansible_home") or "~/.ansible"))
+        return os.path.join(home if os.path.isabs(home) else os.path.join(self._basedir, home), "amlhpc", "known_hosts")
 
     def _follow_nodes(self, endpoints: list[Endpoint]) -> None:
-        """Bring the known_hosts file and the fact cache in line with the nodes read now."""
+        """Bring the known_hosts file, the pins and the fact cache in line with the nodes read now."""
         path = self._known_hosts_file()
-        with NodeRecord(path).locked() as record:
-            text = None
-            moved: list[Endpoint] = []
-            if self.get_option("known_hosts"):
-                text, moved = self._update_known_hosts(record, path, endpoints)
-            current = {e.host: e.node_id for e in endpoints}
-            stale = stale_fact_hosts(current, record.hosts)
-            if stale:
-                self._forget_facts(stale)
-            self._close_masters(moved + [e for e in endpoints if e.host in set(stale)])
-            record.hosts.update(current)
-            record.save(text)
-
-    def _close_masters(self, endpoints: list[Endpoint]) -> None:
-        """Stop the ssh ControlPersist masters (ansible.cfg's, the environment's) of the
-        endpoints that now stand for another node, or for a node not seen before."""
-        if not endpoints:
-            return
-        from ansible import constants
-        from ansible.plugins.loader import connection_loader
-        from ansible.utils.path import unfrackpath
         try:
-            connection_loader.get("ssh", class_only=True)  # its options' definitions
-            option = functools.partial(constants.config.get_config_value, plugin_type="connection", plugin_name="ssh")
-            directory, template, ssh = option("control_path_dir"), option("control_path"), option("ssh_executable")
-        except Exception as exc:  # no ssh connection plugin settings: no masters of its own either
-            self.display.vvv(f"azureml_compute: ssh settings not read: {exc}")
-            return
-        for endpoint in close_masters(endpoints, unfrackpath(directory), template, ssh=ssh or "ssh"):
-            self.display.v(f"cluster '{endpoint.cluster}': closed the kept ssh connection to {endpoint.pattern}, "
-                           f"which now stands for {endpoint.host} (node id {endpoint.node_id})")
+            with NodeRecord(path).locked() as record:
+                text = None
+                if self.get_option("known_hosts"):
+                    text = self._update_known_hosts(record, path, endpoints)
+                current = {e.host: e.node_id for e in endpoints}
+                stale = stale_fact_hosts(current, record.hosts)
+                if stale:
+                    self._forget_facts(stale)
+                record.hosts.update(current)
+                record.save(text)
+        except RecordError as exc:
+            raise AmlNodesError(str(exc)) from None
+        for endpoint in endpoints:
+            keys = (pin_of(record.pins, endpoint) or []) if self.get_option("known_hosts") else []
+            if self.get_option("ssh_control_path"):
+                self.inventory.set_variable(endpoint.host, "ansible_control_path", control_path(endpoint, keys))
+            if self.get_option("known_hosts"):
+                self.inventory.set_variable(endpoint.host, "aml_host_keys", keys)
 
-    def _update_known_hosts(self, record: NodeRecord, path: str, endpoints: list[Endpoint]) -> tuple[str, list[Endpoint]]:
-        """Scan new endpoints, replace those with another node id; pin the rest, also those this
-        read did not list (module_utils/amlhpc/known_hosts.py)."""
-        plan = plan_known_hosts(endpoints, record.endpoints, patterns_in(record.text))
-        scanned = scan_keys(plan.to_scan, timeout=self.get_option("known_hosts_scan_timeout"))
-        drop = {e.pattern for e, _unused, _unused in plan.replaced}
-        add: list[str] = []
-        for endpoint, old_id, old_host in plan.replaced:
-            self.display.warning(replaced_warning(endpoint, old_id, old_host, path))
-            record.endpoints.pop(endpoint.pattern, None)
-        for endpoint in plan.to_scan:
-            lines, error = scanned[endpoint.pattern]
-            if not lines:
-                self.display.warning(scan_failed_warning(endpoint, error))
-                continue
-            add.extend(lines)
-            record.endpoints[endpoint.pattern] = {"node_id": endpoint.node_id, "cluster": endpoint.cluster,
-                                                  "host": endpoint.host}
-        for endpoint in plan.adopt + plan.keep:
-            record.endpoints[endpoint.pattern] = {"node_id": endpoint.node_id, "cluster": endpoint.cluster,
-                                                  "host": endpoint.host}
-        return rewrite_known_hosts(record.text, drop, add), plan.to_scan
+    def _update_known_hosts(self, record: NodeRecord, path: str, endpoints: list[Endpoint]) -> str:
+        """Pin new node ids, put known ones back from their pins, compare the live keys of known
+        ones with their pins (module_utils/amlhpc/known_hosts.py follow_pins); the new text."""
+        timeout = self.get_option("known_hosts_scan_timeout")
+        outcome = follow_pins(record, endpoints, lambda todo: scan_keys(todo, timeout=timeout),
+                              repin=[str(n) for n in self.get_option("known_hosts_repin") or []],
+                              verify=str(self.get_option("known_hosts_verify")), path=path,
+                              config=self._config_path)
+        for warning in outcome.warnings:
+            self.display.warning(warning)
+        for host, sentence in outcome.refused.items():
+            self.inventory.set_variable(host, "aml_host_key_refused", sentence)
+        if record.migrated:
+            self.display.vvv(f"azureml_compute: pinned the keys {path} held for {len(record.endpoints)} endpoint(s) "
+                             f"(a record from before pins) in {record.record_path}")
+        return outcome.text
 
     def _forget_facts(self, hosts: list[str]) -> None:
-        """Drop the cached facts of host names that now stand for another node."""
-        from ansible import constants
-        from ansible.plugins.loader import cache_loader
+        """Empty the cached facts of host names that now stand for another node: the next play
+        with fact gathering (gathering = smart) gathers them again. Through the inventory API's
+        cache (get_cache_plugin, what Cacheable.load_cache_plugin uses), on the fact cache
+        plugin that [defaults] fact_caching names; its connection and prefix are its own settings."""
+        name = self.get_option("fact_caching") or "memory"
+        if name in ("memory", "ansible.builtin.memory"):
+            return  # nothing outlives the process that gathered it
         try:
-            cache = cache_loader.get(constants.CACHE_PLUGIN)
+            cache = get_cache_plugin(name)
+            for host in hosts:
+                if cache.get(host) is not None:
+                    cache[host] = {}
+            cache.set_cache()
         except Exception as exc:  # a broken fact cache is the fact cache's problem, reported there
-            self.display.vvv(f"azureml_compute: fact cache not opened: {exc}")
+            self.display.vvv(f"azureml_compute: fact cache {name} not emptied for {', '.join(hosts)}: {exc}")
             return
-        if cache is None:
-            return
-        for host in hosts:
-            # The default in-memory cache raises for a host it never held (jsonfile does not).
-            with contextlib.suppress(KeyError):
-                cache.delete(host)
-        self.display.vvv(f"azureml_compute: dropped the cached facts of {', '.join(hosts)} (node id changed)")
+        self.display.vvv(f"azureml_compute: emptied the cached facts of {', '.join(hosts)} (node id changed)")
 
     def _empty(self, sentence: str) -> None:
         if not self.get_option("allow_empty"):
@@ -548,8 +611,9 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         if refused:
             raise AnsibleParserError(refused)
         super().parse(inventory, loader, path, cache)
-        self._read_config_data(path)
+        self._config_data = self._read_config_data(path)
         self._basedir = os.path.dirname(os.path.abspath(path))
+        self._config_path = path
         try:
             configs = self._cluster_configs()
             cache_key = self.get_cache_key(path)

@@ -63,7 +63,7 @@ from datetime import datetime, timedelta, timezone  # noqa: E402
 from ansible.errors import AnsibleError  # noqa: E402
 from ansible.plugins.lookup import LookupBase  # noqa: E402
 
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_sas import container_sas
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_sas import container_sas, redact
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.blob_listing import account_name
 
 
@@ -80,6 +80,8 @@ class LookupModule(LookupBase):
                     account_name(url), self.get_option("container"), self.get_option("account_key"),
                     permission=self.get_option("permission"), start=now - timedelta(minutes=5),
                     expiry=now + timedelta(hours=float(self.get_option("hours")))))
-            except ValueError as exc:
-                raise AnsibleError(f"blob_sas: {exc}") from exc
+            except (ValueError, TypeError) as exc:
+                # The one redaction (the URL may carry a SAS, the error quote the key), and no
+                # chained cause, which Ansible would print unredacted.
+                raise AnsibleError(redact(f"blob_sas: {exc}", [str(self.get_option("account_key") or "")])) from None
         return out

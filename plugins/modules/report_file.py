@@ -14,8 +14,10 @@ description:
     folder of O(dest) where missing (mode C(0755)) and replaces O(dest) with O(content)
     atomically (a temporary file in the same folder, renamed), so a reader never sees half a
     page.
-  - For the report play (C(hosts=localhost), C(connection=local)). Any other connection,
-    or a C(delegate_to), is refused with a sentence, as the page would still land on the controller.
+  - For the report play (C(hosts=localhost), C(connection=local)), or a task delegated to
+    C(localhost) (the page of a run that failed in a play on the nodes). Any other connection,
+    or a C(delegate_to) another host, is refused with a sentence, as the page would still land
+    on the controller.
   - Where the page on disk already has these bytes and mode, nothing is written.
 version_added: "1.0.0"
 author:
@@ -49,6 +51,14 @@ options:
         it), replacing what is there atomically, so that it always leads to the latest of several pages.
     type: path
     version_added: "2.0.0"
+  unique:
+    description:
+      - Write a page of its own - at O(dest) where nothing is there, else at the first free
+        C(<stem>-2<suffix>), C(<stem>-3<suffix>), ... - taken atomically, so two runs that name
+        their pages the same (started in the same second) keep two pages. RV(dest) is the name taken.
+    type: bool
+    default: false
+    version_added: 2.2.0
 """
 
 EXAMPLES = r"""
@@ -61,7 +71,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 dest:
-  description: The page's path.
+  description: The page's path (with O(unique), the name taken).
   returned: always
   type: str
 size:

@@ -33,7 +33,9 @@ def lazy(module: str, name: str, errors: tuple[type[Exception], ...] = ()) -> Ca
         try:
             return getattr(logic(module), name)(*args, **kwargs)
         except errors as exc:
-            raise AnsibleFilterError(str(exc)) from exc
+            # The message may quote what the filter was given: the one redaction, and no chained
+            # cause (Ansible prints the cause's own message too).
+            raise AnsibleFilterError(logic("azcopy_sas").redact(str(exc))) from None
 
     call.__name__ = call.__qualname__ = name
     call.__doc__ = f"{name} of plugins/module_utils/amlhpc/{module}.py (imported when first called)."

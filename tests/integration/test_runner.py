@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import free_port
 from report_reader import decode_svg, image_bytes, read_report, table_dicts
 
@@ -21,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def load_entry_point():
     spec = importlib.util.spec_from_file_location("ansible_runner_site", ROOT / ".ci" / "ansible_runner_site.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up there
     spec.loader.exec_module(module)
     return module
 
@@ -40,7 +42,7 @@ def test_local_default_through_ansible_runner(tmp_path):
 
     events = list(runner.events)
     plays = [e["event_data"]["play"] for e in events if e["event"] == "playbook_on_play_start"]
-    assert plays[:4] == ["Check the controller",
+    assert plays[:5] == ["Check the controller", "Check every role variable before anything changes",
                          "Cluster | Make sure the AmlCompute cluster exists at its fixed size",
                          "Validate that the inventory has cluster nodes",
                          "Validate the inventory and variables"]
@@ -81,7 +83,7 @@ def test_local_default_through_ansible_runner(tmp_path):
     assert "nccl: skipped on local-0: nccl_enabled is false" in page_path.read_text()
 
     # No SAS signature anywhere in what the runner kept, nor in the report.
-    artifacts = Path(runner.config.artifact_dir)
+    artifacts = Path(runner.artifact_dir)
     for path in [*artifacts.rglob("*"), page_path]:
         if path.is_file():
             assert "sig=" not in path.read_text(errors="replace"), path
@@ -163,3 +165,98 @@ def check_report(page: str, summary_lines: list[str], events: list[dict]) -> Non
         assert (float(r["train_loss"]), float(r["val_mae"])) == (pytest.approx(e["train_loss"], abs=5e-5),
                                                                  pytest.approx(e["val_mae"], abs=5e-5))
     assert len(sections["training"]["images"]) == 1
+
+
+SECRET_SIG = "RunnerSECRETsig0123456789abcdefghijklmnopqrs%3D"
+
+
+def _files_holding(root: Path, needles: list[str]) -> list[str]:
+    hits = []
+    for path in root.rglob("*"):
+        if path.is_file():
+            text = path.read_text(errors="replace")
+            hits += [f"{path.relative_to(root)}: {n[:12]}..." for n in needles if n in text]
+    return hits
+
+
+def test_the_runner_entry_writes_no_secret_into_its_private_data_dir(tmp_path, monkeypatch, capsys):
+    """Issue 40 item 5 (red on 2.1.0): over repeated runs the entry copies no extra var into
+    env/extravars (nor replays one), puts none on the argv it records in artifacts/<id>/command,
+    and records no AZURE_SECRET of the environment; what a previous version left is cleaned."""
+    entry = load_entry_point()
+    sas = f"sv=2026-10-06&sr=c&sp=rl&se=2099-01-01T00%3A00%3A00Z&sig={SECRET_SIG}"
+    env_secret = "EnvSECRETvalue-0123456789-abcdefghijkl"
+    extra = tmp_path / "secrets.yml"
+    extra.write_text(f"submit_sas: '{sas}'\nstage_client_secret: ClientSECRET-abcdef-0123456789\n")
+    monkeypatch.setenv("AZURE_SECRET", env_secret)
+    pdd = tmp_path / "runner"
+    # What 2.1.0 left: the extra-vars file copied in clear, an old run's command with the secret env.
+    (pdd / "env").mkdir(parents=True)
+    (pdd / "env" / "extravars").write_text(json.dumps({"submit_sas": sas}))
+    (pdd / "artifacts" / "old-run").mkdir(parents=True)
+    (pdd / "artifacts" / "old-run" / "command").write_text(json.dumps(
+        {"command": ["ansible-playbook", "-e", json.dumps({"submit_sas": sas})], "env": {"AZURE_SECRET": env_secret}}))
+    needles = [SECRET_SIG, env_secret, "ClientSECRET-abcdef-0123456789"]
+    for _run in range(2):
+        rc = entry.main(["--playbook", "playbooks/validate.yml", "--extra-vars-file", str(extra),
+                         "--private-data-dir", str(pdd), "--quiet"])
+        assert rc == 0, capsys.readouterr().out[-3000:]
+        assert _files_holding(pdd, needles) == []
+    assert not (pdd / "env" / "extravars").exists()
+    argv = [json.loads(p.read_text())["command"] for p in (pdd / "artifacts").glob("*/command")
+            if p.parent.name != "old-run"]
+    assert len(argv) == 2 and all(a[a.index("-e") + 1] == f"@{extra}" for a in argv), argv
+    old = json.loads((pdd / "artifacts" / "old-run" / "command").read_text())
+    assert "env" not in old and old["command"] == ["ansible-playbook", "-e", "REDACTED"]
+    assert "summary.json" in {p.name for p in (pdd / "artifacts").glob("*/*")}
+    assert SECRET_SIG not in capsys.readouterr().out
+
+
+def test_no_sas_reaches_an_artifact_a_report_or_outputs_over_two_real_runs(tmp_path, monkeypatch, capsys):
+    """Issue 40 item 5, the runner entry run for real twice with ansible-runner: the stage phase
+    against Azurite (the local default), with a working SAS signed from Azurite's key, in two
+    shapes (its fields in another order, the signature first or last), an AZURE_SECRET in the
+    environment and a secret extra var. No part of either signature, nor the other secrets, is in
+    the private data dir (artifacts, summary.json), what the entry printed, the report pages or
+    any file under outputs/ and the stage folder."""
+    from datetime import datetime, timedelta, timezone
+    from urllib.parse import unquote
+
+    from amlhpc.azcopy_sas import container_sas
+
+    entry = load_entry_point()
+    key = yaml.safe_load((ROOT / "inventory" / "local" / "group_vars" / "all.yml").read_text())[
+        "prepare_dataset_account_key"]
+    port = free_port()
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    pdd = tmp_path / "runner"
+    monkeypatch.setenv("AZURE_SECRET", "EnvSECRET-for-the-runner-0123456789")
+    signatures = []
+    before = set((ROOT / "outputs").rglob("*")) if (ROOT / "outputs").exists() else set()
+    for shape in range(2):
+        sas = container_sas("devstoreaccount1", "cosmoflow", key, permission="rl", start=now - timedelta(minutes=5),
+                            expiry=now + timedelta(hours=1, minutes=shape))
+        fields = sas.split("&")
+        sig = next(f for f in fields if f.startswith("sig="))
+        rest = [f for f in fields if f is not sig]
+        sas = "&".join([sig, *reversed(rest)] if shape == 0 else [*rest[1:], rest[0], sig])
+        signatures.append(sig.removeprefix("sig="))
+        extra = tmp_path / f"secrets-{shape}.yml"
+        extra.write_text(yaml.safe_dump({"stage_sas": sas, "local_blob_port": port,
+                                         "amlhpc_ci_token": "ExtraSECRET-token-0123456789"}))
+        rc = entry.main(["--playbook", "site.yml", "--tags", "stage,prepare_dataset", "--extra-vars-file", str(extra),
+                         "--private-data-dir", str(pdd), "--quiet"])
+        printed = capsys.readouterr().out
+        assert rc == 0, printed[-3000:]
+        summary = json.loads(next((pdd / "artifacts").glob("*/summary.json")).read_text())
+        assert summary["status"] == "successful"
+    needles = [n for s in signatures for n in (s, unquote(s), s[:16], unquote(s)[-16:])]
+    needles += ["EnvSECRET-for-the-runner-0123456789", "ExtraSECRET-token-0123456789"]
+    assert _files_holding(pdd, needles) == []
+    assert not any(n in printed for n in needles)
+    written = [p for p in (ROOT / "outputs").rglob("*") if p not in before] + list((ROOT / ".scratch").rglob("*.json"))
+    assert any(p.name.endswith(".html") for p in written), written
+    for path in written:
+        if path.is_file():
+            text = path.read_text(errors="replace")
+            assert not [n for n in needles if n in text], path

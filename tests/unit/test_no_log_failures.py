@@ -64,3 +64,16 @@ def test_the_old_aml_job_sas_name_keeps_the_secret_out_of_the_log(tmp_path):
     assert "aml_job_sas -> submit_sas" in res.stdout, res.stdout[-3000:]
     assert "token looks like a SAS token" in out, res.stdout[-3000:]
     assert SIG not in out
+
+
+def test_a_sas_with_a_line_break_is_refused_without_its_signature():
+    """Issue 40 item 5 (red on 2.1.0): a SAS pasted with a line break inside its signature is
+    refused, and the refusal shows no part of the signature, before or after the break."""
+    head, tail = "BROKENsigHEAD0123456789", "abcdefTAILpart9876543210zz"
+    sas = f"sv=2024-11-04&ss=b&srt=co&sp=rl&se=2030-01-01T00%3A00%3A00Z&sig={head}\n{tail}%3D"
+    res = play("playbooks/stage.yml", {"local_blob_port": closed_port(), "stage_sas": sas, "stage_list": True})
+    out = res.stdout + res.stderr
+    assert res.returncode != 0
+    assert "line break" in out, res.stdout[-3000:]
+    for part in (head, tail, head[:12], tail[-12:]):
+        assert part not in out, part

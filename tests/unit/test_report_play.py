@@ -4,6 +4,7 @@ inside the collection."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -99,3 +100,40 @@ def test_each_invocation_keeps_its_page_and_report_html_points_at_the_latest(tmp
     assert f"report: {run_dir}/report.html (this run: reports/{whole_page})" in whole.stdout
     assert f"(this run: reports/{partial_page})" in partial.stdout
     assert (run_dir / "reports" / whole_page).read_text().startswith("<!DOCTYPE html>")
+
+
+def test_two_runs_in_the_same_second_keep_two_pages(tmp_path):
+    """Issue 40 item 7: two report plays started together (the same second, the same tags) each
+    keep a page of their own; on 2.1.0 the second replaced the first (named by the second)."""
+    project, inv = _project(tmp_path)
+    cmd = [ANSIBLE_PLAYBOOK, "-i", str(inv), str(ROOT / "playbooks" / "report.yml")]
+    runs = [subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _run in range(3)]
+    outs = [r.communicate(timeout=300)[0] for r in runs]
+    assert all(r.returncode == 0 for r in runs), outs
+    pages = sorted((project / "outputs" / "cosmoflow" / "reports").iterdir())
+    assert len(pages) == 3, [p.name for p in pages]
+    said = sorted(re.search(r"this run: reports/(\S+)\)", out).group(1) for out in outs)
+    assert said == [p.name for p in pages]
+
+
+def _failing_stage(tmp_path: Path) -> tuple[subprocess.CompletedProcess, Path]:
+    project = _project(tmp_path)[0]
+    extra = tmp_path / "x.yml"
+    # The local default, its stage pointed at a port where nothing answers: the stage phase fails
+    # on the only node, which ends the run before the Report play.
+    extra.write_text(yaml.safe_dump({"amlhpc_project_dir": str(project), "local_blob_enabled": False,
+                                     "stage_account_url": "http://127.0.0.1:9/devstoreaccount1",
+                                     "stage_list": True}))
+    res = subprocess.run([ANSIBLE_PLAYBOOK, "site.yml", "--tags", "stage", "-e", f"@{extra}"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300, check=False)
+    return res, project / "outputs" / "cosmoflow-local"  # the local default's submit_name
+
+
+def test_a_failed_run_gets_a_page_that_says_where_it_failed(tmp_path):
+    res, run_dir = _failing_stage(tmp_path)
+    assert res.returncode != 0, res.stdout[-3000:]
+    assert "PLAY [Report]" not in res.stdout  # the run ended at the stage: the Report play never ran
+    page = (run_dir / "report.html").read_text()
+    assert "failed at stage" in page and "Stage | Plan each node" in page, page[:3000]
+    assert "local-0" in page
+    assert re.search(r"report: \S+/report\.html \(this run: reports/\S+\.html\)", res.stdout), res.stdout[-3000:]

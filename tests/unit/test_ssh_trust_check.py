@@ -53,9 +53,9 @@ def test_a_node_that_refuses_is_named_and_fails_the_check(tmp_path):
 
 
 def test_only_a_cluster_with_every_nodes_keys_on_the_controller_is_taken_from_it(tmp_path):
-    """The role's own task (roles/ssh_trust/tasks/head.yml): a cluster whose every node has its
-    host keys in the controller's known_hosts is kept in ssh_trust_controller_keys (no scan
-    from its head); one where a node has none is left out, and its head scans it."""
+    """The role's own task (roles/ssh_trust/tasks/head.yml): a cluster whose every node has a
+    pin (the inventory's aml_host_keys) is kept in ssh_trust_controller_keys (no scan from its
+    head); one where a node has none is left out, and its head scans it."""
     import json
     import sys
 
@@ -63,14 +63,9 @@ def test_only_a_cluster_with_every_nodes_keys_on_the_controller_is_taken_from_it
 
     tasks = yaml.safe_load((ROOT / "roles" / "ssh_trust" / "tasks" / "head.yml").read_text())
     take = next(t for t in tasks if t["name"].startswith("SSH trust | Take each cluster's host keys"))
-    known = tmp_path / "known_hosts"
-    known.write_text("[20.1.2.3]:50000 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB5\n"
-                     "[20.1.2.3]:50001 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB4\n"
-                     "[20.1.2.4]:50000 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB6\n")
-    plan = {"whole": {"known_hosts_file": str(known), "endpoints": ["[20.1.2.3]:50000", "[20.1.2.3]:50001"],
-                      "ips": ["10.0.0.4", "10.0.0.5"]},
-            "partial": {"known_hosts_file": str(known), "endpoints": ["[20.1.2.4]:50000", "[20.1.2.4]:50001"],
-                        "ips": ["10.1.0.4", "10.1.0.5"]}}
+    plan = {"whole": {"ips": ["10.0.0.4", "10.0.0.5"],
+                      "pins": [["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB5"], ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB4"]]},
+            "partial": {"ips": ["10.1.0.4", "10.1.0.5"], "pins": [["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB6"], []]}}
     playbook = tmp_path / "take.yml"
     playbook.write_text(yaml.safe_dump([{
         "hosts": "localhost", "connection": "local", "gather_facts": False,

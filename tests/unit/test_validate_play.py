@@ -102,3 +102,49 @@ def test_an_inventory_without_nodes_is_refused(tmp_path):
     res = run_validate(tmp_path, {})
     assert res.returncode != 0, res.stdout
     assert "the inventory has no hosts in group 'aml_nodes'" in res.stdout
+
+
+# ---------------------------------------------------------------------------------------
+# Every role variable checked before anything changes (issue 40 item 7, red on 2.1.0)
+
+BAD = {"healthcheck_on_failure": "exlcude", "submit_backend": "azure_ml", "submit_process_count_per_node": -1,
+       "healthcheck_spare_nodes": 3, "stage_cap_mbps": -5, "stage_dir": "relative/staged",
+       "aml_cluster_manage": True, "aml_cluster_name": "my cluster", "aml_cluster_vm_size": "Standard ND96"}
+SENTENCES = [
+    "healthcheck: value of healthcheck_on_failure must be one of: stop, exclude, got: exlcude",
+    "submit: value of submit_backend must be one of: azure_ai_ml, azureml_core, local, got: azure_ml",
+    "submit_process_count_per_node is -1: it must be 1 or more",
+    "healthcheck_spare_nodes is 3 but the run has 1 node(s): leave at least one node to train",
+    "stage_cap_mbps is -5: it cannot be negative",
+    "stage_dir 'relative/staged' is a relative path",
+    "aml_cluster_name 'my cluster' is not a name AzureML takes for a compute cluster",
+    "aml_cluster_vm_size 'Standard ND96' is not an Azure VM size name",
+]
+
+
+def test_bad_inputs_are_refused_in_check_mode_before_anything_changes(tmp_path):
+    """The whole run, in check mode, on the local default: every bad input at once, one sentence
+    each, from the first play that checks variables: no cluster, node, prepare or stage phase ran."""
+    extra = tmp_path / "bad.yml"
+    extra.write_text(yaml.safe_dump(BAD))
+    res = subprocess.run([ANSIBLE_PLAYBOOK, "site.yml", "--check", "-e", f"@{extra}"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300, check=False)
+    out = " ".join((res.stdout + res.stderr).split())
+    assert res.returncode != 0, out[-3000:]
+    for sentence in SENTENCES:
+        assert sentence in out, (sentence, out[-4000:])
+    for later in ("PLAY [Cluster", "PLAY [SSH trust", "PLAY [Check the health", "PLAY [Prepare", "PLAY [Stage",
+                  "PLAY [Submit"):
+        assert later not in out, later
+    assert "argument_spec_data" not in out and "Validation of arguments failed" not in out  # no spec dump
+
+
+def test_good_inputs_pass_and_an_unknown_vm_size_is_a_warning(tmp_path):
+    extra = tmp_path / "ok.yml"
+    extra.write_text(yaml.safe_dump({"aml_cluster_vm_size": "Standard_ND192isr_H300_v9", "stage_cap_mbps": 0,
+                                     "healthcheck_on_failure": "exclude", "healthcheck_spare_nodes": 0}))
+    res = subprocess.run([ANSIBLE_PLAYBOOK, "playbooks/validate_variables.yml", "--check", "-e", f"@{extra}", "-e",
+                          "aml_cluster_manage=true"], cwd=ROOT, capture_output=True, text=True, timeout=180, check=False)
+    out = " ".join((res.stdout + res.stderr).split())
+    assert res.returncode == 0, out[-3000:]
+    assert "aml_cluster_vm_size 'Standard_ND192isr_H300_v9' is not one of the VM sizes this collection knows" in out

@@ -12,11 +12,13 @@ import base64
 import binascii
 import hashlib
 import hmac
+import json
 import re
+import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs, quote, quote_plus, unquote, unquote_plus
 
 SAS_PERMISSION_NAMES = {
     "r": "read", "a": "add", "c": "create", "w": "write", "d": "delete", "x": "delete version",
@@ -28,7 +30,24 @@ SAS_PERMISSION_NAMES = {
 # which Azure Storage and the Azurite of requirements-test/package.json accept.
 CONTAINER_PERMISSION_ORDER = "racwdxyltfmei"
 SAS_VERSION = "2026-10-06"
-_SIG_RE = re.compile(r"(?i)(sig=)[^&\s\"'\\]+")
+# Names whose value is a secret, and the length of that value once percent-decoded: a SAS's
+# signature and a SharedKey signature are an HMAC-SHA256 in base64 (44 characters), a storage
+# account key is 64 bytes in base64 (88). The value is followed across a line break, spaces or an
+# escaped line break (a SAS pasted in two lines, a message that prints it with repr or JSON) until
+# it has that many characters, so no part of it is left after the break.
+_SECRET_NAMES = {"sig": 44, "accountkey": 88, "sharedkey": 44}
+_NAME_RE = re.compile(
+    r"""(?ix)
+    (?: (?<![A-Za-z0-9_]) | (?<=%[0-9A-Fa-f]{2}) | (?<=%25[0-9A-Fa-f]{2}) )  # after an encoded ? & ;
+    (?: (?P<name>sig|accountkey) (?P<sep> = | %(?:25)*3d | ["']? \s* : \s* \[? \s* ["']? )
+      | (?P<shared>sharedkey(?:lite)? \s+ [^\s:]+ (?: : | %(?:25)*3a ))
+    )""")
+_VALUE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=_-")
+_BREAK_RE = r"(?:\\+[nrt ]|\\?\r?\n|[ \t]|%(?:25)*(?:0[aAdD9]|20))+"
+_BREAK = re.compile(_BREAK_RE)
+# A percent escape (also one encoded again, %25XX), a line break allowed inside it.
+_PERCENT = re.compile(rf"%(?:{_BREAK_RE})?(?:25(?:{_BREAK_RE})?)*([0-9A-Fa-f])(?:{_BREAK_RE})?([0-9A-Fa-f])")
+REDACTED = "REDACTED"
 
 
 def _utc(value: datetime) -> str:
@@ -64,12 +83,91 @@ def container_sas(account: str, container: str, key: str, *, permission: str, st
     return "&".join(f"{k}={quote(v)}" for k, v in fields.items())
 
 
+def _value_end(text: str, start: int, length: int) -> int:
+    """Where the secret value that starts at ``start`` ends: ``length`` characters once
+    percent-decoded, read across line breaks, spaces and escaped line breaks while it is not
+    complete (base64 padding ends it); any other character ends it too."""
+    count, i, end, last = 0, start, start, ""
+    while i < len(text) and count < length:
+        char = text[i]
+        if char in _VALUE:
+            count, i, end, last = count + 1, i + 1, i + 1, char
+            continue
+        brk = _BREAK.match(text, i)
+        if brk:
+            if last == "=":
+                break
+            i = brk.end()
+            continue
+        pct = _PERCENT.match(text, i)
+        decoded = chr(int(pct.group(1) + pct.group(2), 16)) if pct else ""
+        if decoded in _VALUE and decoded:
+            count, i, end, last = count + 1, pct.end(), pct.end(), decoded
+            continue
+        break
+    return end
+
+
+def _redact_values(text: str) -> str:
+    """Every value of a secret name (``sig=``, ``AccountKey=``, ``SharedKey <account>:``), in
+    any case, percent-encoded or not, written as a query field, a connection string field, a
+    header, or a JSON/Python/YAML mapping entry, replaced by ``REDACTED``."""
+    out, pos = [], 0
+    for match in _NAME_RE.finditer(text):
+        if match.start() < pos:
+            continue
+        name = (match.group("name") or "sharedkey").lower()
+        end = _value_end(text, match.end(), _SECRET_NAMES[name])
+        if end == match.end():
+            continue
+        out.append(text[pos:match.end()] + REDACTED)
+        pos = end
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _forms(secret: str) -> set[str]:
+    """The ways a message may show ``secret``: as it is, its parts between line breaks or
+    spaces, each percent-encoded (once, twice, as a form field), percent-decoded, and escaped
+    the way repr and JSON escape it."""
+    parts = {secret, secret.strip(), *(p for p in re.split(r"[\s\x00-\x1f]+", secret) if len(p) >= 6)}
+    out = set()
+    for part in parts:
+        for form in (part, unquote(part), unquote_plus(part)):
+            out.update({form, quote(form, safe=""), quote(form, safe="/:=&?"), quote_plus(form),
+                        quote(quote(form, safe=""), safe=""), json.dumps(form)[1:-1], repr(form)[1:-1],
+                        shlex.quote(form)})
+    return {f for f in out if len(f) >= 6}
+
+
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
-    """``text`` with every ``sig=`` value and each of ``secrets`` replaced by ``REDACTED``."""
-    for s in secrets:
-        if s and len(s) >= 8:
-            text = text.replace(s, "REDACTED")
-    return _SIG_RE.sub(r"\1REDACTED", text)
+    """``text`` with every secret it may carry replaced by ``REDACTED``: each of ``secrets``
+    (8 characters or more) in every form a message may show it (:func:`_forms`), then every
+    value of a SAS signature (``sig=``), an account key (``AccountKey=``) or a SharedKey
+    signature, whatever the shape: any case, percent-encoded once or twice, in a query, a
+    connection string (``SharedAccessSignature=`` holds a SAS), a header or a printed mapping,
+    and across a line break or spaces inside it. The one redaction every path uses."""
+    text = str(text)
+    forms: set[str] = set()
+    for secret in secrets:
+        if secret and len(str(secret)) >= 8:
+            forms |= _forms(str(secret))
+    for form in sorted(forms, key=len, reverse=True):
+        text = text.replace(form, REDACTED)
+    return _redact_values(text)
+
+
+def sas_layout_error(sas: str) -> str | None:
+    """A SAS with a line break, a space or another control character in it (a token pasted over
+    two lines): the sentence that refuses it, naming where, never the value."""
+    for i, char in enumerate(sas):
+        if char.isspace() or ord(char) < 32 or ord(char) == 127:
+            what = "a line break" if char in "\r\n" else "a space" if char == " " else "a control character"
+            where = "at its end" if not sas[i:].strip() else "at its start" if not sas[:i].strip() else \
+                f"after character {i}"
+            return (f"The SAS token has {what} in it ({where}): paste it again as one line, with no line break "
+                    "or space, as the portal or `az storage container generate-sas` prints it.")
+    return None
 
 
 def parse_sas(sas: str) -> dict[str, str]:
@@ -103,6 +201,9 @@ def check_sas(sas: str, needed: str = "rl", now: datetime | None = None) -> SasC
     warnings: permissions beyond ``needed`` (a staging token should be read + list only).
     """
     now = now or datetime.now(timezone.utc)
+    layout = sas_layout_error(sas)
+    if layout:
+        return SasCheck(permissions="", expiry=None, errors=[layout])
     fields = parse_sas(sas)
     perms = fields.get("sp", "")
     expiry = _parse_time(fields["se"]) if "se" in fields else None

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import pair_gate
+from .azcopy_sas import redact
 
 # Ansible's `| bool` truth (ansible.module_utils.parsing.convert_bool, non-strict), kept here so
 # that the pure logic imports only the standard library (the workload's venv has no Ansible).
@@ -142,11 +143,26 @@ def training_summary(job: Mapping[str, Any] | None, max_steps: int = 40) -> list
     return lines
 
 
+def failure_lines(node_vars: Sequence[Mapping[str, Any]], controller_vars: Mapping[str, Any]) -> list[str]:
+    """Where the run failed: one line per phase, task and message, naming the hosts (the
+    ``report_failed_at`` a phase's rescue records, playbooks/tasks/failed.yml)."""
+    seen: dict[tuple[str, str, str], list[str]] = {}
+    entries = [(str(hv.get("inventory_hostname", "?")), hv.get("report_failed_at")) for hv in node_vars]
+    entries.append(("localhost", controller_vars.get("report_failed_at")))
+    for host, failed in entries:
+        if isinstance(failed, Mapping) and failed.get("phase"):
+            key = (str(failed["phase"]), str(failed.get("task") or ""), str(failed.get("message") or ""))
+            seen.setdefault(key, []).append(host)
+    return [f"failed at {phase}: '{task}' on {_names(hosts, 8)}: {message}"
+            for (phase, task, message), hosts in seen.items()]
+
+
 def run_report(node_vars: Sequence[Mapping[str, Any]], controller_vars: Mapping[str, Any],
                job: Mapping[str, Any] | None = None) -> list[str]:
     """The whole report, a list of lines."""
     names = [str(hv.get("inventory_hostname", "?")) for hv in node_vars]
     lines = [f"nodes: {len(names)} ({', '.join(names[:8])}{', ...' if len(names) > 8 else ''})"]
+    lines += failure_lines(node_vars, controller_vars)
     lines += skipped_phases(node_vars, controller_vars)
     health = next((hv.get("healthcheck_report") for hv in node_vars if hv.get("healthcheck_report")), None)
     if isinstance(health, Mapping) and health.get("summary"):
@@ -159,4 +175,5 @@ def run_report(node_vars: Sequence[Mapping[str, Any]], controller_vars: Mapping[
         lines += [f"healthcheck: {line}" for line in verdict.get("report_lines") or []]
     lines += staging_summary([hv.get("stage_result") for hv in node_vars if hv.get("stage_result")])
     lines += training_summary(job)
-    return lines
+    # The report shows messages the phases returned: the one redaction, whatever they carry.
+    return [redact(line) for line in lines]

@@ -47,6 +47,46 @@ def write_page(dest: str, content: str, mode: int = 0o644, dir_mode: int = 0o755
     return result
 
 
+def _numbered(dest: str, n: int) -> str:
+    stem, ext = os.path.splitext(dest)
+    return dest if n == 1 else f"{stem}-{n}{ext}"
+
+
+def write_new_page(dest: str, content: str, mode: int = 0o644, dir_mode: int = 0o755,
+                   check_mode: bool = False) -> dict[str, Any]:
+    """Write ``content`` as a page of its own: at ``dest`` where nothing is there, else at the
+    first free ``<stem>-2<ext>``, ``<stem>-3<ext>``, ... Taken atomically (the temporary file is
+    hard-linked to the name, which fails where a file is), so two runs that name their pages the
+    same (started in the same second) keep two pages. Returns :func:`write_page`'s keys, ``dest``
+    the name taken (in check mode the one that would be)."""
+    data = content.encode("utf-8")
+    folder = os.path.dirname(os.path.abspath(dest))
+    created_dir = not os.path.isdir(folder)
+    if check_mode:
+        n = 1
+        while os.path.lexists(_numbered(dest, n)):
+            n += 1
+        return {"dest": _numbered(dest, n), "size": len(data), "changed": True, "created_dir": created_dir}
+    if created_dir:
+        os.makedirs(folder, mode=dir_mode, exist_ok=True)
+        os.chmod(folder, dir_mode)  # makedirs' mode is masked by the umask
+    fd, tmp = tempfile.mkstemp(prefix=".report-", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, mode)
+        n = 1
+        while True:
+            try:
+                os.link(tmp, _numbered(dest, n))
+                break
+            except FileExistsError:
+                n += 1
+    finally:
+        os.unlink(tmp)
+    return {"dest": _numbered(dest, n), "size": len(data), "changed": True, "created_dir": created_dir}
+
+
 def point_link(link: str, target: str, check_mode: bool = False) -> bool:
     """Make ``link`` a symbolic link to ``target`` (relative to the link's folder where the
     target is beside or below it), replacing what is there (an older run's page, a link)

@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc import health, report_plots
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_sas import redact
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.report import STRAY_KINDS, gone_removed
 
 SECTION_IDS = ("staging", "health", "nccl", "fsbench", "training")
@@ -493,5 +494,15 @@ def report_html(node_vars: Sequence[Mapping[str, Any]], job: Mapping[str, Any] |
     used: it was matplotlib's font cache, and the plots are drawn without matplotlib now."""
     del cache_dir
     run = job.get("run_id") if isinstance(job, Mapping) and job.get("run_id") else ""
-    return render(sections(node_vars, job), title or f"amlhpc run report{': ' + str(run) if run else ''}",
+    page = render(sections(node_vars, job), title or f"amlhpc run report{': ' + str(run) if run else ''}",
                   summary_lines)
+    return redact_page(page)
+
+
+_DATA_URI = re.compile(r"(data:[A-Za-z0-9.+/-]+;base64,[A-Za-z0-9+/=]*)")
+
+
+def redact_page(page: str) -> str:
+    """The page with the one redaction (azcopy_sas.redact) over every text the run's results put
+    in it; the plots' base64 data are left as they are (nothing there is a message)."""
+    return "".join(part if _DATA_URI.fullmatch(part) else redact(part) for part in _DATA_URI.split(page))

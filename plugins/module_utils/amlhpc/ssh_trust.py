@@ -15,6 +15,8 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .host_keys import changed_keys, describe_keys
+
 # Host key types ssh-keyscan can ask for (``-t``) and the prefix of the key type names
 # they come back as (an ECDSA key may be nistp256, nistp384 or nistp521).
 KEY_TYPES = {
@@ -107,12 +109,16 @@ def cluster_plan(nodes: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]
     plan = {}
     for cluster, members in sorted(by_cluster.items()):
         ranked = sorted(members, key=lambda n: n.get("aml_node_rank", 0))
-        plan[cluster] = {"head": ranked[0]["inventory_hostname"], "ips": nodefile_lines(ranked),
+        plan[cluster] = {"cluster": cluster, "head": ranked[0]["inventory_hostname"], "ips": nodefile_lines(ranked),
                          "hosts": [n["inventory_hostname"] for n in ranked],
                          # Where the controller's ssh checked each node's host keys (the
                          # inventory plugin's known_hosts file, patterns [address]:port).
                          "known_hosts_file": str(ranked[0].get("aml_known_hosts_file") or ""),
-                         "endpoints": [endpoint(n) for n in ranked]}
+                         "endpoints": [endpoint(n) for n in ranked],
+                         # Each node id's pinned host keys (the inventory plugin's aml_host_keys,
+                         # "type base64"; empty where the inventory pins none).
+                         "node_ids": [str(n.get("aml_node_id") or "") for n in ranked],
+                         "pins": [list(n.get("aml_host_keys") or []) for n in ranked]}
     return plan
 
 
@@ -153,6 +159,49 @@ def controller_host_keys(known_hosts: str, endpoints: Iterable[str], ips: Iterab
     scan = [f"{ip} {kind} {key}" for pattern, ip in zip(endpoints, ips) if pattern
             for kind, key in recorded.get(pattern, [])]
     return known_hosts_block("\n".join(scan), list(ips), key_types)
+
+
+def pinned_host_keys(plan: Mapping[str, Any], key_types: Iterable[str] = tuple(KEY_TYPES)) -> dict[str, Any]:
+    """A cluster's known_hosts block (:func:`known_hosts_block`'s shape) from its nodes' pins
+    (``plan`` is one cluster of :func:`cluster_plan`): each node id's pinned keys, written for
+    its private IP; a node without a pin is in ``missing`` (the head scans that cluster)."""
+    ips = list(plan["ips"])
+    scan = [f"{ip} {key}" for ip, keys in zip(ips, plan.get("pins") or [[] for _unused in ips]) for key in keys or []]
+    return known_hosts_block("\n".join(scan), ips, key_types)
+
+
+def scanned_host_keys(output: str, plan: Mapping[str, Any],
+                      key_types: Iterable[str] = tuple(KEY_TYPES)) -> dict[str, Any]:
+    """The head's scan of a cluster held to the pins, as the controller holds its own: a pinned
+    node's lines are its pin whatever the scan said, and a scanned key of a pinned type that
+    differs is ``refused`` (one sentence per node, naming it and the fix); a node without a pin
+    takes the scanned keys (``first_use``, to be named). Keys: ``lines``, ``missing``,
+    ``refused``, ``first_use``."""
+    ips = list(plan["ips"])
+    pins = list(plan.get("pins") or [[] for _unused in ips])
+    node_ids = list(plan.get("node_ids") or ["" for _unused in ips])
+    scanned: dict[str, list[str]] = {}
+    for host, kind, key in parse_keyscan(output, key_types):
+        scanned.setdefault(host, []).append(f"{kind} {key}")
+    lines, refused, first_use = [], [], []
+    for i, ip in enumerate(ips):
+        pinned = [k for k in pins[i] if k.split()[0].startswith(tuple(KEY_TYPES.get(t, t) for t in key_types))]
+        if pins[i]:
+            lines.extend(f"{ip} {key}" for key in pinned)
+            offered = changed_keys(pins[i], scanned.get(ip, []))
+            if offered:
+                refused.append(
+                    f"cluster '{plan.get('cluster', '') or ''}': node {plan['hosts'][i]} (node id {node_ids[i]}, {ip}) "
+                    f"offers host key {describe_keys(offered)} on its private IP, not its pinned "
+                    f"{describe_keys(pins[i])}, so no node trusts it; if this node was re-imaged and you trust it, "
+                    f"run once with AMLHPC_KNOWN_HOSTS_REPIN={node_ids[i]} so the inventory pins it again")
+        else:
+            lines.extend(f"{ip} {key}" for key in scanned.get(ip, []))
+            if scanned.get(ip):
+                first_use.append(f"{plan['hosts'][i]} ({ip})")
+    block = known_hosts_block("\n".join(lines), ips, key_types)
+    block.update(refused=refused, first_use=first_use)
+    return block
 
 
 def _key_fields(line: str) -> tuple[str, str] | None:

@@ -711,25 +711,39 @@ def _two_nodes(tmp_path: Path, second_id: str = "node-b", second_port: int = 500
     return write_config(tmp_path, {"source": "nodes_file", "cluster": "gpu", "nodes_file": str(f)})
 
 
-def test_known_hosts_are_scanned_once_and_follow_node_ids(tmp_path, fake_keyscan, warnings):
+def test_known_hosts_are_scanned_once_and_follow_node_ids(tmp_path, fake_keyscan, warnings, monkeypatch):
     known = tmp_path / "ssh" / "known_hosts"
     inv = load(_two_nodes(tmp_path))
     assert known.read_text() == ("[20.1.2.3]:50000 ssh-ed25519 AAAAC3key50000\n"
                                  "[20.1.2.3]:50001 ssh-ed25519 AAAAC3key50001\n")
     assert hv(inv, "gpu-1")["ansible_ssh_common_args"] == (f"-o UserKnownHostsFile={known} "
+                                                           "-o GlobalKnownHostsFile=/dev/null "
                                                            "-o StrictHostKeyChecking=yes")
-    assert warnings == []
-    # The same node ids: nothing is scanned again, so a key that changed is not taken in
-    # (ssh refuses it: a man in the middle looks like that).
+    assert hv(inv, "gpu-1")["aml_host_keys"] == ["ssh-ed25519 AAAAC3key50001"]
+    # Trust on first use, said out loud: one warning names both new node ids.
+    assert len(warnings) == 1 and "2 new node id(s) trusted on first use" in warnings[0], warnings
+    warnings.clear()
+    # The same node ids: nothing is scanned again, so a key that changed is not taken in (ssh
+    # refuses it: a man in the middle looks like that).
     (fake_keyscan / "50000").write_text("AAAAmitm")
     load(_two_nodes(tmp_path))
     assert "AAAAmitm" not in known.read_text() and warnings == []
+    # Compared on every read (known_hosts_verify: always), a warning names the node and the fix.
+    monkeypatch.setenv("AMLHPC_KNOWN_HOSTS_VERIFY", "always")
+    inv = load(_two_nodes(tmp_path))
+    assert "AAAAmitm" not in known.read_text()
+    assert len(warnings) == 1 and "node gpu-0 (node id node-a at [20.1.2.3]:50000) offers host key" in warnings[0]
+    assert hv(inv, "gpu-0")["aml_host_key_refused"] == warnings[0]
+    assert "aml_host_key_refused" not in hv(inv, "gpu-1")
+    (fake_keyscan / "50000").unlink()
+    monkeypatch.delenv("AMLHPC_KNOWN_HOSTS_VERIFY")
+    warnings.clear()
     # AmlCompute replaced node 1 at the same port: its keys are replaced, with a warning naming it.
     (fake_keyscan / "50001").write_text("AAAAnew")
     load(_two_nodes(tmp_path, second_id="node-c"))
     assert known.read_text() == ("[20.1.2.3]:50000 ssh-ed25519 AAAAC3key50000\n"
                                  "[20.1.2.3]:50001 ssh-ed25519 AAAAnew\n")
-    assert len(warnings) == 1
+    assert len(warnings) == 1, warnings
     assert "node gpu-1 at [20.1.2.3]:50001 was replaced by AmlCompute (node id node-b -> node-c)" in warnings[0]
     # Another node at another port: it is scanned; the entry of the port it no longer lists
     # stays pinned to node-c, which may come back there.
@@ -744,7 +758,8 @@ def test_a_node_that_does_not_answer_is_named_and_scanned_on_the_next_read(tmp_p
     load(_two_nodes(tmp_path))
     known = tmp_path / "ssh" / "known_hosts"
     assert "50001" not in known.read_text()
-    assert len(warnings) == 1 and "could not read the SSH host keys of gpu-1 at [20.1.2.3]:50001" in warnings[0]
+    assert len(warnings) == 2 and "could not read the SSH host keys of gpu-1 at [20.1.2.3]:50001" in warnings[0]
+    assert "1 new node id(s) trusted on first use" in warnings[1] and "gpu-1" not in warnings[1]
     (fake_keyscan / "50001").unlink()
     load(_two_nodes(tmp_path))
     assert "[20.1.2.3]:50001 ssh-ed25519 AAAAC3key50001" in known.read_text()
@@ -873,3 +888,78 @@ def test_known_hosts_keep_the_entries_of_nodes_left_out(tmp_path, warnings):
         f.write_text(json.dumps(nodes[:3]))
         load(write_config(tmp_path, base))
         assert f"{entry} ssh-ed25519" in known.read_text(), private
+
+
+# ---------------------------------------------------------------------------------------
+# Pins: each node id's host keys in the plugin's own record, whatever known_hosts holds
+# (issue 40 item 3: the reviewer's cases, each red on 2.1.0)
+
+
+def _known_lines(known: Path, port: int) -> list[str]:
+    return [line for line in known.read_text().splitlines() if f"]:{port} " in line]
+
+
+def test_deleted_lines_then_a_changed_key_under_the_same_node_id_are_not_trusted(tmp_path, fake_keyscan, warnings):
+    """Delete one node's lines from known_hosts, then change that node's key under the same
+    node id: the pin restores the old key (ssh refuses the new one), and a warning names the
+    node and the way to accept a node that was legitimately re-imaged."""
+    known = tmp_path / "ssh" / "known_hosts"
+    load(_two_nodes(tmp_path))
+    pinned = _known_lines(known, 50001)
+    known.write_text("\n".join(line for line in known.read_text().splitlines() if ":50001 " not in line) + "\n")
+    (fake_keyscan / "50001").write_text("AAAAmitm")
+    warnings.clear()
+    inv = load(_two_nodes(tmp_path))
+    assert _known_lines(known, 50001) == pinned
+    assert "AAAAmitm" not in known.read_text()
+    said = " ".join(warnings)
+    assert "gpu-1" in said and "node-b" in said and "AMLHPC_KNOWN_HOSTS_REPIN" in said, warnings
+    assert hv(inv, "gpu-1")["aml_host_key_refused"]
+
+
+def test_an_emptied_known_hosts_is_restored_from_the_pins(tmp_path, fake_keyscan, warnings):
+    known = tmp_path / "ssh" / "known_hosts"
+    load(_two_nodes(tmp_path))
+    before = known.read_text()
+    (fake_keyscan / "50000").write_text("AAAAmitm")  # refused from the start ...
+    load(_two_nodes(tmp_path))
+    assert known.read_text() == before
+    known.write_text("")  # ... and after the file was emptied, still
+    load(_two_nodes(tmp_path))
+    assert known.read_text() == before
+    known.unlink()
+    load(_two_nodes(tmp_path))
+    assert known.read_text() == before
+
+
+def test_a_new_node_id_is_trusted_on_first_use_with_a_warning(tmp_path, fake_keyscan, warnings):
+    load(_two_nodes(tmp_path))
+    assert any("new node" in w and "node-a" in w and "node-b" in w and "SHA256:" in w for w in warnings), warnings
+    warnings.clear()
+    load(_two_nodes(tmp_path))
+    assert warnings == []
+    load(_two_nodes(tmp_path, second_id="node-c"))
+    assert any("node-c" in w and "first use" in w for w in warnings), warnings
+
+
+def test_a_record_that_does_not_parse_stops_the_read_instead_of_trusting_anew(tmp_path, fake_keyscan):
+    load(_two_nodes(tmp_path))
+    record = tmp_path / "ssh" / "known_hosts.nodes.json"
+    record.write_text(record.read_text()[:40])  # truncated by hand
+    (fake_keyscan / "50001").write_text("AAAAmitm")
+    with pytest.raises(AnsibleError, match=r"the host key pins in .*known_hosts\.nodes\.json cannot be read .*remove it "
+                                           r"to trust every node anew on first use"):
+        parse(_two_nodes(tmp_path))
+    assert "AAAAmitm" not in (tmp_path / "ssh" / "known_hosts").read_text()
+
+
+def test_a_record_of_2_1_0_is_taken_over_its_keys_becoming_the_pins(tmp_path, fake_keyscan, warnings):
+    known = tmp_path / "ssh" / "known_hosts"
+    known.parent.mkdir(parents=True)
+    known.write_text("[20.1.2.3]:50000 ssh-ed25519 AAAAold0\n[20.1.2.3]:50001 ssh-ed25519 AAAAold1\n")
+    (tmp_path / "ssh" / "known_hosts.nodes.json").write_text(json.dumps({"endpoints": {
+        "[20.1.2.3]:50000": {"node_id": "node-a", "cluster": "gpu", "host": "gpu-0"},
+        "[20.1.2.3]:50001": {"node_id": "node-b", "cluster": "gpu", "host": "gpu-1"}}, "hosts": {}}))
+    inv = load(_two_nodes(tmp_path))
+    assert hv(inv, "gpu-1")["aml_host_keys"] == ["ssh-ed25519 AAAAold1"] and warnings == []
+    assert known.read_text() == "[20.1.2.3]:50000 ssh-ed25519 AAAAold0\n[20.1.2.3]:50001 ssh-ed25519 AAAAold1\n"

@@ -1,66 +1,72 @@
-"""The ssh ControlPersist masters the inventory closes for endpoints that now stand for
-another node (amlhpc.known_hosts.control_path, close_masters)."""
+"""Kept ssh connections follow node ids: every host gets an ansible_control_path of its own
+node id (amlhpc.known_hosts.control_path), so a new node behind an old endpoint is reached
+through a new ssh ControlPersist master, never through the one kept to the old VM."""
 
 from __future__ import annotations
 
-import stat
+import json
 from pathlib import Path
+import yaml
+from ansible.inventory.manager import InventoryManager
+from ansible.parsing.dataloader import DataLoader
+from ansible.plugins.loader import init_plugin_loader
 
-import pytest
-from ansible.plugins.connection.ssh import Connection
-
-from amlhpc.known_hosts import Endpoint, close_masters, control_path
+from amlhpc.known_hosts import Endpoint, control_path
 
 IP = "20.84.17.201"
+init_plugin_loader()
 
 
-def ep(port: int, user: str = "azureuser") -> Endpoint:
-    return Endpoint(IP, port, f"id-{port}", f"gpu-{port - 50000}", "gpu", user)
+def ep(port: int, node_id: str = "", user: str = "azureuser", cluster: str = "gpu") -> Endpoint:
+    return Endpoint(IP, port, node_id or f"id-{port}", f"{cluster}-{port - 50000}", cluster, user)
 
 
-@pytest.mark.parametrize(("port", "user"), [(50000, "azureuser"), (50017, "root"), (22, "")])
-def test_the_path_is_the_one_ansible_core_s_ssh_connection_uses(port, user):
-    # ansible-core: control_path unset -> _create_control_path(host, port, user), "%(directory)s" filled in.
-    expected = Connection._create_control_path(IP, port, user) % {"directory": "/cp"}  # pylint: disable=protected-access
-    assert control_path("/cp", ep(port, user)) == expected
+def test_a_new_node_id_behind_the_same_endpoint_gets_another_control_path():
+    old, new = ep(50001, "tvmps_a"), ep(50001, "tvmps_b")
+    assert control_path(old) != control_path(new)
+    assert control_path(old) == control_path(ep(50001, "tvmps_a"))  # stable while the node stays
+    assert control_path(old, ["ssh-ed25519 AAAA1"]) != control_path(old, ["ssh-ed25519 AAAA2"])  # pinned again
+    assert control_path(old) != control_path(ep(50001, "tvmps_a", user="root"))
 
 
-def test_a_control_path_option_of_the_user_is_kept_with_ssh_tokens_for_ssh():
-    assert control_path("/cp", ep(50001), "%(directory)s/%%h-%%p-%%r") == "/cp/%h-%p-%r"
+def test_the_path_is_a_template_of_the_ssh_connection_s_own_folder_and_short():
+    path = control_path(ep(50000))
+    # ansible-core's ssh connection fills in %(directory)s (its control_path_dir); ssh's own
+    # %-tokens are not used, and the socket path stays far below the 108-byte limit.
+    assert path.startswith("%(directory)s/") and path.count("%") == 1
+    assert len(path % {"directory": "/d"}) == len("/d/") + 12
 
 
-def fake_ssh(tmp_path: Path, rc: int) -> tuple[Path, Path]:
-    """An ssh that records its arguments and exits ``rc``."""
-    log = tmp_path / "ssh.log"
-    exe = tmp_path / "ssh"
-    exe.write_text(f'#!/bin/sh\necho "$@" >> {log}\nexit {rc}\n')
-    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
-    return exe, log
+def test_every_host_of_the_inventory_gets_its_node_s_control_path(tmp_path, monkeypatch):
+    monkeypatch.setenv("AMLHPC_KNOWN_HOSTS", "false")
+    monkeypatch.setenv("AMLHPC_KNOWN_HOSTS_FILE", str(tmp_path / "known_hosts"))  # the record of host names
+    nodes = tmp_path / "n.json"
+    records = [{"nodeId": f"n{i}", "privateIpAddress": f"10.0.0.{4 + i}", "publicIpAddress": IP,
+                "port": 50000 + i, "nodeState": "idle"} for i in range(2)]
+    nodes.write_text(json.dumps(records))
+    config = tmp_path / "c.azureml_compute.yml"
+    config.write_text(yaml.safe_dump({"plugin": "amlhpc.azureml.azureml_compute", "source": "nodes_file",
+                                      "cluster": "gpu", "nodes_file": str(nodes), "admin_user": "azureuser"}))
+    paths = {h: InventoryManager(DataLoader(), [str(config)]).get_host(h).get_vars()["ansible_control_path"]
+             for h in ("gpu-0", "gpu-1")}
+    assert paths["gpu-0"] == control_path(Endpoint(IP, 50000, "n0", "gpu-0", "gpu", "azureuser"))
+    assert len(set(paths.values())) == 2
+    records[1]["nodeId"] = "n1-replacement"  # AmlCompute replaced the node behind gpu-1
+    nodes.write_text(json.dumps(records))
+    again = InventoryManager(DataLoader(), [str(config)]).get_host("gpu-1").get_vars()["ansible_control_path"]
+    assert again != paths["gpu-1"]
+    config.write_text(config.read_text() + "ssh_control_path: false\n")
+    assert "ansible_control_path" not in InventoryManager(DataLoader(), [str(config)]).get_host("gpu-1").get_vars()
 
 
-def test_only_endpoints_with_a_master_socket_get_an_ssh_exit(tmp_path):
-    exe, log = fake_ssh(tmp_path, 0)
-    with_master, without = ep(50000), ep(50001)
-    Path(control_path(str(tmp_path), with_master)).touch()
-    closed = close_masters([with_master, without, with_master], str(tmp_path), ssh=str(exe))
-    assert closed == [with_master]
-    path = control_path(str(tmp_path), with_master)
-    assert log.read_text().splitlines() == [f"-o ControlPath={path} -O exit -p 50000 -l azureuser {IP}"]
+def test_the_plugin_uses_no_ansible_internals():
+    """Issue 41 item 5: no plugin loaders, config internals or ansible.release from the plugin."""
+    import ast
 
-
-def test_a_master_that_does_not_answer_loses_its_socket(tmp_path):
-    exe, _log = fake_ssh(tmp_path, 255)
-    endpoint = ep(50003)
-    path = Path(control_path(str(tmp_path), endpoint))
-    path.touch()
-    assert close_masters([endpoint], str(tmp_path), ssh=str(exe)) == [endpoint]
-    assert not path.exists()
-
-
-def test_with_ssh_tokens_in_the_path_ssh_is_asked_for_every_endpoint(tmp_path):
-    exe, log = fake_ssh(tmp_path, 255)  # "Control socket connect(...): No such file or directory"
-    assert close_masters([ep(50000), ep(50001)], str(tmp_path), "%(directory)s/%%C", ssh=str(exe)) == []
-    assert sorted(log.read_text().splitlines()) == [
-        f"-o ControlPath={tmp_path}/%C -O exit -p 50000 -l azureuser {IP}",
-        f"-o ControlPath={tmp_path}/%C -O exit -p 50001 -l azureuser {IP}"]
-    assert {p.name for p in tmp_path.iterdir()} == {"ssh", "ssh.log"}
+    source = (Path(__file__).resolve().parents[4] / "plugins" / "inventory" / "azureml_compute.py").read_text()
+    names = {n.module for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ImportFrom) and n.module}
+    names |= {a.name for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Import) for a in n.names}
+    assert not {"ansible.constants", "ansible.release", "ansible.plugins.loader"} & names, names
+    assert not [n for n in names if n.startswith("ansible._internal")]
+    for private in ("cache_loader", "connection_loader", "get_config_value", "from ansible import constants"):
+        assert private not in source, private

@@ -99,3 +99,12 @@ def test_run_report_has_the_health_verdicts_section_where_nodes_were_left_out():
         "healthcheck: health verdict: exclude (excluding 1 of 2 node(s) (healthcheck_spare_nodes: 1): nd-0 "
         "(gpu_xid: Xid 79 on PCI 0001:00:00.0). Training goes on with the 1 other node(s): nd-1.)",
         "healthcheck: the job trains on 1 node(s) (nd-1), rendezvous 10.0.0.5:29400; left out: nd-0"]
+
+
+def test_the_report_says_where_the_run_failed():
+    from amlhpc.report import run_report
+    failed = {"phase": "stage", "task": "Stage | Plan each node's shard", "message": "listing failed: refused"}
+    nodes = [{"inventory_hostname": f"n{i}", "report_failed_at": failed} for i in range(2)] + [{"inventory_hostname": "n2"}]
+    lines = run_report(nodes, {"report_failed_at": {"phase": "submit", "task": "Submit | Run", "message": "no quota"}})
+    assert lines[1:3] == ["failed at stage: 'Stage | Plan each node's shard' on n0, n1: listing failed: refused",
+                          "failed at submit: 'Submit | Run' on localhost: no quota"]

@@ -65,3 +65,22 @@ def test_the_link_points_at_the_latest_page_relative_and_replaces_a_page_there(t
     assert point_link(str(link), str(tmp_path / "run" / "reports" / "2-stage.html"))
     assert str(link.readlink()) == "reports/2-stage.html"
     assert [p.name for p in link.parent.iterdir() if p.name.startswith(".link-")] == []
+
+
+def test_pages_of_their_own_are_never_overwritten_even_when_written_at_once(tmp_path):
+    """write_new_page: 16 writers naming their page the same at the same time keep 16 pages,
+    each holding its own bytes, and check mode names the page a run would take."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from amlhpc.report_file import write_new_page
+
+    dest = tmp_path / "reports" / "20260101T000000Z-all.html"
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        got = list(pool.map(lambda i: write_new_page(str(dest), f"page {i}"), range(16)))
+    names = [g["dest"] for g in got]
+    assert len(set(names)) == 16 and str(dest) in names
+    assert sorted(p.name for p in dest.parent.iterdir()) == sorted(os.path.basename(n) for n in names)  # no temp left
+    for i, g in enumerate(got):
+        assert open(g["dest"], encoding="utf-8").read() == f"page {i}"
+        assert mode_of(g["dest"]) == 0o644
+    assert write_new_page(str(dest), "x", check_mode=True)["dest"] == str(dest.parent / "20260101T000000Z-all-17.html")

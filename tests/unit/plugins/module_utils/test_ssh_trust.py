@@ -81,10 +81,10 @@ def test_cluster_plan_names_each_clusters_head_by_rank():
     from amlhpc.ssh_trust import cluster_plan
     plan = cluster_plan([node("b1", 1, "10.0.1.5", "cpu"), node("a2", 2, "10.0.0.6"), node("a1", 1, "10.0.0.5"),
                          node("b0", 0, "10.0.1.4", "cpu")])
-    assert plan == {"cpu": {"head": "b0", "ips": ["10.0.1.4", "10.0.1.5"], "hosts": ["b0", "b1"],
-                            "known_hosts_file": "", "endpoints": ["", ""]},
-                    "gpu": {"head": "a1", "ips": ["10.0.0.5", "10.0.0.6"], "hosts": ["a1", "a2"],
-                            "known_hosts_file": "", "endpoints": ["", ""]}}
+    assert plan == {"cpu": {"cluster": "cpu", "head": "b0", "ips": ["10.0.1.4", "10.0.1.5"], "hosts": ["b0", "b1"],
+                            "known_hosts_file": "", "endpoints": ["", ""], "node_ids": ["", ""], "pins": [[], []]},
+                    "gpu": {"cluster": "gpu", "head": "a1", "ips": ["10.0.0.5", "10.0.0.6"], "hosts": ["a1", "a2"],
+                            "known_hosts_file": "", "endpoints": ["", ""], "node_ids": ["", ""], "pins": [[], []]}}
     with pytest.raises(ValueError, match="repeats"):
         cluster_plan([node("a", 0, "10.0.0.4"), node("b", 0, "10.0.0.5")])
 
@@ -197,3 +197,47 @@ def test_cluster_plan_carries_the_controllers_known_hosts_and_endpoints():
     plan = cluster_plan(nodes)["gpu"]
     assert plan["known_hosts_file"] == "/p/.cache/known_hosts"
     assert plan["endpoints"] == ["[20.1.2.3]:50000", "[20.1.2.3]:50001"] and plan["ips"] == ["10.0.0.4", "10.0.0.5"]
+
+
+# ---------------------------------------------------------------------------------------
+# The nodes' pins (the inventory's aml_host_keys): same rules between the nodes as on the
+# controller (issue 40 item 3)
+
+PIN_A = ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB4", "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABgQC4"]
+
+
+def pinned_nodes():
+    return [dict(node("a0", 0, "10.0.0.4"), aml_node_id="tvmps_a", aml_host_keys=PIN_A),
+            dict(node("a1", 1, "10.0.0.5"), aml_node_id="tvmps_b", aml_host_keys=[]),
+            dict(node("a2", 2, "10.0.0.6"), aml_node_id="tvmps_c")]
+
+
+def test_the_block_comes_from_the_pins_by_node_id():
+    from amlhpc.ssh_trust import cluster_plan, pinned_host_keys
+    plan = cluster_plan(pinned_nodes())["gpu"]
+    assert plan["node_ids"] == ["tvmps_a", "tvmps_b", "tvmps_c"]
+    got = pinned_host_keys(plan)
+    assert got == {"lines": ["10.0.0.4 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB4",
+                             "10.0.0.4 ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABgQC4"],
+                   "missing": ["10.0.0.5", "10.0.0.6"]}
+
+
+def test_a_scan_from_the_head_is_held_to_the_pins():
+    """A pinned node's block lines are its pin, whatever the head's scan said; a scanned key of
+    a pinned type that differs is refused in one sentence naming the node and the fix; a node
+    without a pin is taken from the scan (trust on first use, named)."""
+    from amlhpc.ssh_trust import cluster_plan, scanned_host_keys
+    plan = cluster_plan(pinned_nodes())["gpu"]
+    scan = ("10.0.0.4 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMITM\n10.0.0.4 ecdsa-sha2-nistp256 AAAAE2new\n"
+            "10.0.0.5 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB5\n10.0.0.6 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB6\n")
+    got = scanned_host_keys(scan, plan)
+    assert got["lines"] == ["10.0.0.4 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB4",
+                            "10.0.0.4 ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABgQC4",
+                            "10.0.0.5 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB5",
+                            "10.0.0.6 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB6"]
+    assert got["missing"] == [] and got["first_use"] == ["a1 (10.0.0.5)", "a2 (10.0.0.6)"]
+    (sentence,) = got["refused"]
+    assert sentence.startswith("cluster 'gpu': node a0 (node id tvmps_a, 10.0.0.4) offers host key ssh-ed25519 SHA256:")
+    assert "AMLHPC_KNOWN_HOSTS_REPIN=tvmps_a" in sentence
+    same = scanned_host_keys("10.0.0.4 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB4\n", plan)
+    assert same["refused"] == [] and same["missing"] == ["10.0.0.5", "10.0.0.6"]
