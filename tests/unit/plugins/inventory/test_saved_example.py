@@ -43,7 +43,8 @@ def _collection_cache() -> set[Path]:
 def test_a_copy_in_a_project_keeps_its_known_hosts_in_the_project(tmp_path):
     project = tmp_path / "project"
     (project / "inventory").mkdir(parents=True)
-    (project / "ansible.cfg").write_text("[defaults]\nhome = .cache/ansible-home\n")
+    # The ansible.cfg the README tells installed users to copy into their project.
+    shutil.copy(ROOT / "docs" / "ansible.cfg.example", project / "ansible.cfg")
     shutil.copy(EXAMPLE, project / "inventory" / "gpu.azureml_compute.yml")
     shutil.copy(FIXTURE, project / "inventory" / "nodes.json")
     before = _collection_cache()
