@@ -34,6 +34,7 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "amlhpc_cluster_nodes": cluster_nodes,
+            "amlhpc_cluster_group": lazy("aml_nodes", "group_name"),
             "amlhpc_inventory_problems": lazy("inventory_checks", "inventory_problems"),
             "amlhpc_run_report": lazy("report", "run_report"),
             "amlhpc_data_scope": lazy("job_spec", "data_scope_for"),

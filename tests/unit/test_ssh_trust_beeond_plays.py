@@ -119,3 +119,33 @@ def test_beeond_reads_the_cluster_s_nodes_once_for_the_play(tmp_path):
     found = [block for block in res.stdout.split("TASK [") if "in rank order" in block.split("]")[0]]
     assert len(found) == 1, res.stdout
     assert len(re.findall(r"^ok: \[", found[0], re.M)) == 1, found[0]
+
+
+def test_a_cluster_name_with_hyphens_finds_its_nodes(tmp_path):
+    """AzureML's compute names take hyphens (the README's `gpu-a100`); the inventory's group for
+    such a cluster is `cluster_gpu_a100` (Ansible's group names take no hyphen). The roles found
+    a cluster's nodes by `'cluster_' ~ name`, which names no group: with `gpu-a100` the play
+    failed. They ask the inventory's own rule for the group's name."""
+    inv = tmp_path / "inv.yml"
+    hosts = {"gpu-a100-0": ("gpu-a100", 0, "10.0.0.4"), "gpu-a100-1": ("gpu-a100", 1, "10.0.0.5"),
+             "gpu-h100-0": ("gpu-h100", 0, "10.1.0.4"), "gpu-h100-1": ("gpu-h100", 1, "10.1.0.9")}
+    lines = ["all:", "  vars:", "    ansible_connection: local", f"    ansible_python_interpreter: {sys.executable}",
+             "  children:", "    aml_nodes:", "      hosts:"]
+    for name, (cluster, rank, ip) in hosts.items():
+        lines += [f"        {name}:", f"          aml_cluster: {cluster}", f"          aml_node_rank: {rank}",
+                  f"          aml_private_ip: {ip}", "          aml_cluster_min_nodes: 2", "          aml_cluster_max_nodes: 2"]
+    for cluster in ("gpu-a100", "gpu-h100"):
+        lines += [f"    cluster_{cluster.replace('-', '_')}:", "      hosts:"] + [f"        {h}:" for h in hosts
+                                                                              if h.startswith(cluster)]
+    inv.write_text("\n".join(lines) + "\n")
+    book = tmp_path / "refuse.yml"
+    book.write_text(
+        "- hosts: aml_nodes\n  gather_facts: false\n  tasks:\n"
+        "    - ansible.builtin.import_role:\n        name: amlhpc.azureml.beeond\n        tasks_from: refuse\n"
+        "    - ansible.builtin.debug:\n"
+        "        msg: \"NODE {{ inventory_hostname }} head={{ beeond_is_head }} ips={{ beeond_node_ips | join(',') }}\"\n")
+    res = play("-i", str(inv), str(book))
+    assert res.returncode == 0, res.stdout + res.stderr
+    got = sorted(re.findall(r'"NODE (\S+) head=(\w+) ips=(\S+)"', res.stdout))
+    assert got == [("gpu-a100-0", "True", "10.0.0.4,10.0.0.5"), ("gpu-a100-1", "False", "10.0.0.4,10.0.0.5"),
+                   ("gpu-h100-0", "True", "10.1.0.4,10.1.0.9"), ("gpu-h100-1", "False", "10.1.0.4,10.1.0.9")], res.stdout
