@@ -31,8 +31,8 @@ import sys
 from pathlib import Path
 
 from conftest import ACCOUNT_KEY, _spawn_azurite, free_port
-from test_multinode import (ANSIBLE_PLAYBOOK, ROOT, TRAIN_ARGS, azureml_state, job_group_vars, twin_env,
-                            user_inventory)
+from test_multinode import (ANSIBLE_PLAYBOOK, ROOT, TRAIN_ARGS, assert_learned, azureml_state, job_group_vars,
+                            twin_env, user_inventory)
 
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
@@ -139,7 +139,8 @@ def test_exclude_a_bad_node_then_take_it_back(tmp_path):
         assert "was excluded by the health gate" in logs and "3 process(es) on 3 node(s)" in logs, logs[-4000:]
         reads = json.loads((tmp_path / "runs" / "hx1" / "reads.json").read_text())
         train = {p.removeprefix("/data/cosmoflow/"): v["count"] for p, v in reads.items() if "/train/" in p}
-        assert set(train) <= every and all(c == 1 for c in train.values()), train
+        assert set(train) <= every and all(c == TRAIN_ARGS["epochs"] for c in train.values()), train
+        assert_learned(tmp_path / "out")
         # Every good node reads as many files as the smallest shard (whole batches of 2, one
         # process a node), and the job says how many stay unread.
         smallest = min(len([n for n in held[h] if n.startswith("train/")]) for h in ("hx-1", "hx-2", "hx-3"))
