@@ -92,7 +92,7 @@ def test_n_train_reads_one_fixed_subset_the_first_files_by_name(tiny_data, tmp_p
 
 def _can_unshare() -> bool:
     try:
-        proc = subprocess.run(["unshare", "--uts", "true"], capture_output=True, timeout=10, check=False)
+        proc = subprocess.run(["unshare", "--uts", "true"], capture_output=True, timeout=HANG_S, check=False)
     except (OSError, subprocess.SubprocessError):
         return False
     return proc.returncode == 0

@@ -260,9 +260,11 @@ def test_training_stops_at_the_first_epoch_whose_validation_mae_reaches_the_targ
     assert [e["metadata"]["status"] for e in mllog(free) if e["key"] == "run_stop"] == ["aborted"]
     mae = [e["val_mae"] for e in epochs]
     # The epoch to stop at: its MAE is below every earlier one, and an earlier epoch's validation
-    # loss (or training loss) is already below it, so stopping on that would stop too early.
+    # loss, and an earlier epoch's training loss, are already below it: stopping on either would
+    # stop too early.
     stop = next(k for k in range(1, 6) if mae[k] < min(mae[:k])
-                and min(min(e["val_loss"], e["train_loss"]) for e in epochs[:k]) <= mae[k])
+                and min(e["val_loss"] for e in epochs[:k]) <= mae[k]
+                and min(e["train_loss"] for e in epochs[:k]) <= mae[k])
     monkeypatch.setenv("MASTER_PORT", str(free_port()))
     target = tmp_path / "target"
     run(tiny_data, target, *args, "--target-mae", repr(mae[stop]))
