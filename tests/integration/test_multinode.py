@@ -36,13 +36,22 @@ from twin.cluster import VM_SIZE, Twin, free_base_port  # noqa: E402
 NODES = 3
 ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
 WORKLOAD_PYTHON = str(ROOT / ".venv-workload" / "bin" / "python")
-# The small model of the local default; one process per node (no GPUs), one epoch. The suffix
-# shards of 3 nodes differ in size (42, 42, 44 training files; 21, 21, 22 validation), which
-# training refuses to read whole (the reference reads as many files on every node): the first
-# 42 and 21 files of each node, as the reference's n_train/n_valid do.
-TRAIN_ARGS = {"cube": 16, "conv_layers": 2, "conv_size": 8, "fc1_size": 32, "fc2_size": 16, "dropout": 0,
-              "epochs": 1, "batch_size": 2, "base_batch_size": 2, "lr": 0.01, "warmup_epochs": 0,
-              "workers": 1, "log_every": 1, "n_train": 126, "n_valid": 63}
+# The job's training options (the small model of the local default, one process per node, 3
+# epochs; why these, in the file), which tests/workload/test_jobs_learn.py shows to learn.
+TRAIN_ARGS = yaml.safe_load((ROOT / "tests" / "twin" / "train_args.yml").read_text())
+
+
+def assert_learned(download_dir: Path) -> None:
+    """The downloaded job's loss fell: the training loss of the last epoch at most 70 % of the
+    first epoch's, and the validation loss below the first epoch's (a model collapsed to a
+    constant keeps both where they are)."""
+    sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
+    from amlhpc import job_spec
+
+    epochs = job_spec.read_metrics(job_spec.find_outputs(str(download_dir)) or str(download_dir))["epochs"]
+    assert len(epochs) == TRAIN_ARGS["epochs"], epochs
+    first, last = epochs[0], epochs[-1]
+    assert last["train_loss"] < 0.7 * first["train_loss"] and last["val_loss"] < first["val_loss"], epochs
 
 
 def recap(output: str) -> dict[str, dict[str, int]]:
@@ -217,7 +226,7 @@ def test_site_on_the_twin(twin, gateway_azurite, tmp_path):
     train = {p.removeprefix("/data/cosmoflow/"): v for p, v in reads.items() if "/train/" in p}
     assert set(train) <= {n for n in expected if n.startswith("train/")}
     assert len(train) == TRAIN_ARGS["n_train"]
-    assert {n: v["count"] for n, v in train.items()} == {n: 1 for n in train}
+    assert {n: v["count"] for n, v in train.items()} == {n: TRAIN_ARGS["epochs"] for n in train}
     rank_of = {n.hostname: str(i) for i, n in enumerate(ranked)}
     assert all(v["ranks"] == [rank_of[seen[n]]] for n, v in train.items()), "a rank read another node's file"
 
@@ -226,6 +235,10 @@ def test_site_on_the_twin(twin, gateway_azurite, tmp_path):
     assert "--data-scope node" in rest["command"]
     assert rest["environmentVariables"]["NCCL_SOCKET_IFNAME"] == "eth0"
     assert "-v /etc/nccl.conf:/etc/nccl.conf:ro" in rest["resources"]["dockerArgs"]
+
+    # The job learned: the training loss of its last epoch at most 70 % of the first's (50 %
+    # where tests/workload/test_jobs_learn.py runs these settings), the validation loss lower.
+    assert_learned(scratch / "outputs")
 
     # The run ends with its report; the SAS never shows.
     assert "training loss per epoch" in first.stdout

@@ -37,7 +37,7 @@ def test_local_backend_trains_and_reports_metrics_then_is_idempotent(tmp_path):
         pytest.fail(f"{WORKLOAD_PYTHON} is missing: run `make setup`")
     data, out = tmp_path / "data", tmp_path / "outputs"
     gen = subprocess.run([str(WORKLOAD_PYTHON), "-m", "amlhpc.cosmoflow_data", "--out", str(data), "--cube", "16",
-                          "--subvolumes", "32", "--gzip"], cwd=ROOT, capture_output=True, text=True,
+                          "--subvolumes", "64", "--gzip"], cwd=ROOT, capture_output=True, text=True,
                          env=dict(os.environ, PYTHONPATH=str(ROOT / "plugins" / "module_utils")), check=False)
     assert gen.returncode == 0, gen.stderr
     extra = ["-e", "submit_name=itest", "-e", f"submit_data_dir={data}", "-e", f"submit_output_dir={out}",
@@ -53,8 +53,12 @@ def test_local_backend_trains_and_reports_metrics_then_is_idempotent(tmp_path):
     assert spec["command"][1:5] == ["-m", "torch.distributed.run", "--nproc_per_node", "2"]
     steps = result["metrics"]["steps"]
     epochs = result["metrics"]["epochs"]
-    assert len(epochs) == 3 and len(steps) == 3 * 64 // (4 * 2)
-    assert epochs[-1]["train_loss"] < epochs[0]["train_loss"]
+    # The local default's data set (128 training samples) and job: it learns, the training loss
+    # of the last epoch at most 60 % of the first's, the validation loss at most 80 %
+    # (tests/workload/test_jobs_learn.py: 33 % and 51 % here).
+    assert len(epochs) == 3 and len(steps) == 3 * 128 // (4 * 2)
+    assert epochs[-1]["train_loss"] < 0.6 * epochs[0]["train_loss"], epochs
+    assert epochs[-1]["val_loss"] < 0.8 * epochs[0]["val_loss"], epochs
     summary = json.loads((out / "summary.json").read_text())
     assert summary["world_size"] == 2 and (out / "checkpoints" / "last.pt").is_file()
     assert not (ROOT / "outputs" / "itest").exists()  # written where it was told, nowhere else

@@ -54,8 +54,10 @@ def test_every_sample_read_once_per_epoch(beeond, tmp_path):
         files = generate(tmp_path / "src")
         place(twin, tmp_path / "src", files, beeond, tmp_path)
         group_vars = {**job_group_vars(twin), "beeond_enabled": beeond,
-                      # Every file, read once: no subset (test_multinode's n_train is for its 3 nodes).
-                      "submit_train_args": {k: v for k, v in TRAIN_ARGS.items() if k not in ("n_train", "n_valid")},
+                      # Every file, read once: no subset (test_multinode's n_train is for its 3 nodes),
+                      # one epoch.
+                      "submit_train_args": {**{k: v for k, v in TRAIN_ARGS.items() if k not in ("n_train", "n_valid")},
+                                            "epochs": 1},
                       "submit_process_count_per_node": PROCS, "submit_download_dir": str(tmp_path / "out")}
         inv = user_inventory(twin, tmp_path / "inventory", "scope", group_vars)
         state = azureml_state(twin, tmp_path, audit_reads=True)

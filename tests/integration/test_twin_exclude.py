@@ -31,8 +31,8 @@ import sys
 from pathlib import Path
 
 from conftest import ACCOUNT_KEY, _spawn_azurite, free_port
-from test_multinode import (ANSIBLE_PLAYBOOK, ROOT, TRAIN_ARGS, azureml_state, job_group_vars, twin_env,
-                            user_inventory)
+from test_multinode import (ANSIBLE_PLAYBOOK, ROOT, TRAIN_ARGS, assert_learned, azureml_state, job_group_vars,
+                            twin_env, user_inventory)
 
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
@@ -139,11 +139,13 @@ def test_exclude_a_bad_node_then_take_it_back(tmp_path):
         assert "was excluded by the health gate" in logs and "3 process(es) on 3 node(s)" in logs, logs[-4000:]
         reads = json.loads((tmp_path / "runs" / "hx1" / "reads.json").read_text())
         train = {p.removeprefix("/data/cosmoflow/"): v["count"] for p, v in reads.items() if "/train/" in p}
-        assert set(train) <= every and all(c == 1 for c in train.values()), train
-        # Every good node reads as many files as the smallest shard (whole batches of 2, one
-        # process a node), and the job says how many stay unread.
+        epochs = TRAIN_ARGS["epochs"]
+        assert set(train) <= every and all(1 <= c <= epochs for c in train.values()), train  # once an epoch at most
+        assert_learned(tmp_path / "out")
+        # Every good node reads as many files an epoch as the smallest shard (whole batches of 2,
+        # one process a node), and the job says how many stay unread.
         smallest = min(len([n for n in held[h] if n.startswith("train/")]) for h in ("hx-1", "hx-2", "hx-3"))
-        assert len(train) == 3 * (smallest // 2 * 2), (len(train), smallest)
+        assert sum(train.values()) == epochs * 3 * (smallest // 2 * 2), (sum(train.values()), smallest)
         assert "stay unread (--uneven-shards even)" in logs, logs[-4000:]
 
         # 2. Check mode says which node would be left out and how many files would move, and

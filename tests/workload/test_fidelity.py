@@ -12,7 +12,7 @@ import sys
 import types
 
 import pytest
-from conftest import TINY_MODEL, WORKLOAD, free_port
+from conftest import HANG_S, TINY_MODEL, WORKLOAD, end_group, free_port
 from cosmoflow import train
 from cosmoflow.schedule import parse_decay
 
@@ -92,7 +92,7 @@ def test_n_train_reads_one_fixed_subset_the_first_files_by_name(tiny_data, tmp_p
 
 def _can_unshare() -> bool:
     try:
-        proc = subprocess.run(["unshare", "--uts", "true"], capture_output=True, timeout=10, check=False)
+        proc = subprocess.run(["unshare", "--uts", "true"], capture_output=True, timeout=HANG_S, check=False)
     except (OSError, subprocess.SubprocessError):
         return False
     return proc.returncode == 0
@@ -114,8 +114,13 @@ def _two_nodes(data_dirs, out, *extra):
                *TINY_MODEL, *extra]
         procs.append(subprocess.Popen(["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"',
                                        f"wfid-node{rank}", *cmd],
-                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    outputs = [p.communicate(timeout=240)[0] for p in procs]
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                      start_new_session=True))
+    try:
+        outputs = [p.communicate(timeout=HANG_S)[0] for p in procs]
+    finally:
+        for p in procs:
+            end_group(p)
     return [p.returncode for p in procs], outputs
 
 

@@ -5,10 +5,9 @@ without training, on an excluded node, a node with no verdict or with another ru
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
-from conftest import TINY_MODEL, WORKLOAD, free_port
+from conftest import TINY_MODEL, WORKLOAD, free_port, run_in_group
 from test_launchers import _check, _env
 
 LAUNCH = str(WORKLOAD / "launch.py")
@@ -27,7 +26,7 @@ def launch(tmp_path, verdict: str, verdict_id: str = "abc123", data=None):
     cmd = [sys.executable, LAUNCH, "--verdict", verdict, "--verdict-id", verdict_id, "--nproc-per-node", "2", "--",
            "train.py", "--data-dir", str(data or tmp_path / "no-data"), "--epochs", "2", "--batch-size", "4",
            "--output-dir", str(out), *TINY_MODEL]
-    return subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=240, check=False), out
+    return run_in_group(cmd, env=_env()), out
 
 
 def test_a_good_node_trains_through_the_elastic_rendezvous(tiny_data, tmp_path):

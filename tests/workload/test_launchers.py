@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import TINY_MODEL, WORKLOAD, free_port
+from conftest import HANG_S, TINY_MODEL, WORKLOAD, end_group, free_port, run_in_group
 
 TRAIN = str(WORKLOAD / "train.py")
 
@@ -44,7 +44,7 @@ def test_two_processes_with_gloo_through_torchrun(tiny_data, tmp_path):
            "--master_addr", "127.0.0.1", "--master_port", str(free_port()), TRAIN,
            "--data-dir", str(tiny_data), "--epochs", "2", "--batch-size", "4", "--output-dir", str(out),
            *TINY_MODEL]
-    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=240, check=False)
+    proc = run_in_group(cmd, env=_env())
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "2 process(es) on 1 node(s) via torchrun, backend gloo" in proc.stdout
     _check(out, 2)
@@ -60,8 +60,7 @@ def test_validation_over_two_ranks_equals_one_rank(tiny_data, tmp_path):
             sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
             "--master_port", str(free_port()), TRAIN]
         env = _env() | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())} if n == 1 else _env()
-        proc = subprocess.run([*cmd, "--output-dir", str(tmp_path / str(n)), *args], env=env, capture_output=True,
-                              text=True, timeout=240, check=False)
+        proc = run_in_group([*cmd, "--output-dir", str(tmp_path / str(n)), *args], env=env)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     one, two = (_epochs(tmp_path / str(n))[0] for n in (1, 2))
     assert two["val_mae"] == pytest.approx(one["val_mae"], rel=1e-6)
@@ -79,8 +78,12 @@ def _mpirun_shaped(data_dirs, out, *extra):
         procs.append(subprocess.Popen(
             [sys.executable, TRAIN, "--data-dir", str(data_dir), "--epochs", "2", "--batch-size", "4",
              "--output-dir", str(out), *TINY_MODEL, *extra], env=env, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True))
-    outputs = [p.communicate(timeout=240)[0] for p in procs]
+            stderr=subprocess.STDOUT, text=True, start_new_session=True))
+    try:
+        outputs = [p.communicate(timeout=HANG_S)[0] for p in procs]
+    finally:
+        for p in procs:
+            end_group(p)
     return [p.returncode for p in procs], outputs
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from conftest import HANG_S
 from cosmoflow.partition import check_partition, fixed_subset, partition_problem, subset_quota, uneven_note
 
 FILES = [f"univ_{i:03d}.tfrecord" for i in range(12)]
@@ -73,7 +74,7 @@ def run_ranks(lists, nodes, scope, check=None):
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=30)
+        t.join(timeout=HANG_S)  # a hang guard: the check takes milliseconds
     return results
 
 

@@ -7,7 +7,7 @@ import types
 import pytest
 import torch
 from amlhpc.cosmoflow_data import generate
-from conftest import TINY_MODEL, free_port
+from conftest import HANG_S, TINY_MODEL, free_port, tiny
 from cosmoflow import train
 
 
@@ -84,8 +84,6 @@ def test_every_epoch_reads_another_order(tiny_data, tmp_path, master_port, monke
 def test_lr_once_an_epoch_and_the_mlperf_log_passes_the_compliance_checker(tiny_data, tmp_path, master_port):
     """The rate changes by epoch only; the log meets the HPC 3.0.0 closed rules, all but the
     quality target a short run cannot reach."""
-    import subprocess
-
     out = tmp_path / "o"
     args = list(TINY_MODEL)
     args[args.index("--warmup-epochs") + 1] = "2"
@@ -104,11 +102,7 @@ def test_lr_once_an_epoch_and_the_mlperf_log_passes_the_compliance_checker(tiny_
         [r["val_mae"] for r in read_metrics(out) if r["kind"] == "epoch"]
 
     def check(path):
-        proc = subprocess.run([sys.executable, "-m", "mlperf_logging.compliance_checker", "--usage", "hpc",
-                               "--ruleset", "3.0.0", str(path)], capture_output=True, text=True, timeout=120,
-                              cwd=tmp_path, check=False)
-        return proc.returncode, [line for line in (proc.stdout + proc.stderr).splitlines()
-                                 if line.startswith(("WARNING", "ERROR"))]
+        return _compliance(path, tmp_path)
 
     code, complaints = check(log)
     target = "WARNING -  Failed checks for eval_error : v['value'] <= 0.124 and v['value'] > 0."
@@ -119,6 +113,50 @@ def test_lr_once_an_epoch_and_the_mlperf_log_passes_the_compliance_checker(tiny_
     events[last]["value"] = 0.12
     reached.write_text("".join(f":::MLLOG {json.dumps(e)}\n" for e in events))
     assert check(reached) == (0, []), check(reached)
+
+
+def _compliance(path, cwd):
+    """(exit code, WARNING/ERROR lines) of the MLPerf HPC 3.0.0 compliance checker on a log."""
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", "mlperf_logging.compliance_checker", "--usage", "hpc",
+                           "--ruleset", "3.0.0", str(path)], capture_output=True, text=True, timeout=HANG_S,
+                          cwd=cwd, check=False)
+    return proc.returncode, [line for line in (proc.stdout + proc.stderr).splitlines()
+                             if line.startswith(("WARNING", "ERROR"))]
+
+
+@pytest.fixture(scope="module")
+def learnable_data(tmp_path_factory):
+    """256 training and 64 validation samples of 16^3: enough for a small model to reach the
+    MLPerf target in about ten epochs (64 samples overfit first)."""
+    root = tmp_path_factory.mktemp("learnable")
+    generate(str(root), train_universes=4, val_universes=1, cube=16, subvolumes=64, seed=0)
+    return root
+
+
+def test_a_run_stops_at_the_mlperf_target_by_default_and_its_log_passes_the_compliance_checker(
+        learnable_data, tmp_path, master_port):
+    """No --target-mae: the reference's 0.124. The run stops at the first epoch that reaches it,
+    logs run_stop success, and the compliance checker finds nothing to say about its log."""
+    out = tmp_path / "o"
+    assert train.main(["--data-dir", str(learnable_data), "--output-dir", str(out), "--epochs", "20",
+                       "--batch-size", "8", *tiny(conv_size="8", fc1_size="32", fc2_size="16", base_batch_size="8",
+                                                  warmup_epochs="2", log_every="0", target_mae=None)]) == 0
+    epochs = [r for r in read_metrics(out) if r["kind"] == "epoch"]
+    assert epochs[-1]["val_mae"] <= 0.124 < min(e["val_mae"] for e in epochs[:-1]), [e["val_mae"] for e in epochs]
+    assert len(epochs) < 20
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["target_reached"] is True
+    events = [json.loads(line[len(":::MLLOG "):]) for line in (out / "mlperf.log").read_text().splitlines()]
+    assert [e["metadata"]["status"] for e in events if e["key"] == "run_stop"] == ["success"]
+    assert _compliance(out / "mlperf.log", tmp_path) == (0, [])
+
+
+def test_no_target_trains_every_epoch():
+    parse = train.build_parser().parse_args
+    assert parse([]).target_mae == 0.124
+    assert parse(["--no-target"]).target_mae == parse(["--target-mae", "0"]).target_mae == 0.0
 
 
 def test_max_steps_stops_early(tiny_data, tmp_path, master_port):

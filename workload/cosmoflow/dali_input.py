@@ -17,9 +17,16 @@ prints it in one line and reads with the CPU path, :class:`cosmoflow.data.SlotBa
 * DALI's reader does not check the records' data CRC32C (the CPU path does).
 * train.py reads the training split with it; validation keeps the CPU path, which reads the
   same samples in the same order every epoch.
-* Sharding is DALI's: the rank's shard is a fixed contiguous part of the (checked, partitioned)
-  file list, shuffled each epoch through DALI's shuffle buffer (``stick_to_shard``), where the
-  CPU path deals a fresh global permutation every epoch. Every rank runs ``num_batches`` steps.
+* ``--input auto`` reads with DALI on GPU ranks only; ``--input dali`` on a rank without a GPU
+  runs DALI's CPU pipeline (the reinterpretation and the copy into torch on the host).
+* The order is the CPU path's: every epoch each rank reads its share of a fresh permutation of
+  the whole file list (:class:`cosmoflow.data.ShardSampler`, seeded with ``seed + epoch``, the
+  same on every rank), as the reference reshuffles its whole file list every epoch
+  (``data/cosmo.py``: ``shuffle(len(filenames), reshuffle_each_iteration=True)``, then
+  ``shard``). DALI's reader is given that list, in that order, with its own shuffle off: a new
+  pipeline an epoch (built when the epoch's iterator is asked for; the indexes are made once).
+  DALI's shuffle buffer instead keeps a rank on a fixed contiguous part of the name-sorted files
+  and only mixes what the buffer holds. Every rank runs ``num_batches`` steps.
 """
 
 from __future__ import annotations
@@ -37,11 +44,12 @@ DALI_VERSION = "2.4.0"  # workload/requirements.txt and requirements-workload.tx
 INSTALL = f"pip install nvidia-dali-cuda120=={DALI_VERSION}"
 
 
-def unavailable(files: Sequence[str], cuda: bool) -> str | None:
-    """Why DALI cannot read ``files`` here (one phrase), or None when it can."""
+def unavailable(files: Sequence[str], cuda: bool, need_gpu: bool = True) -> str | None:
+    """Why DALI cannot read ``files`` here (one phrase), or None when it can; ``need_gpu=False``:
+    its CPU pipeline will do on a rank without a GPU."""
     if importlib.util.find_spec("nvidia") is None or importlib.util.find_spec("nvidia.dali") is None:
         return f"NVIDIA DALI is not installed ({INSTALL})"
-    if not cuda:
+    if not cuda and need_gpu:
         return "DALI feeds GPUs and this rank has none"
     gz = [f for f in files if f.endswith(".gz")]
     if gz:
@@ -103,48 +111,65 @@ def ensure_indexes(files: Sequence[str], index_dir: str) -> list[str]:
     return out
 
 
-class _NoSampler:
-    """train.py sets the epoch on its loader's sampler; DALI shuffles by itself."""
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-
 class DaliBatches:
     """``num_batches`` batches an epoch of ``(x int16 (B, D, D, D, C), y float32 (B, 4))``, read
-    by DALI from this rank's shard of ``files``; on GPU ``device_id`` (``None``: DALI's CPU
-    pipeline, for tests on machines without a GPU)."""
+    by DALI from this rank's share of ``files`` (``shard`` of ``num_shards``), in the order
+    :class:`cosmoflow.data.ShardSampler` deals for the epoch set on :attr:`sampler`; on GPU
+    ``device_id`` (``None``: DALI's CPU pipeline, for machines without a GPU)."""
 
     def __init__(self, files: Sequence[str], cube: int, channels: int, batch_size: int, *, shard: int,
                  num_shards: int, shuffle: bool, seed: int, num_batches: int, device_id: int | None,
-                 threads: int = 2, index_dir: str | None = None, prefetch: int = 2) -> None:
-        from nvidia.dali import fn, pipeline_def, types
-        from nvidia.dali import tfrecord as tfrec
-        from nvidia.dali.plugin.pytorch import DALIGenericIterator
+                 threads: int = 2, index_dir: str | None = None, prefetch: int = 2,
+                 records_per_file: int = 1) -> None:
+        from cosmoflow.data import ShardSampler
 
-        indexes = ensure_indexes(files, index_dir or default_index_dir(files))
-        shape = [cube, cube, cube, channels]
-
-        @pipeline_def(batch_size=batch_size, num_threads=max(1, threads), device_id=device_id, seed=seed,
-                      prefetch_queue_depth=max(1, prefetch))
-        def pipeline():
-            record = fn.readers.tfrecord(
-                path=list(files), index_path=indexes, name="reader", shard_id=shard, num_shards=num_shards,
-                random_shuffle=shuffle, stick_to_shard=True,
-                features={"x": tfrec.FixedLenFeature((), tfrec.string, ""),
-                          "y": tfrec.FixedLenFeature([4], tfrec.float32, 0.0)})
-            x, y = record["x"], record["y"]
-            if device_id is not None:
-                x, y = x.gpu(), y.gpu()
-            return fn.reinterpret(x, dtype=types.INT16, shape=shape), y
-
-        self.num_batches = num_batches
-        self.sampler = _NoSampler()
-        self.iterator = DALIGenericIterator([pipeline()], ["x", "y"], size=-1)  # endless; epochs counted here
+        self.files = list(files)
+        self.indexes = ensure_indexes(self.files, index_dir or default_index_dir(self.files))
+        self.shape = [cube, cube, cube, channels]
+        self.batch_size, self.num_batches, self.device_id = batch_size, num_batches, device_id
+        self.threads, self.prefetch = max(1, threads), max(1, prefetch)
+        # Whole files a rank reads an epoch (DALI reads every record of a file it opens).
+        wanted = -(-num_batches * batch_size // records_per_file)
+        self.sampler = ShardSampler(len(self.files), shard, num_shards, shuffle, seed, wanted)
+        self._pipeline = None
 
     def __len__(self) -> int:
         return self.num_batches
 
+    def epoch_files(self) -> list[int]:
+        """Indexes into ``files`` of what this rank reads in the sampler's epoch, in order."""
+        return list(self.sampler)
+
+    def _build(self, order: Sequence[int]):
+        from nvidia.dali import fn, pipeline_def, types
+        from nvidia.dali import tfrecord as tfrec
+        from nvidia.dali.plugin.pytorch import DALIGenericIterator
+
+        paths = [self.files[i] for i in order]
+        indexes = [self.indexes[i] for i in order]
+        shape, gpu = self.shape, self.device_id is not None
+
+        @pipeline_def(batch_size=self.batch_size, num_threads=self.threads, device_id=self.device_id,
+                      prefetch_queue_depth=self.prefetch)
+        def pipeline():
+            record = fn.readers.tfrecord(
+                path=paths, index_path=indexes, name="reader", random_shuffle=False,
+                features={"x": tfrec.FixedLenFeature((), tfrec.string, ""),
+                          "y": tfrec.FixedLenFeature([4], tfrec.float32, 0.0)})
+            x, y = record["x"], record["y"]
+            if gpu:
+                x, y = x.gpu(), y.gpu()
+            return fn.reinterpret(x, dtype=types.INT16, shape=shape), y
+
+        return DALIGenericIterator([pipeline()], ["x", "y"], size=-1)  # batches counted here
+
     def __iter__(self) -> Iterator[tuple]:
-        for _step, (batch,) in zip(range(self.num_batches), self.iterator):
+        # The epoch's pipeline is built here, where train.py asks for the epoch's iterator (under
+        # its watchdog), not at the first batch; the last epoch's goes first.
+        self._pipeline = None
+        self._pipeline = self._build(self.epoch_files())
+        return self._batches(self._pipeline)
+
+    def _batches(self, iterator) -> Iterator[tuple]:
+        for _step, (batch,) in zip(range(self.num_batches), iterator):
             yield batch["x"], batch["y"]

@@ -81,8 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                                  "(default: 2 with >= 8 cores per GPU, else 1)")
     d.add_argument("--input", choices=("auto", "dali", "cpu"), default="auto",
                    help="auto: NVIDIA DALI on GPU ranks where it is installed and the files are plain "
-                        "TFRecords, else the CPU path (one line says why); dali: DALI or stop; cpu: "
-                        "DataLoader workers decoding into reusable batch slots")
+                        "TFRecords, else the CPU path (one line says why); dali: DALI or stop (its CPU "
+                        "pipeline on a rank without a GPU); cpu: DataLoader workers decoding into reusable "
+                        "batch slots")
     d.add_argument("--dali-index-dir", default=None,
                    help="where DALI's record indexes are made at first read (default: a node-local "
                         "temporary folder)")
@@ -117,7 +118,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--warmup-epochs", type=int, default=4)
     t.add_argument("--decay", default="32:0.25,64:0.125",
                    help="epoch:factor,... multiply the peak lr by factor after that epoch (the reference's rule)")
-    t.add_argument("--target-mae", type=float, default=0.0, help="stop when validation MAE <= this")
+    t.add_argument("--target-mae", type=float, default=0.124,
+                   help="stop after the first epoch whose validation MAE is at most this: the MLPerf HPC target "
+                        "(configs/cosmo.yaml target_mae); 0 trains every epoch")
+    t.add_argument("--no-target", dest="target_mae", action="store_const", const=0.0,
+                   help="train every epoch, whatever the validation MAE (--target-mae 0)")
     t.add_argument("--amp", choices=("auto", "none", "bf16"), default="auto",
                    help="autocast dtype (auto: bf16 on GPUs, none on CPU)")
     t.add_argument("--channels-last", choices=("auto", "on", "off"), default="auto",
@@ -253,15 +258,17 @@ def loaders(args: argparse.Namespace, data_dir: str, layout: cdist.Layout, devic
             raise SystemExit(f"{split}: {size} samples over {shards} ranks leave fewer than one batch of "
                              f"{args.batch_size} per rank")
         if split == "train":
-            why_not = "--input cpu" if args.input == "cpu" else cdali.unavailable(files, device.type == "cuda")
+            why_not = "--input cpu" if args.input == "cpu" else cdali.unavailable(
+                files, device.type == "cuda", need_gpu=args.input == "auto")
             if why_not and args.input == "dali":
                 raise SystemExit(f"--input dali: {why_not}; use --input auto or cpu")
         if split == "train" and why_not is None:
             used = files[:-(-size // args.records_per_file)]  # --n-train: the first files
             loader = cdali.DaliBatches(used, args.cube, args.channels, args.batch_size, shard=shard, num_shards=shards,
                                        shuffle=shuffle, seed=args.seed, num_batches=per_rank_n // args.batch_size,
-                                       device_id=device.index, threads=plan.workers, index_dir=args.dali_index_dir,
-                                       prefetch=plan.prefetch_factor)
+                                       device_id=device.index if device.type == "cuda" else None,
+                                       threads=plan.workers, index_dir=args.dali_index_dir,
+                                       prefetch=plan.prefetch_factor, records_per_file=args.records_per_file)
         else:  # validation always: the same samples every epoch, in order
             loader = cdata.make_loader(ds, args.batch_size, shard, shards, shuffle=shuffle, seed=args.seed,
                                        num_samples=per_rank_n, workers=plan.workers,
@@ -270,8 +277,8 @@ def loaders(args: argparse.Namespace, data_dir: str, layout: cdist.Layout, devic
         out.append(loader)
         samples.append(per_rank_n * layout.world_size)
     if layout.rank == 0:
-        path = "NVIDIA DALI for training, the CPU path for validation" if why_not is None else \
-            f"the CPU path ({why_not})"
+        dali = "NVIDIA DALI" if device.type == "cuda" else "NVIDIA DALI's CPU pipeline (--input dali, no GPU)"
+        path = f"{dali} for training, the CPU path for validation" if why_not is None else f"the CPU path ({why_not})"
         print(f"[cosmoflow] input: {path}", flush=True)
     return out[0], out[1], samples, plan
 
@@ -450,7 +457,8 @@ def _train(args: argparse.Namespace, layout: cdist.Layout, device: torch.device,
     rec.log(f"model {parameter_count(model):,} parameters (kernel {config.kernel_size}); {len(train_loader)} train / "
             f"{len(valid_loader)} validation steps per epoch; global batch {global_batch}, peak lr {peak_lr:g}; "
             f"{plan.workers} workers x {plan.prefetch_factor} batches, autocast "
-            f"{amp_dtype or 'off'}, channels-last {'on' if channels_last else 'off'}")
+            f"{amp_dtype or 'off'}, channels-last {'on' if channels_last else 'off'}; "
+            + (f"stops at validation MAE <= {args.target_mae:g}" if args.target_mae else "no target: every epoch"))
     rec.record("config", step, params=parameter_count(model), world_size=layout.world_size,
                num_nodes=layout.num_nodes, global_batch=global_batch, peak_lr=peak_lr, model=config.to_dict(),
                loader=plan.__dict__)
