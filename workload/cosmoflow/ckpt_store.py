@@ -133,6 +133,32 @@ def retained(entries: Sequence[Entry], keep: int, keep_days: float, now: float) 
     return kept, removed
 
 
+def azcopy_outcome(stdout: str, stderr: str, returncode: int) -> tuple[bool, str]:
+    """(failed, the sentence that says why) of an ``azcopy --output-type json`` run: its exit
+    code, its last error message, and the job status of its end-of-job message."""
+    errors: list[str] = []
+    status = ""
+    for line in stdout.splitlines():
+        try:
+            message = json.loads(line)
+        except ValueError:
+            continue
+        if message.get("MessageType") == "Error":
+            errors.append(str(message.get("MessageContent", "")).strip().splitlines()[0] if message.get("MessageContent")
+                          else "error")
+        elif message.get("MessageType") == "EndOfJob":
+            try:
+                status = json.loads(message.get("MessageContent") or "{}").get("JobStatus", "")
+            except ValueError:
+                pass
+    failed = returncode != 0 or bool(errors) or status not in ("", "Completed")
+    if not failed:
+        return False, ""
+    detail = errors[-1] if errors else (f"job {status}" if status and status != "Completed" else
+                                        (stderr.strip().splitlines() or [f"exit code {returncode}"])[-1])
+    return failed, detail
+
+
 def sha256_of(path: str, chunk: int = 8 << 20) -> tuple[str, int]:
     digest, size = hashlib.sha256(), 0
     with open(path, "rb") as f:
@@ -194,11 +220,9 @@ class CheckpointStore:
             raise StoreError(f"{what}: azcopy is not at {self.azcopy!r} (--azcopy)") from None
         except subprocess.TimeoutExpired:
             raise StoreError(f"{what}: azcopy did not finish within {timeout:g} s") from None
-        if proc.returncode != 0:
-            lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
-            detail = next((ln for ln in lines if "error" in ln.lower() or "fail" in ln.lower()), lines[-1] if lines
-                          else f"exit code {proc.returncode}")
-            raise StoreError(self._scrub(f"{what}: azcopy failed: {detail.strip()[:400]}"))
+        failed, detail = azcopy_outcome(proc.stdout, proc.stderr, proc.returncode)
+        if failed:
+            raise StoreError(self._scrub(f"{what}: azcopy failed: {detail[:400]}"))
 
     def _sas(self) -> str:
         return self.sas if self.auth == "sas" else ""
@@ -217,8 +241,8 @@ class CheckpointStore:
         self._azcopy(argv, f"fetching {name} from the checkpoint store")
 
     def _remove(self, name: str) -> None:
-        argv = [self.azcopy, "remove", with_sas(f"{self.url}/{name}", self._sas()), "--output-type", "json",
-                "--log-level", "WARNING"]
+        argv = [self.azcopy, "remove", with_sas(f"{self.url}/{name}", self._sas()), "--from-to", "BlobTrash",
+                "--output-type", "json", "--log-level", "WARNING"]
         self._azcopy(argv, f"removing {name} from the checkpoint store", timeout=600)
 
     # --- the manifest -----------------------------------------------------------------------------
@@ -229,7 +253,7 @@ class CheckpointStore:
             self._download(MANIFEST, dest)
         except StoreError as exc:
             if any(s in str(exc) for s in ("404", "BlobNotFound", "does not exist", "ResourceNotFound",
-                                            "no transfers", "not found", "NotFound")):
+                                            "was not found", "NotFound")):
                 return None
             raise
         try:
@@ -243,7 +267,7 @@ class CheckpointStore:
         """Copy the checkpoint at ``path`` to the store, in the background; returns at once."""
         outbox = os.path.join(os.path.dirname(path), OUTBOX)
         os.makedirs(outbox, exist_ok=True)
-        staged = os.path.join(outbox, os.path.basename(path))
+        staged = os.path.join(outbox, f"epoch_{epoch:03d}.pt")  # one name per checkpoint: never one being copied
         if os.path.exists(staged):
             os.unlink(staged)
         try:
