@@ -329,6 +329,14 @@ log_path:
   description: The streamed log of the run.
   returned: when waited for
   type: str
+node_loss:
+  description:
+    - The node the run lost, as the job's heartbeat named it in the run's log (C(--node-loss-timeout) of the
+      training script) - C(node) (its host name) and C(ip), C(ranks), C(world), C(seen) (C(missed heartbeat) or
+      C(collective timed out)), C(last) and C(at) (its last beat and when it was found, UTC), C(sentence).
+  returned: when the run failed because a node was lost
+  type: dict
+  version_added: 2.2.0
 """
 
 import os
@@ -362,6 +370,7 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.job_spec imp
     sas_like_values,
     snapshot_source,
 )
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.node_loss import parse_loss_file
 
 # The SDK of each AzureML backend (aml_sdk's client names).
 SDKS = {"azureml_core": "azureml-core", "azure_ai_ml": "azure-ai-ml"}
@@ -452,8 +461,13 @@ def main() -> None:
     result["log_path"] = log_path
     if result["status"] in FAILED:
         decided = result.pop("msg", "")
-        module.fail_json(msg=f"run {result['run_id']} ended {result['status']} ({decided or 'local run'}); running "
-                             f"the task again submits a new attempt. Last lines of {log_path}:\n"
+        # The job's heartbeat named a lost node (workload/cosmoflow/heartbeat.py): that sentence first.
+        loss = parse_loss_file(log_path)
+        if loss:
+            result["node_loss"] = loss
+        module.fail_json(msg=f"run {result['run_id']} ended {result['status']} ({decided or 'local run'})"
+                             + (f": {loss['sentence']}" if loss else "")
+                             + f"; running the task again submits a new attempt. Last lines of {log_path}:\n"
                              f"{log_tail(log_path)}", **result)
     module.exit_json(**result)
 

@@ -191,3 +191,248 @@ def judge(now: float, last_change: Mapping[int, float], waiting: Mapping[int, tu
         if absent:
             return Finding(COLLECTIVE, tuple(absent), now - since, 0.0, what, len(ranks))
     return None
+
+
+# --- slots: the run's nodes in plan order, across runs --------------------------------------------
+
+def current_nodes(hostvars: Mapping[str, Mapping[str, Any]], hosts: Iterable[str]) -> list[dict[str, Any]]:
+    """The inventory's nodes in rank order (cluster, rank, name): host, node id (the host name
+    where the inventory has none), private IP."""
+    nodes = []
+    for host in hosts:
+        hv = hostvars.get(host) or {}
+        nodes.append({"host": str(host), "node_id": str(hv.get("aml_node_id") or host),
+                      "ip": str(hv.get("aml_private_ip") or ""), "cluster": str(hv.get("aml_cluster") or ""),
+                      "rank": int(hv.get("aml_node_rank") or 0)})
+    return sorted(nodes, key=lambda n: (n["cluster"], n["rank"], n["host"]))
+
+
+def placeholder(slot: Mapping[str, Any]) -> str:
+    """The plan's name for a slot whose node is gone: never a host of the inventory."""
+    return f"{LOST_PREFIX}{slot.get('host')}"
+
+
+def plan_slots(recorded: Sequence[Mapping[str, Any]] | None, current: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The shard plan's host order for this run, from the run's ``recorded`` slots (``nodes.json``;
+    None or empty: the first run) and the ``current`` nodes (:func:`current_nodes`).
+
+    A node that was in a slot keeps it, whatever the listing calls it now (matched by node id);
+    a node that is new takes a slot whose node is gone, in slot order (the node AmlCompute put
+    in its place), or a new slot at the end; a slot still without a node is planned under a
+    placeholder name (:func:`placeholder`) and left out, so that only its files move. Returns
+    ``hosts`` (plan order), ``lost`` (the placeholders), ``gone`` (the lost slots' records),
+    ``replacements`` (``{host, was}``), ``record`` (what ``nodes.json`` holds next), ``changed``
+    (the record differs) and ``lines`` (one sentence each)."""
+    current = list(current)
+    if not recorded:
+        record = [{"host": n["host"], "node_id": n["node_id"], "ip": n.get("ip", "")} for n in current]
+        return {"hosts": [n["host"] for n in current], "lost": [], "gone": [], "replacements": [], "record": record,
+                "changed": True, "lines": []}
+    by_id = {n["node_id"]: n for n in current}
+    used: set[str] = set()
+    slots: list[dict[str, Any] | None] = []
+    for slot in recorded:
+        node = by_id.get(str(slot.get("node_id")))
+        if node is not None and node["node_id"] not in used:
+            used.add(node["node_id"])
+            slots.append(node)
+        else:
+            slots.append(None)
+    newcomers = [n for n in current if n["node_id"] not in used]
+    replacements = []
+    for i, slot in enumerate(slots):
+        if slot is None and newcomers:
+            node = newcomers.pop(0)
+            slots[i] = node
+            replacements.append({"host": node["host"], "was": str(recorded[i].get("host")), "slot": i})
+    slots += newcomers  # more nodes than slots: new slots at the end
+    hosts, lost, gone, record = [], [], [], []
+    for i, node in enumerate(slots):
+        if node is None:
+            old = dict(recorded[i])
+            old["lost"] = True
+            name = placeholder(old)
+            hosts.append(name)
+            lost.append(name)
+            gone.append(old)
+            record.append(old)
+        else:
+            hosts.append(node["host"])
+            record.append({"host": node["host"], "node_id": node["node_id"], "ip": node.get("ip", "")})
+    lines = [f"node {g['host']} (node id {g.get('node_id')}) of this run is gone: its shard moves to the other nodes"
+             for g in gone if not _was_lost(g, recorded)]
+    lines += [f"node {r['host']} takes the place of node {r['was']} (slot {r['slot']}): it stages that node's shard"
+              for r in replacements]
+    if gone:
+        lines.append(f"{len(gone)} slot(s) of this run have no node ({', '.join(g['host'] for g in gone)}): their "
+                     f"files are dealt to the others; a node AmlCompute adds takes such a slot back")
+    changed = [dict(r) for r in record] != [dict(r) for r in recorded]
+    return {"hosts": hosts, "lost": lost, "gone": gone, "replacements": replacements, "record": record,
+            "changed": changed, "lines": lines}
+
+
+def _was_lost(slot: Mapping[str, Any], recorded: Sequence[Mapping[str, Any]]) -> bool:
+    return any(r.get("lost") and r.get("node_id") == slot.get("node_id") for r in recorded)
+
+
+# --- the interruption: recorded when the run fails, shown when it resumes ---------------------------
+
+def interruption(loss: Mapping[str, Any], *, run: str, run_id: str, ended_at: float,
+                 hosts_by_ip: Mapping[str, str] | None = None, metrics: Mapping[str, Any] | None = None,
+                 store: str = "") -> dict[str, Any]:
+    """The record of a run that lost a node (``loss``: :func:`parse_loss`): which node (its host
+    name in the inventory where its address is known), its ranks, what was seen, the epoch
+    reached (from the run's metrics), and the times: lost (its last beat), detected, the job
+    ended (``ended_at``, the controller's clock)."""
+    hosts_by_ip = hosts_by_ip or {}
+    metrics = metrics or {}
+    epochs = [e for e in metrics.get("epochs") or [] if isinstance(e, Mapping)]
+    steps = [s for s in metrics.get("steps") or [] if isinstance(s, Mapping)]
+    done = max((int(e.get("epoch", -1)) for e in epochs), default=-1) + 1  # epochs finished
+    host = hosts_by_ip.get(str(loss.get("ip") or ""), "")
+    out = {
+        "run": run, "run_id": run_id, "node": host or loss.get("node"), "node_host_name": loss.get("node"),
+        "ip": loss.get("ip"), "ranks": list(loss.get("ranks") or []), "world": loss.get("world"),
+        "seen": loss.get("seen"), "sentence": loss.get("sentence"),
+        "lost_at": loss.get("last_ts"), "detected_at": loss.get("at_ts"), "ended_at": round(float(ended_at), 1),
+        "epochs_done": done, "epoch_reached": done + 1,  # MLPerf numbers epochs from 1: the one it was in
+        "steps_logged": max((int(s.get("step", 0)) for s in steps), default=0),
+        "checkpoint_store": store,
+    }
+    return out
+
+
+def resume_note(record: Mapping[str, Any], rerun_at: float, submitted_at: float) -> dict[str, Any]:
+    """What the resumed job is told (``AMLHPC_INTERRUPTION``): the run it follows, the node lost,
+    what was seen, the epoch reached, when the node was lost, when this submission went out, and
+    the time lost so far: detection (last beat to the verdict), the job's end (verdict to the
+    controller seeing the run end), the wait for the rerun, re-gating and re-staging (the rerun
+    to this submission). The job adds its restart (this submission to training again)."""
+    lost = float(record.get("lost_at") or 0)
+    detected = float(record.get("detected_at") or lost)
+    ended = float(record.get("ended_at") or detected)
+    split = {"detection": round(detected - lost, 1), "job_end": round(ended - detected, 1),
+             "waiting_for_rerun": round(max(0.0, rerun_at - ended), 1),
+             "regate_restage": round(submitted_at - max(rerun_at, ended), 1)}
+    return {"run": record.get("run_id"), "node": record.get("node"), "ip": record.get("ip"),
+            "ranks": record.get("ranks"), "seen": record.get("seen"), "epoch_reached": record.get("epoch_reached"),
+            "lost_at": lost, "submitted_at": round(submitted_at, 1), "time_lost_s": split}
+
+
+def resumed(record: Mapping[str, Any], run_id: str, metrics: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``record`` once run ``run_id`` resumed from it: where it resumed from and what it lost,
+    from the run's own record (metrics.jsonl's ``resume`` line)."""
+    out = dict(record)
+    out["resumed_run"] = run_id
+    for line in (metrics or {}).get("resume") or []:
+        if isinstance(line, Mapping):
+            out["resumed_from"] = (line.get("resumed_from_checkpoint") or {}).get("checkpoint")
+            out["resumed_epoch"] = ((line.get("interruption") or {}).get("resumed_epoch")
+                                    or (line.get("resumed_from_checkpoint") or {}).get("epoch_done", 0) + 1)
+            out["time_lost_s"] = (line.get("interruption") or {}).get("time_lost_s")
+    return out
+
+
+def report_lines(records: Sequence[Mapping[str, Any]] | None) -> list[str]:
+    """One line per interruption of this run, for the report."""
+    lines = []
+    for r in records or []:
+        if not isinstance(r, Mapping):
+            continue
+        text = (f"interrupted: run {r.get('run_id')} lost node {r.get('node')} ({r.get('ip') or 'address unknown'}, "
+                f"rank{'s' if len(r.get('ranks') or []) > 1 else ''} {rank_list(r.get('ranks') or [])}; "
+                f"{r.get('seen')}) in epoch {r.get('epoch_reached')}")
+        if r.get("resumed_run"):
+            text += (f"; {r['resumed_run']} resumed from {r.get('resumed_from') or 'the last durable checkpoint'}"
+                     f" at epoch {r.get('resumed_epoch')}")
+            split = r.get("time_lost_s") or {}
+            if split:
+                text += "; time lost (s): " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in split.items())
+        else:
+            text += "; not resumed yet (rerun site.yml)"
+        lines.append(text)
+    return lines
+
+
+def hosts_by_ip(hostvars: Mapping[str, Mapping[str, Any]], hosts: Iterable[str]) -> dict[str, str]:
+    return {str(hostvars[h]["aml_private_ip"]): h for h in hosts
+            if h in hostvars and (hostvars[h] or {}).get("aml_private_ip")}
+
+
+def load_json(path: str, default: Any) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return default
+
+
+# --- the last look before submit (issue 42) ---------------------------------------------------------
+
+def _staged_name(name: str) -> str:
+    return name[:-3] if name.endswith(".gz") else name
+
+
+def probe_problem(probe: Mapping[str, Any] | None, expected: Sequence[str] | None, timeout: float) -> str | None:
+    """Why a node that answered the play is not fit to train, from its probe (``find`` of its
+    stage folder, registered with ``ignore_unreachable``/``failed_when: false``) and the files its
+    shard should hold (None: not known in this run, so only the answer counts)."""
+    if probe is None:
+        return "did not run the last look (it left the play earlier)"
+    if probe.get("unreachable"):
+        return f"did not answer right before submit ({str(probe.get('msg') or 'unreachable').strip()[:200]})"
+    msg = str(probe.get("msg") or "")
+    if "expected time frame" in msg or "timed out" in msg.lower():
+        return f"did not answer within {timeout:g} s right before submit"
+    if probe.get("failed") or probe.get("rc") not in (0, None):
+        return f"could not list its stage folder right before submit ({(probe.get('stderr') or msg).strip()[:200]})"
+    if expected is None:
+        return None
+    held = {_staged_name(line.strip()) for line in str(probe.get("stdout") or "").splitlines() if line.strip()}
+    missing = sorted({_staged_name(n) for n in expected} - held)
+    if missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        return f"holds {len(expected) - len(missing)} of the {len(expected)} files of its shard (missing: {shown})"
+    return None
+
+
+def last_look(*, job_nodes: Sequence[str], in_play: Iterable[str], probes: Mapping[str, Any],
+              expected: Mapping[str, Sequence[str] | None], timeout: float, on_failure: str, spares: int,
+              previous: Mapping[str, Any] | None, ranked: Sequence[str], addresses: Mapping[str, str],
+              port: int) -> dict[str, Any]:
+    """Right before submit: every node the job trains on (``job_nodes``) must still be in the
+    play (``in_play``: it failed or became unreachable after the gate otherwise), answer its probe
+    and hold its shard. Returns ``lost`` (``{node, reason}``), ``action`` (``pass``; ``exclude``:
+    left out with the spares the gate left, a new verdict in ``verdict`` and the nodes that
+    stage the moved files in ``restage``; ``stop``) and ``message`` (one sentence per lost node
+    and what happens)."""
+    from .health_verdict import verdict as health_verdict  # the gate's own rule decides the spares
+
+    in_play = set(in_play)
+    lost = []
+    for node in job_nodes:
+        reason = ("stopped answering after the health gate (a task on it failed or it became unreachable)"
+                  if node not in in_play else probe_problem(probes.get(node), expected.get(node), timeout))
+        if reason:
+            lost.append({"node": node, "reason": reason})
+    out: dict[str, Any] = {"lost": lost, "action": "pass", "verdict": None, "restage": [],
+                           "message": f"every job node answered and holds its shard ({len(job_nodes)})"}
+    if not lost:
+        return out
+    named = "; ".join(f"node {n['node']} was lost after the health gate: it {n['reason']}" for n in lost)
+    failing = [dict(f) for f in (previous or {}).get("failing") or []]
+    failing += [{"node": n["node"], "reasons": [f"lost after the health gate: {n['reason']}"]} for n in lost]
+    if on_failure == "exclude":
+        new = health_verdict({n: [] for n in ranked}, list(ranked), on_failure="exclude", spares=int(spares),
+                             addresses=addresses, port=int(port), failing=failing)
+        if new["action"] == "exclude":
+            out.update(action="exclude", verdict=new, restage=list(new["good"]),
+                       message=f"{named}. Left out (healthcheck_spare_nodes: {spares}): its shard moves to "
+                               f"{', '.join(new['good'])}, and the job trains on them.")
+            return out
+        out.update(action="stop", message=f"{named}. {new['message']}")
+        return out
+    out.update(action="stop", message=f"{named}. The run stops before submit: rerun site.yml once the node answers "
+                                      "again (the gate checks it), or set healthcheck_on_failure: exclude with "
+                                      "healthcheck_spare_nodes to train without it.")
+    return out
