@@ -52,7 +52,7 @@ _SENTENCE = re.compile(
 
 def iso(ts: float) -> str:
     """``ts`` (seconds since the epoch) as ``YYYY-MM-DDTHH:MM:SSZ``."""
-    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(int(ts), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def from_iso(text: str) -> float:
