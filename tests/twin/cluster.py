@@ -27,7 +27,8 @@ What it stands in for (and how)
   mounts that node's scratch; a file such as ``/etc/nccl.conf`` is the node's file), the spec's
   environment variables and AzureML's rendezvous variables, and starts one launcher
   (``torch.distributed.run``) that meets the others on the head's private IP. Nothing of the job
-  runs on the controller. The head's ``outputs/`` is the run's outputs.
+  runs on the controller. The head's ``outputs/`` is the run's outputs. As AzureML ends a job one of
+  whose processes failed, the nodes still running 30 s after one ended non-zero are stopped.
 
 What it cannot show: GPUs, InfiniBand/RDMA, NVMe, kernel modules (BeeGFS itself), dmesg, the
 AzureML service (image builds, run history, Key Vault), real network throughput.
@@ -44,7 +45,8 @@ scratch_path="/mnt/scratch", admin_user="azureuser", image=None)``
   ``network``, ``gateway`` (the network's gateway address: where the nodes reach the controller).
 * ``list_nodes()``, ``write_nodes_file(path)``; ``save_state(path)`` / ``Twin.attach(path)`` (drive the
   same twin from another process); ``free_base_port(count)`` (a free port range for ``base_port``).
-* ``replace_node(slot, new_port=False)``, ``scale(size)``.
+* ``replace_node(slot, new_port=False)``, ``scale(size)``; ``lose_node(slot, state="preempted")`` (the VM
+  taken away: its network first, then its processes; listed in that state, no job placed on it).
 * ``exec(node_or_slot, *cmd, user="root")`` (``docker exec``), ``ssh(node_or_slot, *cmd)`` (as the
   admin user through the NAT port, host key checked against ``known_hosts(path)``),
   ``host_key(node)`` (the node's ed25519 public host key line).
@@ -67,6 +69,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
@@ -152,6 +155,9 @@ class TwinNode:
     private_ip: str
     container: str
     disk_volume: str
+    # AmlCompute's nodeState: idle or running while usable; preempted, unusable or leaving once the
+    # VM is gone (lose_node).
+    state: str = "idle"
 
     @property
     def hostname(self) -> str:
@@ -347,6 +353,25 @@ class Twin:
         self.wait_for_ssh([node])
         return node
 
+    def lose_node(self, which: TwinNode | int, state: str = "preempted") -> TwinNode:
+        """AmlCompute takes the node's VM away (a low-priority node preempted, a VM that died): its
+        network goes first (no connection of its processes is closed: the others hear nothing
+        more), then everything on it stops, its job containers included; the listing shows it in
+        ``state`` and no job is placed on it. ``replace_node`` gives the slot a new machine."""
+        node = self._node(which)
+        docker("kill", node.container, check=False)
+        jobs = docker("ps", "-q", "--filter", f"label=amlhpc.twin={self.prefix}", "--filter",
+                      f"name={self.prefix}-job-", check=False).split()
+        for job in jobs:
+            mode = docker("inspect", "-f", "{{.HostConfig.NetworkMode}}", job, check=False)
+            if mode in (f"container:{node.container}", f"container:{self._container_id(node)}"):
+                docker("kill", job, check=False)
+        node.state = state
+        return node
+
+    def _container_id(self, node: TwinNode) -> str:
+        return docker("inspect", "-f", "{{.Id}}", node.container, check=False)
+
     def scale(self, size: int) -> list[TwinNode]:
         """Scale down (the highest ports go) or up (new nodes at the next free ports)."""
         while len(self.nodes) > size:
@@ -388,7 +413,7 @@ class Twin:
     def list_nodes(self) -> list[dict[str, Any]]:
         """What ``AmlCompute.list_nodes()`` returns (azureml-core: camelCase dicts)."""
         return [{"nodeId": n.node_id, "port": n.port, "publicIpAddress": self.public_address,
-                 "privateIpAddress": n.private_ip, "nodeState": "idle", "runId": None}
+                 "privateIpAddress": n.private_ip, "nodeState": n.state, "runId": None}
                 for n in self.nodes]
 
     def write_nodes_file(self, path: Path) -> Path:
@@ -433,7 +458,8 @@ class Twin:
         AzureML runtime would set (never secrets in a spec). Each job container records its
         environment and the ``probe_files`` it sees (``JobRun.environments``, ``JobRun.files``)."""
         job = _job_shape(spec)
-        nodes = self.ranked()[: job["node_count"]]
+        # AzureML places a job on usable nodes only (not on one preempted, unusable or leaving).
+        nodes = [n for n in self.ranked() if n.state in ("idle", "running")][: job["node_count"]]
         if len(nodes) < job["node_count"]:
             raise RuntimeError(f"job wants {job['node_count']} nodes; the twin has {len(self.nodes)}")
         head = nodes[0]
@@ -486,10 +512,7 @@ class Twin:
                            "--master_port", str(MASTER_PORT), job["script"], *job["args"]]
             launcher = ["sh", "-c", probe, "twin-launcher", *started]
             containers.append(docker("run", "-d", *args, self.image, *launcher))
-        try:
-            returncodes = [int(docker("wait", c, timeout=timeout) or 1) for c in containers]
-        except subprocess.TimeoutExpired:
-            returncodes = [124] * len(containers)
+        returncodes = self._wait_job(containers, timeout)
         logs = [subprocess.run(["docker", "logs", c], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                timeout=60, check=False).stdout for c in containers]
         docker("rm", "-f", *containers, check=False)
@@ -517,6 +540,34 @@ class Twin:
                     run.reads[path] += 1
                     run.readers.setdefault(path, set()).add(who)
         return run
+
+    @staticmethod
+    def _wait_job(containers: list[str], timeout: float, grace: float = 30.0) -> list[int]:
+        """Each node's exit code. As AzureML ends a distributed job when one of its processes
+        fails, the containers still running ``grace`` seconds after one ended non-zero are
+        stopped (137); all of them at ``timeout`` (124)."""
+        codes: dict[int, int] = {}
+
+        def wait(i: int, container: str) -> None:
+            out = subprocess.run(["docker", "wait", container], capture_output=True, text=True, check=False)
+            codes[i] = int(out.stdout.strip() or 1) if out.returncode == 0 else 1
+
+        threads = [threading.Thread(target=wait, args=(i, c), daemon=True) for i, c in enumerate(containers)]
+        for t in threads:
+            t.start()
+        deadline, ending = time.monotonic() + timeout, None
+        while len(codes) < len(containers):
+            now = time.monotonic()
+            if ending is None and any(rc != 0 for rc in list(codes.values())):
+                ending = now + grace
+            if now >= deadline or (ending is not None and now >= ending):
+                late = [c for i, c in enumerate(containers) if i not in codes]
+                docker("kill", *late, check=False)
+                for t in threads:
+                    t.join(timeout=30)
+                return [codes.get(i, 124 if now >= deadline else 137) for i in range(len(containers))]
+            time.sleep(0.5)
+        return [codes[i] for i in range(len(containers))]
 
     def _translate_docker_args(self, node: TwinNode, docker_args: list[str], hostfiles: Path) -> list[str]:
         """The spec's docker arguments for this node's job container: ``-v SRC:DST`` mounts the
@@ -549,7 +600,9 @@ class Twin:
         # Any other path (a file under /etc, /opt...): a copy of the node's file or folder.
         dest = hostfiles / src.lstrip("/")
         dest.parent.mkdir(parents=True, exist_ok=True)
-        docker("cp", "-L", f"{node.container}:{src}", str(dest))
+        docker("cp", "-L", f"{node.container}:{src}", str(dest), check=False)
+        if not dest.exists():  # a file the node does not have: docker run -v makes a folder in its place
+            dest.mkdir(parents=True)
         return str(dest)
 
 
