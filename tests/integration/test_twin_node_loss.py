@@ -175,9 +175,9 @@ def test_a_node_lost_in_epoch_2_costs_at_most_one_epoch_and_one_command(site):
     assert record["epoch_reached"] == 2 and record["epochs_done"] == 1, record
     assert record["detected_at"] - lost["at"] <= BOUND, (record, lost)
     assert record["ended_at"] - lost["at"] <= BOUND + 60, (record, lost)  # + the twin ending the job, the module
-    assert re.search(r"run nl1 lost a node: node nl-\S+ \(10\.\S+\), rank 2 of 5: no heartbeat for \d+ s "
+    assert re.search(r"run nl1 lost node nl-2 in epoch 2: node \S+ \(10\.\S+\), rank 2 of 5: no heartbeat for \d+ s "
                      r"\(missed heartbeat;", first.stdout), first.stdout[-6000:]
-    assert "Rerun site.yml" in first.stdout
+    assert "Rerunning site.yml" in first.stdout
     assert "sig=" not in first.stdout
 
     # The operator runs the same command again. AmlCompute lists the node as preempted: the
@@ -226,15 +226,15 @@ def test_a_frozen_node_ends_the_job_within_the_bound_naming_it(site):
 
     def freeze() -> None:
         frozen["at"] = time.time()
-        subprocess.run(["docker", "pause", victim.container], check=True, timeout=60)
+        twin.freeze(victim)
 
     watcher = when_in_epoch(job_metrics(twin, "nlf"), 0, freeze, stop)
     try:
-        res = run("nlf", "stage,submit")
+        res = run("nlf", "prepare_dataset,stage,submit")
     finally:
         stop.set()
         watcher.join(5)
-        subprocess.run(["docker", "unpause", victim.container], check=False, timeout=60)
+        twin.thaw(victim)
     assert "at" in frozen and res.returncode != 0, res.stdout[-6000:]
     loss = parse_loss(res.stdout.replace("\\n", "\n"))
     assert loss is not None and loss["node"] == victim.hostname and loss["ip"] == victim.private_ip, res.stdout[-6000:]
@@ -254,17 +254,17 @@ def test_a_node_lost_after_the_gate_is_named_before_submit_and_left_out(site):
     def during(line: str) -> None:
         # The last task of the stage play reports, on the controller; the node then freezes.
         if "Stage | Report every node's stage" in line and "at" not in paused:
-            subprocess.run(["docker", "pause", victim.container], check=True, timeout=60)
+            twin.freeze(victim)
             paused["at"] = time.time()
         # Named before submit: the job may run (AmlCompute still lists the node), the node is back.
         if "was lost after the health gate" in line and "named" not in paused:
             paused["named"] = time.time()
-            subprocess.run(["docker", "unpause", victim.container], check=False, timeout=60)
+            twin.thaw(victim)
 
     try:
-        res = run("nll", "healthcheck,stage,submit", during)
+        res = run("nll", "healthcheck,prepare_dataset,stage,submit", during)
     finally:
-        subprocess.run(["docker", "unpause", victim.container], check=False, timeout=60)
+        twin.thaw(victim)
     assert res.returncode == 0, res.stdout[-8000:]
     assert f"node {name} was lost after the health gate: it did not answer within 15 s right before submit. " \
            f"Left out (healthcheck_spare_nodes: 1)" in res.stdout, res.stdout[-8000:]

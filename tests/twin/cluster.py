@@ -46,7 +46,8 @@ scratch_path="/mnt/scratch", admin_user="azureuser", image=None)``
 * ``list_nodes()``, ``write_nodes_file(path)``; ``save_state(path)`` / ``Twin.attach(path)`` (drive the
   same twin from another process); ``free_base_port(count)`` (a free port range for ``base_port``).
 * ``replace_node(slot, new_port=False)``, ``scale(size)``; ``lose_node(slot, state="preempted")`` (the VM
-  taken away: its network first, then its processes; listed in that state, no job placed on it).
+  taken away: its network first, then its processes; listed in that state, no job placed on it);
+  ``freeze(slot)``/``thaw(slot)`` (``docker pause`` of the node and its job containers).
 * ``exec(node_or_slot, *cmd, user="root")`` (``docker exec``), ``ssh(node_or_slot, *cmd)`` (as the
   admin user through the NAT port, host key checked against ``known_hosts(path)``),
   ``host_key(node)`` (the node's ed25519 public host key line).
@@ -359,18 +360,30 @@ class Twin:
         more), then everything on it stops, its job containers included; the listing shows it in
         ``state`` and no job is placed on it. ``replace_node`` gives the slot a new machine."""
         node = self._node(which)
+        jobs = self._job_containers(node)
         docker("kill", node.container, check=False)
-        jobs = docker("ps", "-q", "--filter", f"label=amlhpc.twin={self.prefix}", "--filter",
-                      f"name={self.prefix}-job-", check=False).split()
         for job in jobs:
-            mode = docker("inspect", "-f", "{{.HostConfig.NetworkMode}}", job, check=False)
-            if mode in (f"container:{node.container}", f"container:{self._container_id(node)}"):
-                docker("kill", job, check=False)
+            docker("kill", job, check=False)
         node.state = state
         return node
 
-    def _container_id(self, node: TwinNode) -> str:
-        return docker("inspect", "-f", "{{.Id}}", node.container, check=False)
+    def freeze(self, which: TwinNode | int) -> None:
+        """The node stops answering (``docker pause``: every process on it, its job's included, is
+        frozen; its network stays up, so nothing it had open is closed)."""
+        node = self._node(which)
+        docker("pause", node.container, *self._job_containers(node), check=False)
+
+    def thaw(self, which: TwinNode | int) -> None:
+        node = self._node(which)
+        docker("unpause", node.container, *self._job_containers(node), check=False)
+
+    def _job_containers(self, node: TwinNode) -> list[str]:
+        """The job containers running on ``node`` (in its network namespace)."""
+        ident = docker("inspect", "-f", "{{.Id}}", node.container, check=False)
+        jobs = docker("ps", "-aq", "--filter", f"label=amlhpc.twin={self.prefix}", "--filter",
+                      f"name={self.prefix}-job-", check=False).split()
+        return [job for job in jobs if docker("inspect", "-f", "{{.HostConfig.NetworkMode}}", job, check=False)
+                in (f"container:{node.container}", f"container:{ident}")]
 
     def scale(self, size: int) -> list[TwinNode]:
         """Scale down (the highest ports go) or up (new nodes at the next free ports)."""
@@ -512,7 +525,7 @@ class Twin:
                            "--master_port", str(MASTER_PORT), job["script"], *job["args"]]
             launcher = ["sh", "-c", probe, "twin-launcher", *started]
             containers.append(docker("run", "-d", *args, self.image, *launcher))
-        returncodes = self._wait_job(containers, timeout)
+        returncodes = self._wait_job(containers, [n.container for n in nodes], timeout)
         logs = [subprocess.run(["docker", "logs", c], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                timeout=60, check=False).stdout for c in containers]
         docker("rm", "-f", *containers, check=False)
@@ -542,11 +555,16 @@ class Twin:
         return run
 
     @staticmethod
-    def _wait_job(containers: list[str], timeout: float, grace: float = 30.0) -> list[int]:
+    def _wait_job(containers: list[str], node_containers: list[str], timeout: float, grace: float = 30.0) -> list[int]:
         """Each node's exit code. As AzureML ends a distributed job when one of its processes
-        fails, the containers still running ``grace`` seconds after one ended non-zero are
-        stopped (137); all of them at ``timeout`` (124)."""
+        fails, the containers still running ``grace`` seconds after one ended non-zero on a node
+        that is still there are stopped (137); all of them at ``timeout`` (124). A node that is
+        gone (lose_node) reports nothing: the job goes on until its other processes end."""
         codes: dict[int, int] = {}
+
+        def failed_on_a_live_node(i: int) -> bool:
+            up = docker("inspect", "-f", "{{.State.Running}}", node_containers[i], check=False)
+            return codes[i] != 0 and up == "true"
 
         def wait(i: int, container: str) -> None:
             out = subprocess.run(["docker", "wait", container], capture_output=True, text=True, check=False)
@@ -558,7 +576,7 @@ class Twin:
         deadline, ending = time.monotonic() + timeout, None
         while len(codes) < len(containers):
             now = time.monotonic()
-            if ending is None and any(rc != 0 for rc in list(codes.values())):
+            if ending is None and any(failed_on_a_live_node(i) for i in list(codes)):
                 ending = now + grace
             if now >= deadline or (ending is not None and now >= ending):
                 late = [c for i, c in enumerate(containers) if i not in codes]

@@ -133,6 +133,34 @@ def retained(entries: Sequence[Entry], keep: int, keep_days: float, now: float) 
     return kept, removed
 
 
+def run_measured(argv: list[str], env: dict[str, str], timeout: float) -> tuple[int | None, str, str, float]:
+    """(exit code, None past ``timeout``; stdout; stderr; the CPU seconds of that process alone,
+    from wait4: the training process's other children, its DataLoader workers, are not counted)."""
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    chunks: dict[str, bytes] = {}
+
+    def drain(name: str, pipe: Any) -> None:
+        chunks[name] = pipe.read()
+
+    readers = [threading.Thread(target=drain, args=(n, p), daemon=True) for n, p in
+               (("out", proc.stdout), ("err", proc.stderr))]
+    for r in readers:
+        r.start()
+    killer = threading.Timer(timeout, proc.kill)
+    killer.start()
+    try:
+        _pid, status, usage = os.wait4(proc.pid, 0)
+    finally:
+        killer.cancel()
+    for r in readers:
+        r.join(timeout=10)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    timed_out = os.WIFSIGNALED(status) and os.WTERMSIG(status) == 9
+    text = {k: v.decode("utf-8", "replace") for k, v in chunks.items()}
+    return (None if timed_out else proc.returncode, text.get("out", ""), text.get("err", ""),
+            usage.ru_utime + usage.ru_stime)
+
+
 def azcopy_outcome(stdout: str, stderr: str, returncode: int) -> tuple[bool, str]:
     """(failed, the sentence that says why) of an ``azcopy --output-type json`` run: its exit
     code, its last error message, and the job status of its end-of-job message."""
@@ -194,6 +222,8 @@ class CheckpointStore:
         self.uploaded: list[int] = []
         self.failures = 0
         self.busy_s = 0.0  # seconds the thread spent copying (the training thread spends none)
+        self.copy_cpu_s = 0.0  # CPU seconds of the copies: this thread (the digest) and azcopy
+        self.handoff_s = 0.0  # seconds the training thread spent in put()
         self._pending: queue.Queue[tuple[str, int, int] | None] = queue.Queue(maxsize=1)
         self._lock = threading.Lock()
         self._idle = threading.Event()
@@ -215,12 +245,13 @@ class CheckpointStore:
 
     def _azcopy(self, argv: list[str], what: str, timeout: float = 3600) -> None:
         try:
-            proc = subprocess.run(argv, env=self._env(), capture_output=True, text=True, timeout=timeout, check=False)
+            returncode, stdout, stderr, cpu = run_measured(argv, self._env(), timeout)
         except FileNotFoundError:
             raise StoreError(f"{what}: azcopy is not at {self.azcopy!r} (--azcopy)") from None
-        except subprocess.TimeoutExpired:
-            raise StoreError(f"{what}: azcopy did not finish within {timeout:g} s") from None
-        failed, detail = azcopy_outcome(proc.stdout, proc.stderr, proc.returncode)
+        self.copy_cpu_s += cpu
+        if returncode is None:
+            raise StoreError(f"{what}: azcopy did not finish within {timeout:g} s")
+        failed, detail = azcopy_outcome(stdout, stderr, returncode)
         if failed:
             raise StoreError(self._scrub(f"{what}: azcopy failed: {detail[:400]}"))
 
@@ -265,6 +296,11 @@ class CheckpointStore:
     # --- copies (the background thread) --------------------------------------------------------------
     def put(self, path: str, epoch: int, step: int) -> None:
         """Copy the checkpoint at ``path`` to the store, in the background; returns at once."""
+        t0 = time.perf_counter()
+        self._put(path, epoch, step)
+        self.handoff_s += time.perf_counter() - t0
+
+    def _put(self, path: str, epoch: int, step: int) -> None:
         outbox = os.path.join(os.path.dirname(path), OUTBOX)
         os.makedirs(outbox, exist_ok=True)
         staged = os.path.join(outbox, f"epoch_{epoch:03d}.pt")  # one name per checkpoint: never one being copied
@@ -300,7 +336,7 @@ class CheckpointStore:
             if item is None:
                 return
             staged, epoch, step = item
-            t0 = time.monotonic()
+            t0, cpu0 = time.monotonic(), time.thread_time()
             try:
                 self.copy(staged, epoch, step)
             except (StoreError, OSError, ValueError) as exc:
@@ -310,6 +346,7 @@ class CheckpointStore:
             finally:
                 self._discard(staged)
                 self.busy_s += time.monotonic() - t0
+                self.copy_cpu_s += time.thread_time() - cpu0
                 with self._lock:
                     if self._pending.empty():
                         self._idle.set()
@@ -478,7 +515,8 @@ def finish(store: CheckpointStore, wait_s: float, record_path: str, log: Callabl
     done = store.close(wait_s)
     latest = store.manifest.latest if store.manifest else None
     record = {"url": store.url, "uploaded_epochs": list(store.uploaded), "failures": store.failures,
-              "copy_seconds": round(store.busy_s, 2), "waited_at_end_s": round(time.monotonic() - t0, 2),
+              "copy_seconds": round(store.busy_s, 2), "copy_cpu_seconds": round(store.copy_cpu_s, 3),
+              "handoff_seconds": round(store.handoff_s, 6), "waited_at_end_s": round(time.monotonic() - t0, 2),
               "durable_epoch": latest.epoch if latest else None,
               "kept": [e.name for e in store.manifest.entries] if store.manifest else []}
     if not done:

@@ -221,13 +221,13 @@ def plan_slots(recorded: Sequence[Mapping[str, Any]] | None, current: Sequence[M
     in its place), or a new slot at the end; a slot still without a node is planned under a
     placeholder name (:func:`placeholder`) and left out, so that only its files move. Returns
     ``hosts`` (plan order), ``lost`` (the placeholders), ``gone`` (the lost slots' records),
-    ``replacements`` (``{host, was}``), ``record`` (what ``nodes.json`` holds next), ``changed``
-    (the record differs) and ``lines`` (one sentence each)."""
+    ``replacements`` (``{host, was}``), ``record`` (what ``nodes.json`` holds next), ``differs``
+    (the record is to be written) and ``lines`` (one sentence each)."""
     current = list(current)
     if not recorded:
         record = [{"host": n["host"], "node_id": n["node_id"], "ip": n.get("ip", "")} for n in current]
         return {"hosts": [n["host"] for n in current], "lost": [], "gone": [], "replacements": [], "record": record,
-                "changed": True, "lines": []}
+                "differs": True, "lines": []}
     by_id = {n["node_id"]: n for n in current}
     used: set[str] = set()
     slots: list[dict[str, Any] | None] = []
@@ -266,9 +266,9 @@ def plan_slots(recorded: Sequence[Mapping[str, Any]] | None, current: Sequence[M
     if gone:
         lines.append(f"{len(gone)} slot(s) of this run have no node ({', '.join(g['host'] for g in gone)}): their "
                      f"files are dealt to the others; a node AmlCompute adds takes such a slot back")
-    changed = [dict(r) for r in record] != [dict(r) for r in recorded]
+    differs = [dict(r) for r in record] != [dict(r) for r in recorded]
     return {"hosts": hosts, "lost": lost, "gone": gone, "replacements": replacements, "record": record,
-            "changed": changed, "lines": lines}
+            "differs": differs, "lines": lines}
 
 
 def _was_lost(slot: Mapping[str, Any], recorded: Sequence[Mapping[str, Any]]) -> bool:
