@@ -39,7 +39,6 @@ from test_multinode import ANSIBLE_PLAYBOOK, ROOT, TRAIN_ARGS, azureml_state, jo
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 
-from amlhpc.node_loss import parse_loss  # noqa: E402
 from twin.cluster import Twin, free_base_port  # noqa: E402
 
 NODES = 5
@@ -236,11 +235,14 @@ def test_a_frozen_node_ends_the_job_within_the_bound_naming_it(site):
         watcher.join(5)
         twin.thaw(victim)
     assert "at" in frozen and res.returncode != 0, res.stdout[-6000:]
-    loss = parse_loss(res.stdout.replace("\\n", "\n"))
-    assert loss is not None and loss["node"] == victim.hostname and loss["ip"] == victim.private_ip, res.stdout[-6000:]
-    assert loss["seen"] == "missed heartbeat"
-    assert loss["at_ts"] - frozen["at"] <= BOUND, (loss, frozen)
+    name = {n.container: f"nl-{i}" for i, n in enumerate(twin.ranked())}[victim.container]
+    rank = [n.container for n in usable].index(victim.container)
+    assert re.search(rf"run nlf lost node {name} in epoch 1: node {victim.hostname} \({re.escape(victim.private_ip)}\), "
+                     rf"rank {rank} of {len(usable)}: no heartbeat for \d+ s \(missed heartbeat;", res.stdout), \
+        res.stdout[-6000:]
     record = json.loads((where / "project" / "outputs" / "nlf" / "interruptions.json").read_text())[-1]
+    assert (record["node"], record["ranks"], record["seen"]) == (name, [rank], "missed heartbeat"), record
+    assert record["detected_at"] - frozen["at"] <= BOUND, (record, frozen)
     assert record["ended_at"] - frozen["at"] <= BOUND + 60, (record, frozen)
 
 
