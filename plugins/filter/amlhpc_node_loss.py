@@ -42,7 +42,9 @@ def last_look(hostvars: Any, all_hosts: list[str], play_hosts: list[str], job_no
     expected: dict[str, Any] = {}
     for host in job_nodes:
         hv = hostvars[host] if host in hostvars else {}
-        probes[host] = hv.get("node_loss_probe")
+        answer, probe = hv.get("node_loss_answer") or {}, hv.get("node_loss_probe")
+        # A node that did not answer in time has no probe: its answer says why.
+        probes[host] = answer if answer.get("failed") else probe
         shard = ((hv.get("stage_plan") or {}).get("shards") or {}).get(host)
         expected[host] = shard.get("list_of_files") if isinstance(shard, dict) and "list_of_files" in shard else None
     addresses = {h: str((hostvars[h] if h in hostvars else {}).get("aml_private_ip") or "") for h in all_hosts}

@@ -59,7 +59,7 @@ def test_azcopy_outcome_reads_the_job_status_and_the_error():
     failed = "\n".join(json.dumps(m) for m in (
         {"MessageType": "EndOfJob", "MessageContent": json.dumps({"JobStatus": "Failed"})},))
     assert azcopy_outcome(failed, "", 0) == (True, "job Failed")
-    error = json.dumps({"MessageType": "Error", "MessageContent": "Cannot perform copy due to error: The specified "
-                                                                   "file was not found.\nmore"})
+    content = "Cannot perform copy due to error: The specified file was not found.\nmore"
+    error = json.dumps({"MessageType": "Error", "MessageContent": content})
     assert azcopy_outcome(error, "", 1) == (True, "Cannot perform copy due to error: The specified file was not found.")
     assert azcopy_outcome("", "boom\n", 2) == (True, "boom")

@@ -283,8 +283,8 @@ class CheckpointStore:
         try:
             self._download(MANIFEST, dest)
         except StoreError as exc:
-            if any(s in str(exc) for s in ("404", "BlobNotFound", "does not exist", "ResourceNotFound",
-                                            "was not found", "NotFound")):
+            missing = ("404", "BlobNotFound", "does not exist", "ResourceNotFound", "was not found", "NotFound")
+            if any(s in str(exc) for s in missing):
                 return None
             raise
         try:

@@ -382,7 +382,7 @@ def probe_problem(probe: Mapping[str, Any] | None, expected: Sequence[str] | Non
     if probe.get("unreachable"):
         return f"did not answer right before submit ({str(probe.get('msg') or 'unreachable').strip()[:200]})"
     msg = str(probe.get("msg") or "")
-    if "expected time frame" in msg or "timed out" in msg.lower():
+    if "expected time frame" in msg or "timed out" in msg.lower():  # the task's timeout, wait_for_connection's
         return f"did not answer within {timeout:g} s right before submit"
     if probe.get("failed") or probe.get("rc") not in (0, None):
         return f"could not list its stage folder right before submit ({(probe.get('stderr') or msg).strip()[:200]})"

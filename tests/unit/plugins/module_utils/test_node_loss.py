@@ -78,13 +78,13 @@ def test_judge_never_calls_a_fresh_rank_lost_and_names_every_silent_one(last_cha
         return
     if finding is None:
         # nobody waited long in a collective that some live rank stays out of
-        for what in {w for w, _ in waits.values() if w}:
-            inside = {r for r, (w, _) in waits.items() if w == what}
+        for what in {w for w, _unused in waits.values() if w}:
+            inside = {r for r, (w, _unused) in waits.items() if w == what}
             held = [r for r in inside if now - waits[r][1] >= lost_after]
             assert not held or inside >= set(last_change)
         return
     assert finding.seen == COLLECTIVE
-    inside = {r for r, (w, _) in waits.items() if w == finding.what}
+    inside = {r for r, (w, _unused) in waits.items() if w == finding.what}
     assert not set(finding.ranks) & inside  # a rank that waits is never the laggard
     assert set(finding.ranks) == set(last_change) - inside and finding.waiting == len(inside)
     assert any(now - waits[r][1] >= lost_after for r in inside)
@@ -214,6 +214,9 @@ def test_a_node_that_does_not_answer_in_time_is_named_left_out_and_its_shard_mov
                                      "c-1, c-2, c-4, and the job trains on them.")
     assert out["verdict"]["excluded"] == ["c-3"] and out["verdict"]["rendezvous"] == "10.0.0.0:29400"
     assert out["restage"] == ["c-0", "c-1", "c-2", "c-4"] and out["verdict"]["min_nodes"] == 4
+    # wait_for_connection's own words for a node that did not answer
+    probes["c-3"] = {"failed": True, "elapsed": 30, "msg": "timed out waiting for ping module test: Failed to connect"}
+    assert look(probes)["lost"] == [{"node": "c-3", "reason": "did not answer within 30 s right before submit"}]
 
 
 def test_a_node_gone_from_the_play_or_missing_files_stops_without_exclude():
