@@ -100,12 +100,13 @@ def site(tmp_path_factory):
                     "account_key=prepare_dataset_account_key) }}\"\n")
         state = azureml_state(twin, where, audit_reads=True)
 
-        def run(name: str, tags: str, during=None) -> subprocess.CompletedProcess:
-            """ansible-playbook site.yml; ``during(line)`` sees each output line as it comes."""
+        def run(name: str, tags: str, during=None, **extra) -> subprocess.CompletedProcess:
+            """ansible-playbook site.yml (``extra``: extra variables); ``during(line)`` sees each output
+            line as it comes."""
             twin.write_nodes_file(where / "inventory" / "nodes.json")  # what AmlCompute lists now
             twin.save_state(where / "twin.json")
             proc = subprocess.Popen([ANSIBLE_PLAYBOOK, "-i", str(inv), "site.yml", "--tags", tags,
-                                     "-e", f"submit_name={name}"], cwd=ROOT, env=twin_env(state),
+                                     "-e", f"submit_name={name}", "-e", json.dumps(extra)], cwd=ROOT, env=twin_env(state),
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             lines = []
             timer = threading.Timer(1500, proc.kill)
@@ -122,7 +123,7 @@ def site(tmp_path_factory):
             (where / f"{name}-{len(list(where.glob(name + '-*.log')))}.log").write_text(out)
             return subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
 
-        yield twin, run, where, state
+        yield twin, run, where, state, group_vars
     finally:
         if azurite is not None:
             os.killpg(azurite.pid, 15)
@@ -156,7 +157,7 @@ def mllog(path: Path) -> list[dict]:
 
 
 def test_a_node_lost_in_epoch_2_costs_at_most_one_epoch_and_one_command(site):
-    twin, run, where, state = site
+    twin, run, where, state, _vars = site
     victim = twin.ranked()[2]
     lost: dict[str, float] = {}
     stop = threading.Event()
@@ -220,7 +221,7 @@ def test_a_node_lost_in_epoch_2_costs_at_most_one_epoch_and_one_command(site):
 
 
 def test_a_frozen_node_ends_the_job_within_the_bound_naming_it(site):
-    twin, run, where, _state = site
+    twin, run, where, _state, _vars = site
     usable = [n for n in twin.ranked() if n.state == "idle"]
     victim = usable[-1]
     frozen: dict[str, float] = {}
@@ -250,7 +251,7 @@ def test_a_frozen_node_ends_the_job_within_the_bound_naming_it(site):
 
 
 def test_a_node_lost_after_the_gate_is_named_before_submit_and_left_out(site):
-    twin, run, where, state = site
+    twin, run, where, state, group_vars = site
     usable = [n for n in twin.ranked() if n.state == "idle"]
     victim = usable[1]
     name = {n.container: f"nl-{i}" for i, n in enumerate(usable)}[victim.container]
@@ -268,7 +269,8 @@ def test_a_node_lost_after_the_gate_is_named_before_submit_and_left_out(site):
             twin.thaw(victim)
 
     try:
-        res = run("nll", "healthcheck,prepare_dataset,stage,submit", during)
+        res = run("nll", "healthcheck,prepare_dataset,stage,submit", during,
+                  submit_train_args={**group_vars["submit_train_args"], "epochs": 1})
     finally:
         twin.thaw(victim)
     assert res.returncode == 0, res.stdout[-8000:]
@@ -281,8 +283,9 @@ def test_a_node_lost_after_the_gate_is_named_before_submit_and_left_out(site):
     assert moved and moved[-1][0] == name and int(moved[-1][1]) > 0, moved
     jobs = json.loads(state.read_text())["jobs"]
     logs = Path(jobs["nll"]["logs"]).read_text()
-    assert jobs["nll"]["status"] == "Completed" and "3 process(es) on 3 node(s)" in logs
+    trained = len(usable) - 1
+    assert jobs["nll"]["status"] == "Completed" and f"{trained} process(es) on {trained} node(s)" in logs, logs[-3000:]
     assert "no health verdict at" in logs or "was excluded by the health gate" in logs
     reads = json.loads((where / "runs" / "nll" / "reads.json").read_text())
     train = {p: v["count"] for p, v in reads.items() if "/train/" in p}
-    assert set(train.values()) == {EPOCHS}, train  # each file it reads, once an epoch
+    assert set(train.values()) == {1}, train  # each file it reads, once (one epoch)

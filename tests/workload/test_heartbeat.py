@@ -127,6 +127,19 @@ def test_ranks_that_finish_together_end_quietly():
     assert exits == {}
 
 
+def test_a_rank_that_ends_with_an_error_ends_the_others_at_their_next_beat():
+    beats, exits, records, timing = pair(6)
+    for beat in beats:
+        beat.begin()
+    time.sleep(2 * timing.interval)
+    beats[1].close(RuntimeError("CUDA error: an illegal memory access was encountered\nmore"))
+    ended = time.monotonic()
+    while 0 not in exits and time.monotonic() < ended + 5 * timing.interval:
+        time.sleep(0.1)
+    assert exits.get(0, (None,))[0] == 1 and exits[0][1] - ended <= 3 * timing.interval, exits
+    assert records == []  # no node blamed: its error is its own
+
+
 def _wait_for_steps(out, procs, tmp_path, count=2, who=0):
     deadline = time.monotonic() + 180
     metrics = out / "metrics.jsonl"

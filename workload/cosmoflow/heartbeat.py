@@ -134,12 +134,17 @@ class Heartbeat:
         threading.Thread(target=run, name="cosmoflow-heartbeat-call", daemon=True).start()
         done.wait(limit)
 
-    def close(self) -> None:
-        """Done: say so; rank 0 keeps the store up until every rank has said so (a few beats at most)."""
+    def close(self, error: BaseException | None = None) -> None:
+        """Done: say so; rank 0 keeps the store up until every rank has said so (a few beats at most).
+        Ended by ``error`` instead: the other ranks are told at their next beat and end too, rather
+        than wait in a collective for a rank that is gone (and blame its node)."""
         if self._stop.is_set():
             return
         self._stop.set()
         self._thread.join(timeout=self.timing.interval * 2 + 5)
+        if error is not None and not (isinstance(error, SystemExit) and error.code in (0, None)):
+            self._tell_ended(error)
+            return
         try:
             if self.rank == 0:
                 self.store.set("state", "finished")
@@ -150,6 +155,40 @@ class Heartbeat:
                 self._bounded(lambda: self.store.add("done", 1), self.timing.interval)
         except Exception:  # rank 0 ended first, or the store is gone: nothing waits for this rank
             pass
+
+    def _tell_ended(self, error: BaseException) -> None:
+        lines = str(error).strip().splitlines() or [type(error).__name__]
+        member = self.members[self.rank]
+        note = json.dumps({"rank": self.rank, "node": member.host, "ip": member.ip, "reason": lines[0][:300]})
+        if self.rank != 0:
+            self._bounded(lambda: self.store.set("state", "ended\t" + note), self.timing.interval)
+            return
+        try:  # rank 0 holds the store: up until the others have read it (a few beats at most)
+            self.store.set("state", "ended\t" + note)
+            deadline = self.clock() + 2 * self.timing.interval + 2
+            while self.clock() < deadline and self.store.add("told", 0) < self.world - 1:
+                time.sleep(min(0.2, self.timing.interval / 4))
+        except Exception:
+            pass
+
+    def _ended(self, note: dict[str, Any]) -> None:
+        """Another rank ended with an error: this one ends too (exit code 1), saying which."""
+        if not self._ending.acquire(blocking=False):
+            return
+        if self._first_on_node:
+            sys.stderr.write(f"[cosmoflow] rank {note.get('rank')} of {self.world} (node {note.get('node')}) ended with "
+                             f"an error: {note.get('reason')}; rank {self.rank} stops too (its log says why)\n")
+            sys.stderr.flush()
+        if self.rank == 0:
+            deadline = self.clock() + 2 * self.timing.interval + 2
+            try:
+                while self.clock() < deadline and self.store.add("told", 0) < self.world - 2:
+                    time.sleep(min(0.2, self.timing.interval / 4))
+            except Exception:
+                pass
+        else:
+            self._bounded(lambda: self.store.add("told", 1), self.timing.interval)
+        self._exit(1)
 
     # --- the heartbeat threads ----------------------------------------------------------------
     def _run(self) -> None:
@@ -185,6 +224,9 @@ class Heartbeat:
             return
         if state.startswith("lost\t"):
             self._end(json.loads(state.split("\t", 1)[1]), via="read")
+            return
+        if state.startswith("ended\t"):
+            self._ended(json.loads(state.split("\t", 1)[1]))
             return
         if self.rank == 0:
             finding = self.watch(now)

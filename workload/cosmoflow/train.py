@@ -347,8 +347,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                       os.path.join(args.output_dir, "node-loss.json"), mllog)
         return _train(args, layout, device, rec, mllog, steps, watchdog)
     except cdist.CollectiveError as exc:
-        if beat is not None:  # a rank that died: the heartbeat names its node (and ends this rank) first
-            beat.settle()
+        if beat is not None and "lost its connection" in str(exc):
+            beat.settle()  # a rank that died closed its sockets: the heartbeat names its node first
         raise SystemExit(str(exc)) from None
     except RuntimeError as exc:  # a start-up collective outside the named ones (partition check, staging)
         message = cdist.collective_failure(exc, cdist.call_site(exc), layout.rank, layout.world_size,
@@ -357,8 +357,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         raise SystemExit(message) from None
     finally:
-        if beat is not None:
-            beat.close()
+        if beat is not None:  # ended by an error: the other ranks are told and end too
+            beat.close(sys.exc_info()[1])
         watchdog.close()
         mllog.close()
         rec.close()
