@@ -446,6 +446,8 @@ def main() -> None:
     if module.check_mode:
         log_path = None
 
+    # The log is appended to (a rerun, an attempt after a failure): only this run's part is read.
+    log_start = os.path.getsize(log_path) if log_path and os.path.exists(log_path) else 0
     try:
         if p["backend"] == "local":
             result = run_local(p, module.check_mode, req, log_path)
@@ -462,7 +464,7 @@ def main() -> None:
     if result["status"] in FAILED:
         decided = result.pop("msg", "")
         # The job's heartbeat named a lost node (workload/cosmoflow/heartbeat.py): that sentence first.
-        loss = parse_loss_file(log_path)
+        loss = parse_loss_file(log_path, start=log_start)
         if loss:
             result["node_loss"] = loss
         module.fail_json(msg=f"run {result['run_id']} ended {result['status']} ({decided or 'local run'})"

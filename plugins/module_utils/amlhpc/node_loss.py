@@ -121,13 +121,14 @@ def parse_loss(text: str) -> dict[str, Any] | None:
             "by": int(m["by"]), "sentence": sentence.removeprefix(TAG).strip()}
 
 
-def parse_loss_file(path: str, limit: int = 8 << 20) -> dict[str, Any] | None:
-    """:func:`parse_loss` on the last ``limit`` bytes of the file at ``path`` (None when unreadable)."""
+def parse_loss_file(path: str, start: int = 0, limit: int = 8 << 20) -> dict[str, Any] | None:
+    """:func:`parse_loss` on what the file at ``path`` holds from byte ``start`` (a log appended to
+    by every run: this run's part), its last ``limit`` bytes at most (None when unreadable)."""
     try:
         with open(path, "rb") as f:
             f.seek(0, 2)
             size = f.tell()
-            f.seek(max(0, size - limit))
+            f.seek(max(start, size - limit))
             return parse_loss(f.read().decode("utf-8", "replace"))
     except OSError:
         return None

@@ -263,3 +263,19 @@ def test_the_interruption_is_recorded_resumed_and_reported():
                     "resumed from https://a/c/cf/epoch_000.pt at epoch 2; time lost (s): detection 95.0, job end "
                     "5.0, waiting for rerun 60.0, regate restage 90.0, restart 40.0, total 290.0")
     assert node_loss.report_lines([record])[0].endswith("; not resumed yet (rerun site.yml)")
+
+
+def test_only_this_runs_part_of_an_appended_log_is_read(tmp_path):
+    log = tmp_path / "run.log"
+    old = loss_sentence(node="old", ip="10.0.0.9", ranks=[2], world=5, seen=MISSED, seconds=40, last=T0, by=0,
+                        at=T0 + 40)
+    log.write_text(f"attempt 1\n{old}\n")
+    start = log.stat().st_size
+    assert node_loss.parse_loss_file(str(log))["node"] == "old"
+    assert node_loss.parse_loss_file(str(log), start=start) is None  # this run lost nothing
+    new = loss_sentence(node="new", ip="10.0.0.3", ranks=[1], world=4, seen=MISSED, seconds=40, last=T0 + 900,
+                        by=0, at=T0 + 940)
+    with open(log, "a", encoding="utf-8") as f:
+        f.write(f"attempt 2\n{new}\n")
+    assert node_loss.parse_loss_file(str(log), start=start)["node"] == "new"
+    assert node_loss.parse_loss_file(str(tmp_path / "none.log")) is None
