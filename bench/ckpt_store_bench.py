@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import resource
+import signal
 import socket
 import statistics
 import subprocess
@@ -90,6 +91,7 @@ def main() -> int:
     p.add_argument("--pairs", type=int, default=3)
     p.add_argument("--epochs", type=int, default=4)
     args = p.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_unused: sys.exit(143))  # Azurite is stopped on the way out
     from azure.storage.blob import BlobServiceClient, ContainerSasPermissions, generate_container_sas
 
     with tempfile.TemporaryDirectory(prefix="ckpt-bench-") as tmp:
