@@ -52,16 +52,20 @@ def blobs(azurite, container: str, prefix: str) -> dict[str, bytes]:
             for b in client.list_blobs(name_starts_with=prefix)}
 
 
-def test_checkpoints_reach_the_store_and_a_new_attempt_resumes_from_it(azurite, azcopy, azcopy_env, data, tmp_path):
-    azurite.service().create_container("ckpt-resume")
+@pytest.mark.parametrize("copier", ["auto", "azcopy"])
+def test_checkpoints_reach_the_store_and_a_new_attempt_resumes_from_it(copier, azurite, azcopy, azcopy_env, data,
+                                                                         tmp_path):
+    """auto: with a SAS, one HTTP request from the training process; azcopy: the real azcopy."""
+    container = f"ckpt-resume-{copier}"
+    azurite.service().create_container(container)
     sas = tmp_path / "sas"
-    sas.write_text(azurite.container_sas("ckpt-resume", "racwdl"))
-    store = f"{azurite.endpoint}/ckpt-resume/runs/cosmoflow"
+    sas.write_text(azurite.container_sas(container, "racwdl"))
+    store = f"{azurite.endpoint}/{container}/runs/cosmoflow"
 
     first = train(data, tmp_path / "attempt1", store, sas, azcopy, azcopy_env, "--epochs", "3",
-                  "--checkpoint-store-keep", "2")
+                  "--checkpoint-store-keep", "2", "--checkpoint-copier", copier)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    held = blobs(azurite, "ckpt-resume", "runs/cosmoflow/")
+    held = blobs(azurite, container, "runs/cosmoflow/")
     manifest = json.loads(held.pop("latest.json"))
     # The newest is always there; at most two are kept; the manifest names exactly what the store holds.
     assert manifest["latest"]["name"] == "epoch_002.pt" and manifest["latest"]["epoch"] == 2
@@ -75,7 +79,7 @@ def test_checkpoints_reach_the_store_and_a_new_attempt_resumes_from_it(azurite, 
 
     # A new attempt: its output folder is empty, as a new AzureML job's is.
     second = train(data, tmp_path / "attempt2", store, sas, azcopy, azcopy_env, "--epochs", "5",
-                   "--checkpoint-store-keep", "2")
+                   "--checkpoint-store-keep", "2", "--checkpoint-copier", copier)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     assert f"resuming from the checkpoint store: {store}/epoch_002.pt (epoch 3 done" in second.stdout
     fetched = tmp_path / "attempt2" / "checkpoints" / ".from-store" / "epoch_002.pt"
@@ -87,22 +91,23 @@ def test_checkpoints_reach_the_store_and_a_new_attempt_resumes_from_it(azurite, 
     resumed = [e["value"] for e in events if e["key"] == "resumed_from_checkpoint"]
     assert resumed == [{"checkpoint": f"{store}/epoch_002.pt", "source": "store", "epoch_done": 3, "step": 24}]
     assert [e["metadata"]["epoch_num"] for e in events if e["key"] == "epoch_start"] == [4, 5]
-    held = blobs(azurite, "ckpt-resume", "runs/cosmoflow/")
+    held = blobs(azurite, container, "runs/cosmoflow/")
     assert json.loads(held.pop("latest.json"))["latest"]["name"] == "epoch_004.pt"
     assert "epoch_004.pt" in held and "epoch_000.pt" not in held and len(held) <= 2
 
 
-def test_a_store_that_refuses_the_copy_costs_a_line_not_the_run(azurite, azcopy, azcopy_env, data, tmp_path):
-    azurite.service().create_container("ckpt-readonly")
+@pytest.mark.parametrize("copier", ["auto", "azcopy"])
+def test_a_store_that_refuses_the_copy_costs_a_line_not_the_run(copier, azurite, azcopy, azcopy_env, data, tmp_path):
+    azurite.service().create_container(f"ckpt-readonly-{copier}")
     sas = tmp_path / "sas"
-    token = azurite.container_sas("ckpt-readonly", "rl")  # no write permission
+    token = azurite.container_sas(f"ckpt-readonly-{copier}", "rl")  # no write permission
     sas.write_text(token)
-    store = f"{azurite.endpoint}/ckpt-readonly/run"
-    res = train(data, tmp_path / "out", store, sas, azcopy, azcopy_env, "--epochs", "2")
+    store = f"{azurite.endpoint}/ckpt-readonly-{copier}/run"
+    res = train(data, tmp_path / "out", store, sas, azcopy, azcopy_env, "--epochs", "2", "--checkpoint-copier", copier)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert "did not reach" in res.stdout and "training goes on" in res.stdout, res.stdout[-3000:]
     assert token not in res.stdout + res.stderr and "sig=" not in res.stdout + res.stderr
     record = json.loads((tmp_path / "out" / "checkpoint-store.json").read_text())
     assert record["failures"] >= 1 and record["durable_epoch"] is None
-    assert blobs(azurite, "ckpt-readonly", "run/") == {}
+    assert blobs(azurite, f"ckpt-readonly-{copier}", "run/") == {}
     assert os.path.exists(tmp_path / "out" / "checkpoints" / "last.pt")  # the local one as before

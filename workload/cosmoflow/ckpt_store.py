@@ -4,12 +4,14 @@
 new AzureML attempt starts with an empty one anyway), and on BeeOND gone with any node that held
 a stripe of it. With ``--checkpoint-store URL`` (``https://ACCOUNT.blob.core.windows.net/
 CONTAINER/PREFIX``: the run's folder in a container that outlives the cluster) rank 0 also copies
-every epoch checkpoint there, in a thread of its own, with azcopy at a capped rate:
+every epoch checkpoint there, in a thread of its own at a lower CPU priority, at a capped rate
+(``--checkpoint-cap-mbps``): with a SAS in one HTTP request from the training process (a tenth of
+azcopy's CPU, and the SAS in no command line), with a managed identity through azcopy
+(``--checkpoint-copier`` chooses):
 
 1. the checkpoint file is hard-linked into ``checkpoints/.outbox/`` (the epoch rotation of
    ``--keep-checkpoints`` cannot take it away mid-copy); the training goes on at once;
-2. the thread hashes it (SHA-256), copies it to ``URL/epoch_NNN.pt`` (``azcopy copy
-   --cap-mbps``), then replaces ``URL/latest.json`` (the manifest: the newest checkpoint, its
+2. the thread hashes it (SHA-256), copies it to ``URL/epoch_NNN.pt``, then replaces ``URL/latest.json`` (the manifest: the newest checkpoint, its
    size and digest, and every checkpoint the store holds). The manifest is written after the
    file, so it never names a checkpoint that is not whole in the store;
 3. what is kept: the newest ``--checkpoint-store-keep`` checkpoints (default 3), and of those
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import http.client
 import json
 import os
 import queue
@@ -43,6 +46,7 @@ import tempfile
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -69,7 +73,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="managed_identity: azcopy logs in with the node's identity (AZCOPY_MSI_CLIENT_ID for a "
                         "user-assigned one), no token")
     g.add_argument("--checkpoint-cap-mbps", type=float, default=400.0,
-                   help="azcopy's rate cap for the copy, megabits per second (0: none)")
+                   help="rate cap of the copy, megabits per second (0: none)")
+    g.add_argument("--checkpoint-copier", choices=("auto", "http", "azcopy"), default="auto",
+                   help="what copies the checkpoint: http (one request from the training process, the rate capped "
+                        "there: a tenth of azcopy's CPU; needs a SAS) or azcopy (--cap-mbps; with a managed identity "
+                        "the only way); auto: http with a SAS, azcopy with an identity")
     g.add_argument("--checkpoint-store-keep", type=int, default=3,
                    help="checkpoints kept in the store, newest first (at least 1)")
     g.add_argument("--checkpoint-store-days", type=float, default=0.0,
@@ -134,6 +142,23 @@ def retained(entries: Sequence[Entry], keep: int, keep_days: float, now: float) 
     kept = [e for e in ordered[-keep:] if e is newest or keep_days <= 0 or now - e.time <= keep_days * 86400]
     removed = [e for e in ordered if e not in kept]
     return kept, removed
+
+
+class Paced:
+    """A file whose reads keep to ``mbps`` megabits per second (0: as fast as it goes)."""
+
+    def __init__(self, f: Any, mbps: float) -> None:
+        self.f, self.rate = f, mbps * 1e6 / 8
+        self.t0, self.done = time.monotonic(), 0
+
+    def read(self, n: int = -1) -> bytes:
+        block = self.f.read(n if n and n > 0 else 1 << 20)
+        self.done += len(block)
+        if self.rate:
+            ahead = self.done / self.rate - (time.monotonic() - self.t0)
+            if ahead > 0:
+                time.sleep(ahead)
+        return block
 
 
 def run_measured(argv: list[str], env: dict[str, str], timeout: float,
@@ -213,7 +238,8 @@ class CheckpointStore:
 
     def __init__(self, url: str, sas: str = "", *, azcopy: str = "azcopy", cap_mbps: float = 0.0, keep: int = 3,
                  keep_days: float = 0.0, auth: str = "sas", msi_client_id: str = "", run: str = "",
-                 log: Callable[[str], None] = print, work_dir: str | None = None, nice: int = 10) -> None:
+                 log: Callable[[str], None] = print, work_dir: str | None = None, nice: int = 10,
+                 copier: str = "auto") -> None:
         if not url.startswith(("https://", "http://")):
             raise ValueError(f"--checkpoint-store must be an https:// URL of a blob container folder, not {url!r}")
         if "?" in url:
@@ -225,6 +251,9 @@ class CheckpointStore:
         self.cap_mbps, self.keep, self.keep_days = cap_mbps, max(1, keep), keep_days
         self.auth, self.msi_client_id, self.run, self.log = auth, msi_client_id, run, log
         self.nice = nice  # the copies' CPU priority: they take what training leaves
+        if copier == "http" and auth != "sas":
+            raise ValueError("--checkpoint-copier http needs a SAS (--checkpoint-sas); with an identity use azcopy")
+        self.copier = ("http" if auth == "sas" else "azcopy") if copier == "auto" else copier
         self.work = work_dir or tempfile.mkdtemp(prefix="cosmoflow-ckpt-store-")
         self.manifest: Manifest | None = None
         self.uploaded: list[int] = []
@@ -268,7 +297,47 @@ class CheckpointStore:
     def _sas(self) -> str:
         return self.sas if self.auth == "sas" else ""
 
+    def _http_file(self, method: str, name: str, path: str, cap: bool) -> bool:
+        """PUT the file at ``path`` to blob ``name``, or GET that blob into it, in one request,
+        ``--checkpoint-cap-mbps`` kept by pacing the reads (False: GET found no such blob)."""
+        parsed = urllib.parse.urlsplit(with_sas(f"{self.url}/{name}", self.sas))
+        conn_class = http.client.HTTPSConnection if parsed.scheme == "https" else http.client.HTTPConnection
+        conn = conn_class(parsed.netloc, timeout=300, blocksize=1 << 20)
+        target = f"{parsed.path}?{parsed.query}"
+        headers = {"x-ms-version": "2021-08-06"}
+        try:
+            if method == "PUT":
+                size = os.path.getsize(path)
+                headers.update({"x-ms-blob-type": "BlockBlob", "Content-Length": str(size),
+                                "Content-Type": "application/octet-stream"})
+                with open(path, "rb") as f:
+                    conn.request("PUT", target, body=Paced(f, self.cap_mbps if cap else 0), headers=headers)
+                    answer = conn.getresponse()
+                    answer.read()
+            else:
+                conn.request("GET", target, headers=headers)
+                answer = conn.getresponse()
+                if answer.status == 200:
+                    with open(path, "wb") as f:
+                        paced = Paced(answer, self.cap_mbps if cap else 0)
+                        while block := paced.read(1 << 20):
+                            f.write(block)
+                else:
+                    answer.read()
+        except OSError as exc:
+            raise StoreError(self._scrub(f"{method} {name}: {exc}")) from None
+        finally:
+            conn.close()
+        if method == "GET" and answer.status == 404:
+            return False
+        if answer.status >= 300:
+            raise StoreError(self._scrub(f"{method} {name}: the store answered {answer.status} {answer.reason}"))
+        return True
+
     def _upload(self, path: str, name: str, cap: bool = True) -> None:
+        if self.copier == "http":
+            self._http_file("PUT", name, path, cap)
+            return
         argv = copy_upload_command(self.azcopy, path, f"{self.url}/{name}", self._sas(),
                                    cap_mbps=self.cap_mbps if cap and self.cap_mbps else None, overwrite="true",
                                    recursive=False)
@@ -318,6 +387,10 @@ class CheckpointStore:
             os.unlink(dest)
 
     def _download(self, name: str, dest: str) -> None:
+        if self.copier == "http":
+            if not self._http_file("GET", name, dest, cap=True):
+                raise StoreError(f"fetching {name} from the checkpoint store: it was not found")
+            return
         argv = [self.azcopy, "copy", with_sas(f"{self.url}/{name}", self._sas()), dest, "--from-to", "BlobLocal",
                 "--overwrite=true", "--output-type", "json", "--log-level", "WARNING"]
         if self.cap_mbps:
@@ -475,7 +548,7 @@ def from_args(args: argparse.Namespace, log: Callable[[str], None], run: str = "
         return CheckpointStore(args.checkpoint_store, sas, azcopy=args.azcopy, cap_mbps=args.checkpoint_cap_mbps,
                                keep=args.checkpoint_store_keep, keep_days=args.checkpoint_store_days,
                                auth=args.checkpoint_auth, msi_client_id=os.environ.get("AZCOPY_MSI_CLIENT_ID", ""),
-                               run=run, log=log)
+                               run=run, log=log, copier=args.checkpoint_copier)
     except ValueError as exc:
         raise SystemExit(str(exc)) from None
 
