@@ -4,12 +4,12 @@ train.py (the workload venv, one process, CPU) trains the reference network's sh
 conv 32, 5 conv layers, fc 128/64) on 32^3 cubes, which makes a checkpoint of about 38 MB (the
 weights and Keras SGD's momentum), for ``--epochs`` epochs, a checkpoint every epoch; runs
 without the store and with it (Azurite and the real azcopy, ``--checkpoint-cap-mbps`` 400)
-alternate, ``--pairs`` times. For each run: the CPU seconds of the whole job (the training
+alternate, ``--pairs`` times (``--copier``: the store's copier, http with the SAS by default, or azcopy). For each run: the CPU seconds of the whole job (the training
 process, its DataLoader workers, azcopy: this process's RUSAGE_CHILDREN), the seconds of its
 epoch loops (metrics.jsonl), and, with the store, what the store itself spent (its thread's
 CPU and azcopy's, from wait4) and the training thread's time in ``put()``.
 
-    .venv/bin/python bench/ckpt_store_bench.py [--pairs 3] [--epochs 4]
+    .venv/bin/python bench/ckpt_store_bench.py [--pairs 3] [--epochs 4] [--copier auto|http|azcopy]
 
 Prints a table and one line of medians; the figures in docs/performance.md came from it.
 """
@@ -61,7 +61,7 @@ def children_cpu() -> float:
     return u.ru_utime + u.ru_stime
 
 
-def one_run(data: Path, out: Path, store: str | None, sas_file: Path, epochs: int) -> dict:
+def one_run(data: Path, out: Path, store: str | None, sas_file: Path, epochs: int, copier: str = "auto") -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_", "MASTER_"))}
     env.update(CUDA_VISIBLE_DEVICES="", AZCOPY_LOG_LOCATION=str(out / "azlogs"),
                AZCOPY_JOB_PLAN_LOCATION=str(out / "azplans"))
@@ -69,7 +69,7 @@ def one_run(data: Path, out: Path, store: str | None, sas_file: Path, epochs: in
             "--epochs", str(epochs), *MODEL]
     if store:
         argv += ["--checkpoint-store", store, "--checkpoint-sas", f"file:{sas_file}", "--azcopy", AZCOPY,
-                 "--checkpoint-cap-mbps", "400"]
+                 "--checkpoint-cap-mbps", "400", "--checkpoint-copier", copier]
     cpu0, t0 = children_cpu(), time.monotonic()
     res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=3600, check=False)
     cpu, wall = children_cpu() - cpu0, time.monotonic() - t0
@@ -90,6 +90,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     p.add_argument("--pairs", type=int, default=3)
     p.add_argument("--epochs", type=int, default=4)
+    p.add_argument("--copier", choices=("auto", "http", "azcopy"), default="auto",
+                   help="--checkpoint-copier of the runs with the store (auto: http with the SAS)")
     args = p.parse_args()
     signal.signal(signal.SIGTERM, lambda *_unused: sys.exit(143))  # Azurite is stopped on the way out
     from azure.storage.blob import BlobServiceClient, ContainerSasPermissions, generate_container_sas
@@ -124,7 +126,7 @@ def main() -> int:
                 for with_store in ((False, True) if pair % 2 == 0 else (True, False)):
                     out = work / f"run{len(rows)}"
                     rows.append(one_run(data, out, f"{endpoint}/checkpoints/run{len(rows)}" if with_store else None,
-                                        sas_file, args.epochs))
+                                        sas_file, args.epochs, args.copier))
                     r = rows[-1]
                     print(f"{'store' if r['store'] else 'none ':5}  job CPU {r['job_cpu_s']:7.1f} s  epoch loops "
                           f"{r['epoch_loops_s']:6.1f} s  wall {r['wall_s']:6.1f} s"
@@ -142,7 +144,8 @@ def main() -> int:
     cpu_delta = (med(withs, "job_cpu_s") - med(base, "job_cpu_s")) / med(base, "job_cpu_s") * 100
     loop_delta = (med(withs, "epoch_loops_s") - med(base, "epoch_loops_s")) / med(base, "epoch_loops_s") * 100
     store_share = med(withs, "store_cpu_s") / med(base, "job_cpu_s") * 100
-    print(f"\n{cpu_model()}; {args.pairs} pairs x {args.epochs} epochs, checkpoint {med(withs, 'ckpt_mb'):.1f} MB "
+    print(f"\n{cpu_model()}; copier {args.copier}; {args.pairs} pairs x {args.epochs} epochs, checkpoint "
+          f"{med(withs, 'ckpt_mb'):.1f} MB "
           f"per epoch.\nmedians: job CPU {med(base, 'job_cpu_s'):.1f} s without, {med(withs, 'job_cpu_s'):.1f} s with "
           f"the store ({cpu_delta:+.1f} %); the store's own CPU {med(withs, 'store_cpu_s'):.2f} s "
           f"({store_share:.1f} % of the job's); epoch loops {med(base, 'epoch_loops_s'):.1f} s vs "
