@@ -54,11 +54,15 @@ def torchrun_argv(verdict: dict[str, Any], nproc_per_node: int, script: list[str
 
 
 def read(path: str) -> dict[str, Any] | None:
+    """The node's verdict, or None where it has none: no file, or a folder in its place (docker
+    makes one where a bind-mounted file is missing on the node: a node the gate or the last look
+    before submit could not reach got no file), or a file that is not a verdict."""
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except FileNotFoundError:
+            verdict = json.load(f)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError, ValueError):
         return None
+    return verdict if isinstance(verdict, dict) else None
 
 
 def main(argv: list[str] | None = None) -> int:

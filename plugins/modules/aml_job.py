@@ -352,6 +352,14 @@ download_error:
   returned: when that download failed
   type: str
   version_added: 2.2.0
+node_loss:
+  description:
+    - The node the run lost, as the job's heartbeat named it in the run's log (C(--node-loss-timeout) of the
+      training script) - C(node) (its host name) and C(ip), C(ranks), C(world), C(seen) (C(missed heartbeat) or
+      C(collective timed out)), C(last) and C(at) (its last beat and when it was found, UTC), C(sentence).
+  returned: when the run failed because a node was lost
+  type: dict
+  version_added: 2.2.0
 """
 
 import os
@@ -392,6 +400,7 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.job_spec imp
     sas_like_values,
     snapshot_source,
 )
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.node_loss import parse_loss_file
 
 # The SDK of each AzureML backend (aml_sdk's client names).
 SDKS = {"azureml_core": "azureml-core", "azure_ai_ml": "azure-ai-ml"}
@@ -487,6 +496,8 @@ def main() -> None:
     if module.check_mode:
         log_path = None
 
+    # The log is appended to (a rerun, an attempt after a failure): only this run's part is read.
+    log_start = os.path.getsize(log_path) if log_path and os.path.exists(log_path) else 0
     try:
         if p["backend"] == "local":
             result = run_local(p, module.check_mode, req, log_path)
@@ -501,11 +512,17 @@ def main() -> None:
         module.exit_json(**result)
     result["log_path"] = log_path
     if result["status"] not in COMPLETED and (p["backend"] == "local" or p["wait"]):
+        # The job's heartbeat named a lost node (workload/cosmoflow/heartbeat.py): that sentence first.
+        loss = parse_loss_file(log_path, start=log_start)
+        if loss:
+            result["node_loss"] = loss
         if p["backend"] == "local":
             message = (f"run {result['run_id']} ended {result['status']} (local run); running the task again runs "
                        f"it again. Last lines of {log_path}:\n{log_tail(log_path)}")
         else:
             message = unfinished(p, result, log_path)
+        if loss:
+            message = f"{loss['sentence']} {message}"
         result.pop("msg", None)
         result.pop("next_attempt", None)
         module.fail_json(msg=message, **result)

@@ -30,7 +30,8 @@ What it stands in for (and how)
   mounts that node's scratch; a file such as ``/etc/nccl.conf`` is the node's file), the spec's
   environment variables and AzureML's rendezvous variables, and starts one launcher
   (``torch.distributed.run``) that meets the others on the head's private IP. Nothing of the job
-  runs on the controller. The head's ``outputs/`` is the run's outputs.
+  runs on the controller. The head's ``outputs/`` is the run's outputs. As AzureML ends a job one of
+  whose processes failed, the nodes still running 30 s after one ended non-zero are stopped.
 
 What it cannot show: GPUs, InfiniBand/RDMA, NVMe, kernel modules (BeeGFS itself), dmesg, the
 AzureML service (image builds, run history, Key Vault), real network throughput.
@@ -47,7 +48,9 @@ scratch_path="/mnt/scratch", admin_user="azureuser", image=None, node_public_ip=
   ``network``, ``gateway`` (the network's gateway address: where the nodes reach the controller).
 * ``list_nodes()``, ``write_nodes_file(path)``; ``save_state(path)`` / ``Twin.attach(path)`` (drive the
   same twin from another process); ``free_base_port(count)`` (a free port range for ``base_port``).
-* ``replace_node(slot, new_port=False)``, ``scale(size)``.
+* ``replace_node(slot, new_port=False)``, ``scale(size)``; ``lose_node(slot, state="preempted")`` (the VM
+  taken away: its network first, then its processes; listed in that state, no job placed on it);
+  ``freeze(slot)``/``thaw(slot)`` (``docker pause`` of the node and its job containers).
 * ``exec(node_or_slot, *cmd, user="root")`` (``docker exec``), ``ssh(node_or_slot, *cmd)`` (as the
   admin user through the NAT port, host key checked against ``known_hosts(path)``),
   ``host_key(node)`` (the node's ed25519 public host key line).
@@ -70,6 +73,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
@@ -155,6 +159,9 @@ class TwinNode:
     private_ip: str
     container: str
     disk_volume: str
+    # AmlCompute's nodeState: idle or running while usable; preempted, unusable or leaving once the
+    # VM is gone (lose_node).
+    state: str = "idle"
 
     @property
     def hostname(self) -> str:
@@ -360,6 +367,37 @@ class Twin:
         self.wait_for_ssh([node])
         return node
 
+    def lose_node(self, which: TwinNode | int, state: str = "preempted") -> TwinNode:
+        """AmlCompute takes the node's VM away (a low-priority node preempted, a VM that died): its
+        network goes first (no connection of its processes is closed: the others hear nothing
+        more), then everything on it stops, its job containers included; the listing shows it in
+        ``state`` and no job is placed on it. ``replace_node`` gives the slot a new machine."""
+        node = self._node(which)
+        jobs = self._job_containers(node)
+        docker("kill", node.container, check=False)
+        for job in jobs:
+            docker("kill", job, check=False)
+        node.state = state
+        return node
+
+    def freeze(self, which: TwinNode | int) -> None:
+        """The node stops answering (``docker pause``: every process on it, its job's included, is
+        frozen; its network stays up, so nothing it had open is closed)."""
+        node = self._node(which)
+        docker("pause", node.container, *self._job_containers(node), check=False)
+
+    def thaw(self, which: TwinNode | int) -> None:
+        node = self._node(which)
+        docker("unpause", node.container, *self._job_containers(node), check=False)
+
+    def _job_containers(self, node: TwinNode) -> list[str]:
+        """The job containers running on ``node`` (in its network namespace)."""
+        ident = docker("inspect", "-f", "{{.Id}}", node.container, check=False)
+        jobs = docker("ps", "-aq", "--filter", f"label=amlhpc.twin={self.prefix}", "--filter",
+                      f"name={self.prefix}-job-", check=False).split()
+        return [job for job in jobs if docker("inspect", "-f", "{{.HostConfig.NetworkMode}}", job, check=False)
+                in (f"container:{node.container}", f"container:{ident}")]
+
     def scale(self, size: int) -> list[TwinNode]:
         """Scale down (the highest ports go) or up (new nodes at the next free ports)."""
         while len(self.nodes) > size:
@@ -405,7 +443,7 @@ class Twin:
         public = self.node_public_ip
         return [{"nodeId": n.node_id, "port": n.port if public else None,
                  "publicIpAddress": self.public_address if public else None,
-                 "privateIpAddress": n.private_ip, "nodeState": "idle", "runId": None}
+                 "privateIpAddress": n.private_ip, "nodeState": n.state, "runId": None}
                 for n in self.nodes]
 
     def write_nodes_file(self, path: Path) -> Path:
@@ -454,7 +492,8 @@ class Twin:
         AzureML runtime would set (never secrets in a spec). Each job container records its
         environment and the ``probe_files`` it sees (``JobRun.environments``, ``JobRun.files``)."""
         job = _job_shape(spec)
-        nodes = self.ranked()[: job["node_count"]]
+        # AzureML places a job on usable nodes only (not on one preempted, unusable or leaving).
+        nodes = [n for n in self.ranked() if n.state in ("idle", "running")][: job["node_count"]]
         if len(nodes) < job["node_count"]:
             raise RuntimeError(f"job wants {job['node_count']} nodes; the twin has {len(self.nodes)}")
         head = nodes[0]
@@ -507,10 +546,7 @@ class Twin:
                            "--master_port", str(MASTER_PORT), job["script"], *job["args"]]
             launcher = ["sh", "-c", probe, "twin-launcher", *started]
             containers.append(docker("run", "-d", *args, self.image, *launcher))
-        try:
-            returncodes = [int(docker("wait", c, timeout=timeout) or 1) for c in containers]
-        except subprocess.TimeoutExpired:
-            returncodes = [124] * len(containers)
+        returncodes = self._wait_job(containers, [n.container for n in nodes], timeout)
         logs = [subprocess.run(["docker", "logs", c], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                timeout=60, check=False).stdout for c in containers]
         docker("rm", "-f", *containers, check=False)
@@ -538,6 +574,39 @@ class Twin:
                     run.reads[path] += 1
                     run.readers.setdefault(path, set()).add(who)
         return run
+
+    @staticmethod
+    def _wait_job(containers: list[str], node_containers: list[str], timeout: float, grace: float = 30.0) -> list[int]:
+        """Each node's exit code. As AzureML ends a distributed job when one of its processes
+        fails, the containers still running ``grace`` seconds after one ended non-zero on a node
+        that is still there are stopped (137); all of them at ``timeout`` (124). A node that is
+        gone (lose_node) reports nothing: the job goes on until its other processes end."""
+        codes: dict[int, int] = {}
+
+        def failed_on_a_live_node(i: int) -> bool:
+            up = docker("inspect", "-f", "{{.State.Running}}", node_containers[i], check=False)
+            return codes[i] != 0 and up == "true"
+
+        def wait(i: int, container: str) -> None:
+            out = subprocess.run(["docker", "wait", container], capture_output=True, text=True, check=False)
+            codes[i] = int(out.stdout.strip() or 1) if out.returncode == 0 else 1
+
+        threads = [threading.Thread(target=wait, args=(i, c), daemon=True) for i, c in enumerate(containers)]
+        for t in threads:
+            t.start()
+        deadline, ending = time.monotonic() + timeout, None
+        while len(codes) < len(containers):
+            now = time.monotonic()
+            if ending is None and any(failed_on_a_live_node(i) for i in list(codes)):
+                ending = now + grace
+            if now >= deadline or (ending is not None and now >= ending):
+                late = [c for i, c in enumerate(containers) if i not in codes]
+                docker("kill", *late, check=False)
+                for t in threads:
+                    t.join(timeout=30)
+                return [codes.get(i, 124 if now >= deadline else 137) for i in range(len(containers))]
+            time.sleep(0.5)
+        return [codes[i] for i in range(len(containers))]
 
     def _translate_docker_args(self, node: TwinNode, docker_args: list[str], hostfiles: Path) -> list[str]:
         """The spec's docker arguments for this node's job container: ``-v SRC:DST`` mounts the
@@ -570,7 +639,9 @@ class Twin:
         # Any other path (a file under /etc, /opt...): a copy of the node's file or folder.
         dest = hostfiles / src.lstrip("/")
         dest.parent.mkdir(parents=True, exist_ok=True)
-        docker("cp", "-L", f"{node.container}:{src}", str(dest))
+        docker("cp", "-L", f"{node.container}:{src}", str(dest), check=False)
+        if not dest.exists():  # a file the node does not have: docker run -v makes a folder in its place
+            dest.mkdir(parents=True)
         return str(dest)
 
 

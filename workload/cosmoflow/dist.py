@@ -42,6 +42,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -191,9 +192,14 @@ class Collectives:
     def __init__(self, layout: Layout, timeout_s: float, group: dist.ProcessGroup | None = None,
                  flag: str = "--collective-timeout") -> None:
         self.layout, self.timeout_s, self.group, self.flag = layout, timeout_s, group, flag
+        # The heartbeat (cosmoflow.heartbeat) is told which collective this rank waits in:
+        # anything with enter(what) and leave().
+        self.observer: Any = None
 
     @contextmanager
     def __call__(self, what: str) -> Iterator[None]:
+        if self.observer is not None:
+            self.observer.enter(what)
         try:
             yield
         except RuntimeError as exc:
@@ -204,6 +210,9 @@ class Collectives:
             if message is None:
                 raise
             raise CollectiveError(message) from exc
+        finally:
+            if self.observer is not None:
+                self.observer.leave()
 
 
 class Watchdog:

@@ -38,9 +38,11 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from cosmoflow import ckpt_store
 from cosmoflow import dali_input as cdali
 from cosmoflow import data as cdata
 from cosmoflow import dist as cdist
+from cosmoflow import heartbeat
 from cosmoflow.mlperf import MLLog
 from cosmoflow.model import SHAPES, CosmoFlow, ModelConfig, parameter_count
 from cosmoflow.partition import check_partition, fixed_subset
@@ -138,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--startup-timeout", type=float, default=1800.0,
                    help="seconds the start-up collectives wait for the other ranks: the rendezvous (every "
                         "rank started), the staging barrier (the slowest node's staging), the start-up checks")
+    heartbeat.add_arguments(t)
     o = p.add_argument_group("outputs")
     o.add_argument("--output-dir", default="outputs")
     o.add_argument("--log-every", type=int, default=10, help="steps between step records")
@@ -147,7 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--mlperf-platform", default="AzureML", help="MLPerf submission_platform")
     o.add_argument("--mlperf-status", choices=("cloud", "onprem", "preview", "research"), default="cloud")
     o.add_argument("--resume", default="auto", help="checkpoint to resume from; auto: <output-dir>/checkpoints/"
-                                                    "last.pt when present; none: never")
+                                                    "last.pt when present, else the --checkpoint-store's newest; "
+                                                    "store: the store's newest; none: never")
+    ckpt_store.add_arguments(p)
     return p
 
 
@@ -343,9 +348,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     rec = Recorder(args.output_dir, layout.rank == 0)
     mllog = MLLog(os.path.join(args.output_dir, "mlperf.log") if layout.rank == 0 else None)
     watchdog = cdist.Watchdog(layout, args.collective_timeout)
+    beat = None
     try:
+        beat = heartbeat.for_training(args.node_loss_timeout, layout, startup, steps, cdist.rendezvous()[0],
+                                      os.path.join(args.output_dir, "node-loss.json"), mllog)
         return _train(args, layout, device, rec, mllog, steps, watchdog)
     except cdist.CollectiveError as exc:
+        if beat is not None and "lost its connection" in str(exc):
+            beat.settle()  # a rank that died closed its sockets: the heartbeat names its node first
         raise SystemExit(str(exc)) from None
     except RuntimeError as exc:  # a start-up collective outside the named ones (partition check, staging)
         message = cdist.collective_failure(exc, cdist.call_site(exc), layout.rank, layout.world_size,
@@ -354,6 +364,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         raise SystemExit(message) from None
     finally:
+        if beat is not None:  # ended by an error: the other ranks are told and end too
+            beat.close(sys.exc_info()[1])
         watchdog.close()
         mllog.close()
         rec.close()
@@ -370,24 +382,26 @@ def speed_switches(args: argparse.Namespace, device: torch.device) -> tuple[torc
     return amp, channels_last
 
 
-def load_resume(args: argparse.Namespace, ckpt_dir: str, layout: cdist.Layout) -> dict | None:
-    """Rank 0 reads the checkpoint (if any) and broadcasts it: every rank resumes from the same
-    state, whether or not the checkpoint folder is shared."""
+def load_resume(args: argparse.Namespace, ckpt_dir: str, layout: cdist.Layout,
+                store: ckpt_store.CheckpointStore | None = None, log=print) -> dict | None:
+    """Rank 0 reads the checkpoint (if any; from the output folder, else the checkpoint store)
+    and broadcasts it: every rank resumes from the same state, whether or not the checkpoint
+    folder is shared."""
     payload: list[Any] = [None]
     if layout.rank == 0:
-        path = os.path.join(ckpt_dir, "last.pt") if args.resume == "auto" else args.resume
-        if path and path != "none":
+        path, source = ckpt_store.resume_path(args.resume, ckpt_dir, store, log)
+        if path:
             if os.path.exists(path):
-                payload = [(path, torch.load(path, map_location="cpu", weights_only=False))]
-            elif args.resume != "auto":
-                payload = [(path, None)]
+                payload = [(path, torch.load(path, map_location="cpu", weights_only=False), source)]
+            else:
+                payload = [(path, None, source)]
     dist.broadcast_object_list(payload, src=0)
     if payload[0] is None:
         return None
-    path, state = payload[0]
+    path, state, source = payload[0]
     if state is None:
         raise SystemExit(f"--resume {path}: no such checkpoint on rank 0")
-    state["path"] = path
+    state["path"], state["source"] = path, source
     return state
 
 
@@ -434,7 +448,8 @@ def _train(args: argparse.Namespace, layout: cdist.Layout, device: torch.device,
 
     ckpt_dir = os.path.join(args.output_dir, "checkpoints")
     start_epoch, step = 0, 0
-    state = load_resume(args, ckpt_dir, layout)
+    store = ckpt_store.from_args(args, rec.log, os.environ.get("AZUREML_RUN_ID", "")) if layout.rank == 0 else None
+    state = load_resume(args, ckpt_dir, layout, store, rec.log)
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
@@ -464,6 +479,8 @@ def _train(args: argparse.Namespace, layout: cdist.Layout, device: torch.device,
                loader=plan.__dict__)
     summary: dict[str, Any] = {}
     done = False
+    if layout.rank == 0:  # the MLPerf log and metrics say where training resumed and what it lost
+        ckpt_store.note_resume(state, state.get("source", "") if state else "", store, mllog, rec)
     for epoch in range(start_epoch, args.epochs):
         train_loader.sampler.set_epoch(epoch)
         with watchdog.waiting(f"the DataLoader workers to start epoch {epoch}"):
@@ -510,6 +527,8 @@ def _train(args: argparse.Namespace, layout: cdist.Layout, device: torch.device,
                 f"val MAE {val_mae:.4f}, {summary['samples_per_s']:.1f} samples/s")
         if layout.rank == 0 and args.checkpoint_every and (epoch + 1) % args.checkpoint_every == 0:
             save_checkpoint(ckpt_dir, epoch, step, model, optimizer, config, keep=args.keep_checkpoints)
+            if store is not None:  # a copy off the node, in the background
+                store.put(os.path.join(ckpt_dir, "last.pt"), epoch, step)
         if args.target_mae and val_mae <= args.target_mae:
             rec.log(f"target MAE {args.target_mae} reached at epoch {epoch}")
             summary["target_reached"] = True
@@ -517,6 +536,9 @@ def _train(args: argparse.Namespace, layout: cdist.Layout, device: torch.device,
         if done or not math.isfinite(summary["train_loss"]):
             break
     ok = bool(summary) and math.isfinite(summary["train_loss"])
+    if store is not None:
+        ckpt_store.finish(store, args.checkpoint_store_wait, os.path.join(args.output_dir, "checkpoint-store.json"),
+                          rec.log)
     mllog.end("run_stop", status="success" if ok and summary.get("target_reached") else "aborted")
     if layout.rank == 0:
         with open(os.path.join(args.output_dir, "summary.json"), "w", encoding="utf-8") as f:

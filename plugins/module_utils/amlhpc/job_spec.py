@@ -362,6 +362,7 @@ def read_metrics(output_dir: str) -> dict[str, Any]:
     """Step losses, epoch records and the summary of a finished run's outputs folder."""
     steps: list[dict[str, Any]] = []
     epochs: list[dict[str, Any]] = []
+    resume: list[dict[str, Any]] = []  # where a resumed run resumed from, what the interruption cost
     path = os.path.join(output_dir, "metrics.jsonl")
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
@@ -373,12 +374,17 @@ def read_metrics(output_dir: str) -> dict[str, Any]:
                     steps.append({"step": rec["step"], "loss": rec["loss"]})
                 elif rec.get("kind") == "epoch":
                     epochs.append({k: v for k, v in rec.items() if k not in ("kind", "time")})
+                elif rec.get("kind") == "resume":
+                    resume.append({k: v for k, v in rec.items() if k != "kind"})
     summary: dict[str, Any] = {}
     spath = os.path.join(output_dir, "summary.json")
     if os.path.exists(spath):
         with open(spath, encoding="utf-8") as f:
             summary = json.load(f)
-    return {"steps": steps, "epochs": epochs, "summary": summary}
+    metrics: dict[str, Any] = {"steps": steps, "epochs": epochs, "summary": summary}
+    if resume:
+        metrics["resume"] = resume
+    return metrics
 
 
 def find_outputs(download_dir: str) -> str | None:

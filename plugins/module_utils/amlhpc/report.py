@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import pair_gate
+from . import node_loss, pair_gate
 from .azcopy_sas import redact
 
 # Ansible's `| bool` truth (ansible.module_utils.parsing.convert_bool, non-strict), kept here so
@@ -125,6 +125,7 @@ def training_summary(job: Mapping[str, Any] | None, max_steps: int = 40) -> list
     if not isinstance(job, Mapping) or not job or job.get("skipped"):
         return ["submit: no job ran"]
     lines = [f"submit: run {job.get('run_id', '?')} {job.get('status', '?')}"]
+    lines += node_loss.report_lines(job.get("interruptions"))  # a node lost on the way, and what it cost
     metrics = job.get("metrics") or {}
     steps = [s for s in metrics.get("steps", []) if isinstance(s, Mapping) and "loss" in s]
     if steps:

@@ -34,7 +34,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc import health, report_plots
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc import health, node_loss, report_plots
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_sas import redact
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.report import STRAY_KINDS, gone_removed
 
@@ -387,6 +387,7 @@ def training_section(job: Mapping[str, Any] | None) -> Section:
     metrics = job.get("metrics") or {}
     epochs = [e for e in metrics.get("epochs") or [] if isinstance(e, Mapping) and "train_loss" in e]
     sec["summary"].append(f"run {job.get('run_id', '?')}: {job.get('status', '?')}")
+    sec["summary"] += node_loss.report_lines(job.get("interruptions"))  # a node lost on the way
     if not epochs:
         sec["summary"].append("No data: the job recorded no finished epoch (metrics.jsonl has no epoch record).")
         return sec
