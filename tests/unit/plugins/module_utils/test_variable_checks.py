@@ -35,8 +35,8 @@ def test_every_role_with_an_argument_spec_is_checked():
 def test_the_roles_a_run_reaches_follow_its_tags_and_the_switches():
     assert roles_to_check(ROLES, ["all"], [], {}) == [
         "aml_cluster", "ssh_trust", "nvme_raid", "gpu_clocks", "nccl", "healthcheck", "prepare_dataset", "stage",
-        "submit", "validate"]
-    assert roles_to_check(ROLES, ["stage"], [], {"local_blob_enabled": True}) == ["local_blob", "stage", "validate"]
+        "submit", "node_loss", "validate"]
+    assert roles_to_check(ROLES, ["stage"], [], {"local_blob_enabled": True}) == ["local_blob", "stage", "node_loss", "validate"]
     assert roles_to_check(ROLES, ["all"], ["nodes", "submit"], {"aml_cluster_manage": "false"}) == [
         "healthcheck", "prepare_dataset", "stage", "validate"]
     assert "beeond" in roles_to_check(ROLES, ["all"], [], {"beeond_enabled": True})
