@@ -19,8 +19,8 @@ from datetime import timedelta
 
 import pytest
 import torch.distributed as dist
-from conftest import WORKLOAD, free_port
-from test_two_nodes import _tiny, start_nodes, stop
+from conftest import WORKLOAD, free_port, tiny
+from test_two_nodes import start_nodes, stop
 
 sys.path.insert(0, str(WORKLOAD.parent / "plugins" / "module_utils"))
 
@@ -155,7 +155,7 @@ def test_a_node_that_stops_ends_the_job_within_the_bound_naming_it(how, tiny_dat
     the missed heartbeat."""
     bound = 12
     out = tmp_path / "out"
-    procs = start_nodes([tiny_data, tiny_data], out, tmp_path, "--epochs", "1000", "--batch-size", "4", *_tiny(),
+    procs = start_nodes([tiny_data, tiny_data], out, tmp_path, "--epochs", "1000", "--batch-size", "4", *tiny(),
                         "--node-loss-timeout", str(bound), timeout=600)
     try:
         _wait_for_steps(out, procs, tmp_path)
@@ -180,7 +180,7 @@ def test_a_frozen_rank_0_is_named_by_the_others(tiny_data, tmp_path):
     """Rank 0 holds the heartbeat's store: frozen, the other rank cannot reach it, and names it."""
     bound = 12
     out = tmp_path / "out"
-    procs = start_nodes([tiny_data, tiny_data], out, tmp_path, "--epochs", "1000", "--batch-size", "4", *_tiny(),
+    procs = start_nodes([tiny_data, tiny_data], out, tmp_path, "--epochs", "1000", "--batch-size", "4", *tiny(),
                         "--node-loss-timeout", str(bound), timeout=600)
     try:
         _wait_for_steps(out, procs, tmp_path)
