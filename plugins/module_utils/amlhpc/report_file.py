@@ -31,6 +31,18 @@ def write_page(dest: str, content: str, mode: int = 0o644, dir_mode: int = 0o755
     result = {"dest": dest, "size": len(data), "changed": not same, "created_dir": created_dir}
     if check_mode or same:
         return result
+    tmp = _temporary_copy(folder, data, mode, dir_mode, created_dir)
+    try:
+        os.replace(tmp, dest)
+    except OSError:
+        os.unlink(tmp)
+        raise
+    return result
+
+
+def _temporary_copy(folder: str, data: bytes, mode: int, dir_mode: int, created_dir: bool) -> str:
+    """``data`` in a new temporary file in ``folder`` (made where missing), ``mode`` set; its
+    name. Removed again where writing it fails."""
     if created_dir:
         os.makedirs(folder, mode=dir_mode, exist_ok=True)
         os.chmod(folder, dir_mode)  # makedirs' mode is masked by the umask
@@ -39,12 +51,10 @@ def write_page(dest: str, content: str, mode: int = 0o644, dir_mode: int = 0o755
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.chmod(tmp, mode)
-        os.replace(tmp, dest)
     except OSError:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        os.unlink(tmp)
         raise
-    return result
+    return tmp
 
 
 def _numbered(dest: str, n: int) -> str:
@@ -67,14 +77,8 @@ def write_new_page(dest: str, content: str, mode: int = 0o644, dir_mode: int = 0
         while os.path.lexists(_numbered(dest, n)):
             n += 1
         return {"dest": _numbered(dest, n), "size": len(data), "changed": True, "created_dir": created_dir}
-    if created_dir:
-        os.makedirs(folder, mode=dir_mode, exist_ok=True)
-        os.chmod(folder, dir_mode)  # makedirs' mode is masked by the umask
-    fd, tmp = tempfile.mkstemp(prefix=".report-", dir=folder)
+    tmp = _temporary_copy(folder, data, mode, dir_mode, created_dir)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, mode)
         n = 1
         while True:
             try:
