@@ -135,8 +135,8 @@ def test_a_cluster_name_with_hyphens_finds_its_nodes(tmp_path):
         lines += [f"        {name}:", f"          aml_cluster: {cluster}", f"          aml_node_rank: {rank}",
                   f"          aml_private_ip: {ip}", "          aml_cluster_min_nodes: 2", "          aml_cluster_max_nodes: 2"]
     for cluster in ("gpu-a100", "gpu-h100"):
-        lines += [f"    cluster_{cluster.replace('-', '_')}:", "      hosts:"] + [f"        {h}:" for h in hosts
-                                                                              if h.startswith(cluster)]
+        members = [f"        {h}:" for h in hosts if h.startswith(cluster)]
+        lines += [f"    cluster_{cluster.replace('-', '_')}:", "      hosts:"] + members
     inv.write_text("\n".join(lines) + "\n")
     book = tmp_path / "refuse.yml"
     book.write_text(
