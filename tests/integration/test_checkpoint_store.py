@@ -54,7 +54,7 @@ def blobs(azurite, container: str, prefix: str) -> dict[str, bytes]:
 
 @pytest.mark.parametrize("copier", ["auto", "azcopy"])
 def test_checkpoints_reach_the_store_and_a_new_attempt_resumes_from_it(copier, azurite, azcopy, azcopy_env, data,
-                                                                        tmp_path):
+                                                                       tmp_path):
     """auto: with a SAS, one HTTP request from the training process; azcopy: the real azcopy."""
     container = f"ckpt-resume-{copier}"
     azurite.service().create_container(container)
