@@ -31,10 +31,12 @@ def _run(tmp_path: Path, project: Path, config: Path | None) -> dict[str, str]:
     tasks = [{"ansible.builtin.include_vars": str(ROOT / f)} for f in DERIVED]
     tasks.append({"ansible.builtin.debug": {"msg": {v: f"{{{{ {v} }}}}" for v in DERIVED.values()}}})
     book.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    env.update(HOME=str(tmp_path / "home"), ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".cache" / "collections"),
-               ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_PYTHON_INTERPRETER=sys.executable,
+    # The test's own config and home; what else the environment holds stays (ansible-test's
+    # injector needs its variables).
+    env = {k: v for k, v in os.environ.items() if k not in ("ANSIBLE_CONFIG", "ANSIBLE_HOME")}
+    env.update(HOME=str(tmp_path / "home"), ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_PYTHON_INTERPRETER=sys.executable,
                ANSIBLE_LOCALHOST_WARNING="false")
+    env.setdefault("ANSIBLE_COLLECTIONS_PATH", str(ROOT / ".cache" / "collections"))
     if config:
         env["ANSIBLE_CONFIG"] = str(config)
     (tmp_path / "home").mkdir(exist_ok=True)
