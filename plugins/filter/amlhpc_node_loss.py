@@ -36,7 +36,8 @@ def _ranked(hostvars: Any, hosts: list[str]) -> list[str]:
 
 
 def last_look(hostvars: Any, all_hosts: list[str], play_hosts: list[str], job_nodes: list[str], verdict: Any,
-              on_failure: str = "stop", spares: Any = 0, timeout: Any = 30, port: Any = 29400) -> dict[str, Any]:
+              on_failure: str = "stop", spares: Any = 0, timeout: Any = 30, port: Any = 29400,
+              check_mode: Any = False) -> dict[str, Any]:
     """The last look's decision from each job node's registered probe (node_loss_probe)."""
     probes: dict[str, Any] = {}
     expected: dict[str, Any] = {}
@@ -51,7 +52,7 @@ def last_look(hostvars: Any, all_hosts: list[str], play_hosts: list[str], job_no
     return logic("node_loss").last_look(
         job_nodes=list(job_nodes), in_play=list(play_hosts), probes=probes, expected=expected, timeout=float(timeout),
         on_failure=str(on_failure), spares=int(spares or 0), previous=verdict or None,
-        ranked=_ranked(hostvars, list(all_hosts)), addresses=addresses, port=int(port))
+        ranked=_ranked(hostvars, list(all_hosts)), addresses=addresses, port=int(port), check_mode=bool(check_mode))
 
 
 def interruption(result: Any, hostvars: Any, hosts: list[str], run: str, ended_at: Any,

@@ -374,10 +374,12 @@ def _staged_name(name: str) -> str:
     return name[:-3] if name.endswith(".gz") else name
 
 
-def probe_problem(probe: Mapping[str, Any] | None, expected: Sequence[str] | None, timeout: float) -> str | None:
+def probe_problem(probe: Mapping[str, Any] | None, expected: Sequence[str] | None, timeout: float,
+                  check_mode: bool = False) -> str | None:
     """Why a node that answered the play is not fit to train, from its probe (``find`` of its
     stage folder, registered with ``ignore_unreachable``/``failed_when: false``) and the files its
-    shard should hold (None: not known in this run, so only the answer counts)."""
+    shard should hold (None: not known in this run, so only the answer counts). In check mode the
+    stage wrote nothing (its folder may not exist yet): only the answer counts."""
     if probe is None:
         return "did not run the last look (it left the play earlier)"
     if probe.get("unreachable"):
@@ -385,6 +387,8 @@ def probe_problem(probe: Mapping[str, Any] | None, expected: Sequence[str] | Non
     msg = str(probe.get("msg") or "")
     if "expected time frame" in msg or "timed out" in msg.lower():  # the task's timeout, wait_for_connection's
         return f"did not answer within {timeout:g} s right before submit"
+    if check_mode:
+        return None
     if probe.get("failed") or probe.get("rc") not in (0, None):
         return f"could not list its stage folder right before submit ({(probe.get('stderr') or msg).strip()[:200]})"
     if expected is None:
@@ -400,10 +404,10 @@ def probe_problem(probe: Mapping[str, Any] | None, expected: Sequence[str] | Non
 def last_look(*, job_nodes: Sequence[str], in_play: Iterable[str], probes: Mapping[str, Any],
               expected: Mapping[str, Sequence[str] | None], timeout: float, on_failure: str, spares: int,
               previous: Mapping[str, Any] | None, ranked: Sequence[str], addresses: Mapping[str, str],
-              port: int) -> dict[str, Any]:
+              port: int, check_mode: bool = False) -> dict[str, Any]:
     """Right before submit: every node the job trains on (``job_nodes``) must still be in the
     play (``in_play``: it failed or became unreachable after the gate otherwise), answer its probe
-    and hold its shard. Returns ``lost`` (``{node, reason}``), ``action`` (``pass``; ``exclude``:
+    and hold its shard (in check mode, which stages nothing, answer only). Returns ``lost`` (``{node, reason}``), ``action`` (``pass``; ``exclude``:
     left out with the spares the gate left, a new verdict in ``verdict`` and the nodes that
     stage the moved files in ``restage``; ``stop``) and ``message`` (one sentence per lost node
     and what happens)."""
@@ -413,7 +417,7 @@ def last_look(*, job_nodes: Sequence[str], in_play: Iterable[str], probes: Mappi
     lost = []
     for node in job_nodes:
         reason = ("stopped answering after the health gate (a task on it failed or it became unreachable)"
-                  if node not in in_play else probe_problem(probes.get(node), expected.get(node), timeout))
+                  if node not in in_play else probe_problem(probes.get(node), expected.get(node), timeout, check_mode))
         if reason:
             lost.append({"node": node, "reason": reason})
     out: dict[str, Any] = {"lost": lost, "action": "pass", "verdict": None, "restage": [],

@@ -231,6 +231,27 @@ def test_a_node_gone_from_the_play_or_missing_files_stops_without_exclude():
     assert "set healthcheck_on_failure: exclude" in out["message"]
 
 
+def test_in_check_mode_a_node_that_answers_is_kept_though_nothing_was_staged():
+    """Check mode stages nothing: the stage folder may not exist and the shard is not there; a
+    node that answers is fit (found on the twin: `site.yml --check` on a fresh cluster named
+    every node lost). A node that does not answer is lost in check mode too."""
+    files = {h: [f"train/a_{i:03d}.tfrecord.gz"] for i, h in enumerate(RANKED)}
+    missing = {"rc": 1, "stdout": "", "stderr": "find: '/mnt/scratch/cosmoflow': No such file or directory",
+               "changed": False}
+    probes = {h: dict(missing) for h in RANKED}
+    out = last_look(job_nodes=RANKED, in_play=RANKED, probes=probes, expected=files, timeout=30,
+                    on_failure="stop", spares=0, previous=None, ranked=RANKED, addresses=ADDR, port=29400,
+                    check_mode=True)
+    assert out["action"] == "pass" and out["lost"] == []
+    probes["c-2"] = {"unreachable": True, "msg": "Failed to connect to the host via ssh"}
+    out = last_look(job_nodes=RANKED, in_play=RANKED, probes=probes, expected=files, timeout=30,
+                    on_failure="stop", spares=0, previous=None, ranked=RANKED, addresses=ADDR, port=29400,
+                    check_mode=True)
+    assert [n["node"] for n in out["lost"]] == ["c-2"]
+    # outside check mode the same listing is a lost node
+    assert look({h: dict(missing) for h in RANKED}, files, on_failure="stop")["action"] == "stop"
+
+
 def test_the_spares_the_gate_used_count():
     previous = {"failing": [{"node": "c-0", "reasons": ["gpu_health: 2 uncorrectable ECC error(s)"]}]}
     probes = {h: probe() for h in RANKED}
