@@ -9,6 +9,7 @@ is stopped with SIGSTOP once training runs. The AzureML path is the twin's
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -83,7 +84,8 @@ def test_a_frozen_rank_ends_the_local_job_within_the_bound_named(tmp_path):
                     pass
     assert "at" in stopped, res.stdout[-4000:]
     assert res.returncode != 0
-    assert "run loss-local lost node local-0 in epoch 1: node " in res.stdout, res.stdout[-4000:]
+    # the epoch it froze in: the first, or a later one where the watcher was slow on a loaded machine
+    assert re.search(r"run loss-local lost node local-0 in epoch \d+: node ", res.stdout), res.stdout[-4000:]
     assert "(127.0.0.1), rank 1 of 2: no heartbeat for " in res.stdout and "(missed heartbeat; " in res.stdout
     [record] = json.loads((tmp_path / "run" / "interruptions.json").read_text())
     assert record["node"] == "local-0" and record["ranks"] == [1] and record["seen"] == "missed heartbeat"

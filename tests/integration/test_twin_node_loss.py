@@ -279,7 +279,7 @@ def test_a_node_lost_after_the_gate_is_named_before_submit_and_left_out(site):
     plays = re.findall(r"^PLAY \[(.*)\]", res.stdout, re.M)
     assert plays.index("Last look before submit") < plays.index("Submit the CosmoFlow training job")
     # Its shard moved to the three that train; the job trained on them (no data error).
-    moved = re.findall(r"Left out by the health gate: ([^;]+); (\d+) file\(s\) move", res.stdout)
+    moved = re.findall(r"Left out by the health gate: ([^;]+); the plan gives their (\d+) file\(s\)", res.stdout)
     assert moved and moved[-1][0] == name and int(moved[-1][1]) > 0, moved
     jobs = json.loads(state.read_text())["jobs"]
     logs = Path(jobs["nll"]["logs"]).read_text()
