@@ -59,7 +59,12 @@ def test_healthy_gates_under_load_blame_nobody_and_two_bad_nodes_are_both_named(
     with Twin(NODES, tmp_path / "twin", prefix="hg-rounds", base_port=free_base_port(NODES, 53200, 53300)) as twin:
         inv = user_inventory(twin, tmp_path / "inventory", "hr", {
             "ansible_ssh_private_key_file": str(twin.key), "healthcheck_pair_seconds": 2,
-            "healthcheck_pair_thresholds": {"default": {"iperf3": 0.05}}})
+            "healthcheck_pair_thresholds": {"default": {"iperf3": 0.05}},
+            # The twin's links are two shared cores, not ND's fabric: in a clean-clone CI run on a
+            # loaded 2-core machine a node burning a core read 0.62-0.65 x the median with two
+            # partners (3.21-3.42 against 4.90-5.25 Gb/s) and was blamed under the 0.7 default,
+            # in 1 of 10 gates. 0.5, as a user sets it for VMs whose links share their CPUs.
+            "healthcheck_pair_relative": 0.5})
         playbook = tmp_path / "pairs.yml"
         playbook.write_text(yaml.safe_dump(PLAY, sort_keys=False))
         names = [f"hr-{i}" for i in range(NODES)]
