@@ -180,10 +180,12 @@ def present_strays(stage_dir: str, handoff: Mapping[str, Sequence[str]] | None,
                    expected: Sequence[ExpectedFile], decompress: bool, shared: bool) -> tuple[list[str], list[str]]:
     """``(gone, handed)``: the handoff's names that are files in ``stage_dir`` now and not in
     this node's plan; ``handed`` only on node-local storage. Without a handoff, none: a file is
-    never removed on a guess."""
+    never removed on a guess. A name in both lists (the controller's plan never sends one) is a
+    contradiction, not an order: it stays."""
     if not handoff:
         return [], []
     planned = {e.staged_name(decompress) for e in expected} | {e.blob for e in expected}
+    planned |= set(handoff.get("gone") or ()) & set(handoff.get("handed") or ())
 
     def there(names: Sequence[str] | None) -> list[str]:
         return sorted(n for n in set(names or ()) if n not in planned and os.path.isfile(inside(stage_dir, n)))

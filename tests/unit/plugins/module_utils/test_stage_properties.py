@@ -119,6 +119,8 @@ INSIDE = st.sampled_from(["train/u_a1_000.tfrecord", "train/u_a1_001.tfrecord", 
          sizes_right=False)
 @example(planned=["../outside_000.tfrecord"], existing=[], handed=["../etc/passwd_000.tfrecord"],
          gone=["linked/u_a1_001.tfrecord"], prune=True, shared=False, sizes_right=False)
+@example(planned=[], existing=["train/u_a1_000.tfrecord"], handed=["train/u_a1_000.tfrecord"],
+         gone=["train/u_a1_000.tfrecord"], prune=False, shared=False, sizes_right=False)  # found by Hypothesis
 def test_a_stage_changes_nothing_outside_and_removes_only_what_it_was_told(
         planned, existing, handed, gone, prune, shared, sizes_right):
     with tempfile.TemporaryDirectory() as tmp:
