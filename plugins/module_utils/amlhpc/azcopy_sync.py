@@ -185,10 +185,11 @@ def present_strays(stage_dir: str, handoff: Mapping[str, Sequence[str]] | None,
     if not handoff:
         return [], []
     planned = {e.staged_name(decompress) for e in expected} | {e.blob for e in expected}
-    planned |= set(handoff.get("gone") or ()) & set(handoff.get("handed") or ())
+    contradicted = set(handoff.get("gone") or ()) & set(handoff.get("handed") or ())
+    kept = planned | contradicted
 
     def there(names: Sequence[str] | None) -> list[str]:
-        return sorted(n for n in set(names or ()) if n not in planned and os.path.isfile(inside(stage_dir, n)))
+        return sorted(n for n in set(names or ()) if n not in kept and os.path.isfile(inside(stage_dir, n)))
 
     return there(handoff.get("gone")), ([] if shared else there(handoff.get("handed")))
 
