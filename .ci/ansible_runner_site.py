@@ -46,7 +46,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 
-from amlhpc.azcopy_sas import redact  # noqa: E402  (the collection's one redaction)
+from amlhpc.staging.azcopy_sas import redact  # noqa: E402  (the collection's one redaction)
 
 # Names of variables (extra vars, the environment) whose values are secrets.
 SECRET_NAME = re.compile(r"(?i)(secret|sas|key|token|password|passwd|credential|signature|connection_string)")

@@ -1,4 +1,4 @@
-"""Throughput of the project's shared-mount test (amlhpc.fsbench) on this machine.
+"""Throughput of the project's shared-mount test (amlhpc.health.fsbench) on this machine.
 
 Writes and reads 16 files of 64 MiB (1 GiB) with 1, 4 and 8 parallel writers/readers in a
 scratch folder under the project (.scratch/, removed afterwards) and prints MB/s
@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 
-from amlhpc import fsbench  # noqa: E402
+from amlhpc.health import fsbench  # noqa: E402
 
 
 def main() -> None:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The pair gate against noise: its own logic (module_utils/amlhpc/pair_gate.py: ``start`` and
+"""The pair gate against noise: its own logic (module_utils/amlhpc/health/pair_gate.py: ``start`` and
 ``advance``, as the healthcheck role drives them) run many times against noise models made of
 recorded figures, at N = 4 ... 512 nodes. Printed per model and N:
 
@@ -57,7 +57,7 @@ sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import cpumeter  # noqa: E402
-from amlhpc import pair_gate  # noqa: E402
+from amlhpc.health import pair_gate  # noqa: E402
 
 
 def load_gate(checkout: str):

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "plugins" / "module_utils")]
 
 import cpumeter  # noqa: E402
-from amlhpc.dataset_prep import RECORD, compress_all  # noqa: E402
+from amlhpc.data.dataset_prep import RECORD, compress_all  # noqa: E402
 
 
 def measure(label: str, fn) -> None:

@@ -15,7 +15,7 @@ The same checks and writes as playbooks/nodes.yml with the roles' defaults:
 With --site, also what the whole site.yml does on every node when everything is in place
 (its second run; BeeOND off, no GPU tools on the twin):
   nodes:  the health check's tool look-up, the nodefile, the shared-mount write/read test
-          (plugins/module_utils/amlhpc/fsbench.py, the healthcheck's own code, same files,
+          (plugins/module_utils/amlhpc/health/fsbench.py, the healthcheck's own code, same files,
           size and writers), azcopy's version, the stage folder, and this node's staged
           shard checked file by file against the plan (azcopy_sync.plan_sync, as
           azcopy_stage does), the plan made as azcopy_shards makes it (the container listed
@@ -46,8 +46,8 @@ from pssh.config import HostConfig
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 
-from amlhpc.nccl import choose_pinning, nccl_conf_content, nccl_env_content  # noqa: E402
-from amlhpc.ssh_trust import controller_host_keys, endpoint  # noqa: E402
+from amlhpc.nodes.nccl import choose_pinning, nccl_conf_content, nccl_env_content  # noqa: E402
+from amlhpc.trust.ssh_trust import controller_host_keys, endpoint  # noqa: E402
 
 # Runs on each node as root (python3 is there: Ansible needs it too).
 NODE_SCRIPT = r'''
@@ -134,14 +134,14 @@ if site:
         for tool in site["tools"]:
             run("sh", "-c", "command -v " + tool)
         os.path.exists(a["nodefile"])
-        from amlhpc import fsbench
+        from amlhpc.health import fsbench
         fsbench.run(site["fs_path"], files=site["fs_files"], file_size=site["fs_file_size_mb"] * 2**20,
                     parallel=site["fs_parallel"])
         # stage: azcopy's version, the stage folder, and this node's shard on disk against the plan
         run(site["azcopy"], "--version")
         os.makedirs(site["stage_dir"], mode=0o755, exist_ok=True)
-        from amlhpc.azcopy_files import ExpectedFile
-        from amlhpc.azcopy_sync import plan_sync
+        from amlhpc.staging.azcopy_files import ExpectedFile
+        from amlhpc.staging.azcopy_sync import plan_sync
         shard = site["shard"]
         expected = [ExpectedFile(r["name"], r.get("raw_size"), bool(r.get("gzip")), r.get("sha256") or None, r.get("size"))
                     for r in shard["expected"]]
@@ -207,8 +207,10 @@ def _lib() -> str:
     import zlib
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name in ("__init__", "fsbench", "azcopy_sync", "azcopy_cmd", "azcopy_files", "azcopy_progress",
-                     "azcopy_sas", "shards", "tfrecord"):
+        for name in ("__init__", "health/__init__", "health/fsbench", "staging/__init__", "staging/azcopy_sync",
+                     "staging/azcopy_cmd", "staging/azcopy_files", "staging/azcopy_progress", "staging/azcopy_sas",
+                     "staging/azcopy_lock", "staging/azcopy_model", "staging/azcopy_paths", "staging/shards",
+                     "data/__init__", "data/tfrecord"):
             zf.write(ROOT / "plugins" / "module_utils" / "amlhpc" / f"{name}.py", f"amlhpc/{name}.py")
     return base64.b64encode(zlib.compress(buf.getvalue(), 9)).decode()
 
@@ -218,8 +220,8 @@ def site_args(args: argparse.Namespace, count: int) -> list[dict]:
     azcopy_shards makes it (the container listed with a SAS, suffix mode)."""
     from datetime import datetime, timedelta, timezone
 
-    from amlhpc.blob_listing import account_name, list_blobs
-    from amlhpc.shards import plan_shards, plan_summary
+    from amlhpc.sdk.blob_listing import account_name, list_blobs
+    from amlhpc.staging.shards import plan_shards, plan_summary
     from azure.storage.blob import ContainerSasPermissions, generate_container_sas
 
     now = datetime.now(timezone.utc)

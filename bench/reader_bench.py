@@ -2,7 +2,7 @@
 """CosmoFlow TFRecord reader throughput, CPU-time MB/s per core, beside the MLPerf reference tf.data pipeline.
 
 Writes CosmoFlow-format files (128^3 x 4 int16 cubes, the real sample size; counts drawn like
-amlhpc.cosmoflow_data's, with numpy for speed) as plain and gzip TFRecords, then measures, in
+amlhpc.data.cosmoflow_data's, with numpy for speed) as plain and gzip TFRecords, then measures, in
 one run and on the same files, each in its own process on ONE thread, in CPU time
 (``time.process_time``: the machine's cores may be shared):
 
@@ -51,7 +51,7 @@ def part_generate(out: str, files: int, cube: int) -> None:
     sys.path.insert(0, os.path.join(ROOT, "plugins", "module_utils"))
     import gzip
 
-    from amlhpc.tfrecord import encode_example, encode_record
+    from amlhpc.data.tfrecord import encode_example, encode_record
     rng = np.random.default_rng(0)
     for split_gzip in (False, True):
         folder = os.path.join(out, "gzip" if split_gzip else "plain")
@@ -74,7 +74,7 @@ def part_generate(out: str, files: int, cube: int) -> None:
 def part_ours(folder: str, cube: int, repeat: int) -> dict:
     sys.path.insert(0, os.path.join(ROOT, "workload"))
     import torch
-    from amlhpc.tfrecord import GZIP_BACKEND
+    from amlhpc.data.tfrecord import GZIP_BACKEND
     from cosmoflow import data as cdata
     torch.set_num_threads(1)
     files = sorted(os.path.join(folder, f) for f in os.listdir(folder))
@@ -97,7 +97,7 @@ def part_ours(folder: str, cube: int, repeat: int) -> dict:
         worker, whole = min(worker, t1 - t0), min(whole, t2 - t1)
     payload = len(files) * cube ** 3 * 4 * 2
     # Where the time goes, on the first file: read + inflate + CRC, Example parse, cast + log1p.
-    from amlhpc.tfrecord import decode_example
+    from amlhpc.data.tfrecord import decode_example
     t0 = time.process_time()
     (record,) = list(cdata.read_file(files[0]))
     t1 = time.process_time()

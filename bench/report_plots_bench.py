@@ -10,7 +10,7 @@ renderer, so that imports count. Per renderer: CPU seconds (``time.process_time`
 import, of each plot and of all of it, and the process's whole CPU including Python's own
 start (the median of ``--repeat`` processes), and the plots' bytes.
 
-The old renderer is ``plugins/module_utils/amlhpc/report_plots.py`` at ``--old-rev`` (git
+The old renderer is ``plugins/module_utils/amlhpc/report/report_plots.py`` at ``--old-rev`` (git
 show into a temporary folder); it needs matplotlib, so it is skipped where matplotlib is not
 importable (``--python`` names the interpreter that runs both; /work/main's .venv has it).
 
@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-MODULE = "plugins/module_utils/amlhpc/report_plots.py"
+MODULE = "plugins/module_utils/amlhpc/report/report_plots.py"
 COLLECTION = "ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc."
 
 

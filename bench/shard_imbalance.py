@@ -17,7 +17,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "plugins", "module_utils"))
 
-from amlhpc.shards import SUFFIXES, Blob, balanced_loads, imbalance, plan_shards  # noqa: E402
+from amlhpc.staging.shards import SUFFIXES, Blob, balanced_loads, imbalance, plan_shards  # noqa: E402
 
 MIB = 1024 * 1024
 

@@ -33,8 +33,8 @@ sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 import cpumeter  # noqa: E402
 from conftest import ACCOUNT, ACCOUNT_KEY, _spawn_azurite, free_port  # noqa: E402
 
-from amlhpc.cosmoflow_data import generate  # noqa: E402
-from amlhpc.dataset_prep import compress_all, upload_prepared  # noqa: E402
+from amlhpc.data.cosmoflow_data import generate  # noqa: E402
+from amlhpc.data.dataset_prep import compress_all, upload_prepared  # noqa: E402
 
 
 def sas_for(endpoint: str, container: str) -> str:

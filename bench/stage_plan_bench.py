@@ -33,9 +33,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 
-from amlhpc.azcopy_handoff import MARK, plan_handoff  # noqa: E402
-from amlhpc.azcopy_sync import manifest_text  # noqa: E402
-from amlhpc.shards import Blob, plan_shards, plan_summary  # noqa: E402
+from amlhpc.staging.azcopy_handoff import MARK, plan_handoff  # noqa: E402
+from amlhpc.staging.azcopy_sync import manifest_text  # noqa: E402
+from amlhpc.staging.shards import Blob, plan_shards, plan_summary  # noqa: E402
 
 
 class BloomNameSet:

@@ -3,7 +3,7 @@
 Azurite on 127.0.0.1 and the real azcopy. The same CosmoFlow-format files (cube 64: 2 MiB
 each, as compressible as the generator's particle counts; 8 generated samples copied under
 the names of BENCH_UNIVERSES universes, since generating is slow in pure Python) are uploaded twice, once as they are and
-once gzip-encoded, then one node stages each through amlhpc.azcopy.stage_shard. Reports
+once gzip-encoded, then one node stages each through amlhpc.staging.azcopy.stage_shard. Reports
 bytes over the wire, bytes on disk, seconds and MB/s for both. On loopback the wire is not
 the bottleneck, so this measures azcopy's and the disk's cost of decompressing; on Azure,
 where the wire is, the gzip-encoded set moves ~4.6x fewer bytes (5.1 TB -> 1.1 TB).
@@ -23,9 +23,9 @@ from datetime import datetime, timedelta, timezone
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "plugins", "module_utils"))
 
-from amlhpc.azcopy import blob_url, stage_shard  # noqa: E402
-from amlhpc.cosmoflow_data import generate, sample_name  # noqa: E402
-from amlhpc.dataset_prep import compress_all, upload_prepared  # noqa: E402
+from amlhpc.staging.azcopy import blob_url, stage_shard  # noqa: E402
+from amlhpc.data.cosmoflow_data import generate, sample_name  # noqa: E402
+from amlhpc.data.dataset_prep import compress_all, upload_prepared  # noqa: E402
 
 ACCOUNT = "devstoreaccount1"
 KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="  # Azurite's public key

@@ -1,4 +1,4 @@
-"""Check the staging-time model (amlhpc.azcopy_model) against the seeds' figures and against Azurite here.
+"""Check the staging-time model (amlhpc.staging.azcopy_model) against the seeds' figures and against Azurite here.
 
 1. The seeds: 4 nodes, CosmoFlow v0.7 (5.1 TB, 1.1 TB gzip-encoded), about 35 min
    uncompressed and about 13 min gzip-encoded. The default rates are fitted to these two
@@ -31,10 +31,10 @@ from datetime import datetime, timedelta, timezone
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "plugins", "module_utils"))
 
-from amlhpc.azcopy import blob_url, stage_shard  # noqa: E402
-from amlhpc.azcopy_model import Rates, predict  # noqa: E402
-from amlhpc.cosmoflow_data import generate, sample_name  # noqa: E402
-from amlhpc.dataset_prep import compress_all, upload_prepared  # noqa: E402
+from amlhpc.staging.azcopy import blob_url, stage_shard  # noqa: E402
+from amlhpc.staging.azcopy_model import Rates, predict  # noqa: E402
+from amlhpc.data.cosmoflow_data import generate, sample_name  # noqa: E402
+from amlhpc.data.dataset_prep import compress_all, upload_prepared  # noqa: E402
 from staging_bench import _port, _upload_plain  # noqa: E402  (bench/ is on sys.path: the script's folder)
 
 ACCOUNT = "devstoreaccount1"

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import cpumeter  # noqa: E402
-from amlhpc import pair_gate  # noqa: E402
+from amlhpc.health import pair_gate  # noqa: E402
 from twin.cluster import Twin, free_base_port  # noqa: E402
 
 

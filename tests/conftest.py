@@ -4,7 +4,7 @@
   or as a command) finds it through ansible.cfg's ``collections_path``, where ``make setup``
   links it (.ci/bootstrap collection); the link is made here too, so ``pytest`` works on a
   fresh checkout.
-* The pure logic is one package, ``plugins/module_utils/amlhpc``. Modules and plugins import
+* The pure logic is one package, ``plugins/module_utils/amlhpc``, in a folder per subsystem. Modules and plugins import
   it as ``ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc``; the tests and the
   workload as ``amlhpc``. Both names are the very same module objects here, so a monkeypatch
   on one is seen through the other.
@@ -47,8 +47,9 @@ if str(MODULE_UTILS) not in sys.path:
 import amlhpc  # noqa: E402
 
 sys.modules.setdefault(COLLECTION_NAME, amlhpc)
-for _info in pkgutil.iter_modules(amlhpc.__path__):
-    sys.modules.setdefault(f"{COLLECTION_NAME}.{_info.name}", importlib.import_module(f"amlhpc.{_info.name}"))
+# The subsystem folders first (walk_packages imports only them), then their modules.
+for _info in sorted(pkgutil.walk_packages(amlhpc.__path__, "amlhpc."), key=lambda i: not i.ispkg):
+    sys.modules.setdefault(COLLECTION_NAME + _info.name[len("amlhpc"):], importlib.import_module(_info.name))
 
 # `ansible-test units` sets Ansible settings of its own in the environment, the conventions of its
 # integration tests (no inventory, an empty configuration, no deprecation warnings, ...). The

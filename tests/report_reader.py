@@ -1,6 +1,6 @@
 """Read the run's report.html back the way a browser would see it (stdlib only).
 
-Used by the unit tests of plugins/module_utils/amlhpc/report_html.py and by the
+Used by the unit tests of plugins/module_utils/amlhpc/report/report_html.py and by the
 integration test that runs the local default: sections by id, their text, tables and
 images; an SVG reader that proves an embedded plot is a whole, valid image and tells what it
 shows (panels, ticks, series, bars, markers, legend).

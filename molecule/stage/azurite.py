@@ -33,8 +33,8 @@ def main() -> int:
                 break
             except OSError:
                 time.sleep(0.2)
-        from amlhpc.cosmoflow_data import generate
-        from amlhpc.dataset_prep import compress_all, upload_prepared
+        from amlhpc.data.cosmoflow_data import generate
+        from amlhpc.data.dataset_prep import compress_all, upload_prepared
         generate(os.path.join(workdir, "raw"), train_universes=1, val_universes=1, cube=8)
         prepared = compress_all(os.path.join(workdir, "raw"), os.path.join(workdir, "gz"), prefix="v07")
         upload_prepared(prepared, f"http://127.0.0.1:{port}/{ACCOUNT}", "molecule",

@@ -3,7 +3,7 @@
 """Action plugin of amlhpc.azureml.aml_job: on the controller (a local connection), a job whose
 completed run this controller recorded and downloaded is answered here, in the worker Ansible
 forked for the task, with the module's own answer for that case
-(module_utils/amlhpc/aml_job_options.py ``recorded_answer``): no module run, no interpreter, no
+(module_utils/amlhpc/azure/aml_job_options.py ``recorded_answer``): no module run, no interpreter, no
 SDK import. Everything else, and arguments the module would refuse, goes to the module."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_job_options import (
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azure.aml_job_options import (
     ARGUMENT_SPEC,
     REQUIRED_IF,
     recorded_answer,

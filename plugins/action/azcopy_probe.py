@@ -12,7 +12,7 @@ from typing import Any
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_install import stage_input_error
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.staging.azcopy_install import stage_input_error
 
 
 class ActionModule(ActionBase):

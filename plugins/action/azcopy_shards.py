@@ -12,16 +12,16 @@ from typing import Any
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_cmd import auth_argument_spec
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_model import predict, rates_from
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_sas import check_sas, redact
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.blob_listing import (
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.staging.azcopy_cmd import auth_argument_spec
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.staging.azcopy_model import predict, rates_from
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.staging.azcopy_sas import check_sas, redact
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.sdk.blob_listing import (
     ContainerMissing,
     ListingError,
     identity_credential,
     list_blobs,
 )
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.shards import (
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.staging.shards import (
     MODES,
     ShardError,
     empty_source_error,

@@ -8,7 +8,7 @@ controller the stage's inputs (a shard in the plan, a SAS with auth sas), and a 
 fails them is not contacted. The module then probes azcopy and stages in one run on the node;
 its result says whether the pinned azcopy is still to be installed (``needed``, ``src_kind``).
 
-A rerun reads the node first with one shell command (module_utils/amlhpc/stage_read.py,
+A rerun reads the node first with one shell command (module_utils/amlhpc/staging/stage_read.py,
 through plugin_utils/node_read.py): ``azcopy --version`` and one digest of the stage folder.
 Where azcopy runs as pinned and a node-local folder holds exactly this shard and its
 manifest, the module's own result for that case is returned and no module runs.
@@ -24,8 +24,8 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_install import stage_input_error
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.stage_read import (
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.staging.azcopy_install import stage_input_error
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.staging.stage_read import (
     ARGUMENT_SPEC,
     REQUIRED_IF,
     read_command,

@@ -23,7 +23,7 @@ from ansible.module_utils.common.parameters import remove_values
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.arg_secrets import no_log_values
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.dataset_prep import (
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.data.dataset_prep import (
     UPLOAD_ARGUMENT_SPEC,
     UPLOAD_MUTUALLY_EXCLUSIVE,
     UPLOAD_REQUIRED_ONE_OF,

@@ -1,7 +1,7 @@
 # Copyright: (c) 2026, amlhpc contributors
 # MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """Action plugin of amlhpc.azureml.healthcheck_node: measures the node with one shell command
-that runs the module's own probe (module_utils/amlhpc/health_probe.py, with health_ib.py,
+that runs the module's own probe (module_utils/amlhpc/health/health_probe.py, with health_ib.py,
 health.py and fsbench.py, standard library only) on the node's Python, without Ansible's
 module payload, and judges the outputs on the controller with the module's own functions, for the module's own
 result. Where the node's Python is not known yet (no interpreter discovered on an earlier
@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc import fsbench, health, health_ib, health_probe
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.health import fsbench, health, health_ib, health_probe
 from ansible_collections.amlhpc.azureml.plugins.plugin_utils.node_read import python_interpreter, unchanged_result
 
 

@@ -2,7 +2,7 @@
 # MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """Action plugin of amlhpc.azureml.nccl_config: reads the user's topology file on the
 controller, reads the node with one shell command and, where the module would write nothing,
-returns the module's result for that case without running it (module_utils/amlhpc/nccl_read.py;
+returns the module's result for that case without running it (module_utils/amlhpc/nodes/nccl_read.py;
 the VM size must be known, as the inventory plugin gives it: the instance metadata is the
 module's to ask); otherwise runs the module on the node (one module run). The facts it finds
 are in the result's ``facts``; the role's next task sets them for the play."""
@@ -14,7 +14,7 @@ from typing import Any
 from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nccl_read import (
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nodes.nccl_read import (
     CONFIG_ARGUMENT_SPEC,
     read_command,
     unchanged_outcome,

@@ -2,7 +2,7 @@
 # MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """Action plugin of amlhpc.azureml.nvidia_gpu_clocks. It reads the GPUs with one shell command,
 no Python on the node, and where nothing is to change returns the module's own result for that
-case (module_utils/amlhpc/gpu_clocks.py); otherwise, or when the read is not what it expects,
+case (module_utils/amlhpc/nodes/gpu_clocks.py); otherwise, or when the read is not what it expects,
 the module runs, reads again on the node and acts. A rerun so costs the node a shell command
 instead of a module run."""
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.gpu_clocks import (
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nodes.gpu_clocks import (
     ARGUMENT_SPEC,
     probe_command,
     unchanged_outcome,

@@ -5,9 +5,9 @@ host-task for the controller. It runs, inside one worker, the module calls the r
 chain ran: the plan (amlhpc.azureml.nvme_raid_info), and only when there is something to
 build or to keep, the build (mdadm, community.general.filesystem, ansible.builtin.lineinfile,
 ansible.posix.mount, ansible.builtin.file, update-initramfs). The decisions are plain
-functions of plugins/module_utils/amlhpc/nvme.py. The plan is the result's ``state``.
+functions of plugins/module_utils/amlhpc/nodes/nvme.py. The plan is the result's ``state``.
 
-A rerun reads the node first with one shell command (module_utils/amlhpc/nvme_read.py,
+A rerun reads the node first with one shell command (module_utils/amlhpc/nodes/nvme_read.py,
 through plugin_utils/node_read.py): where there are no local NVMe disks, or the array and
 everything the file-system steps keep are in place, the plan is decided on the controller
 and no module runs; otherwise the modules run as above."""
@@ -22,8 +22,8 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.amlhpc.azureml.plugins.plugin_utils.node_read import unchanged_result
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nvme_read import read_command, unchanged_state
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nvme import (
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nodes.nvme_read import read_command, unchanged_state
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nodes.nvme import (
     mdadm_conf_line,
     mount_options,
     parse_export,

@@ -12,7 +12,7 @@ from typing import Any
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.report_file import (
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.report.report_file import (
     point_link,
     write_new_page,
     write_page,

@@ -3,7 +3,7 @@
 """Action plugin of amlhpc.azureml.ssh_trust_node: it reads the files the module writes (the
 user's authorized_keys, the nodefile, known_hosts, and their folders) with one shell command,
 no Python on the node, and where the module would change nothing returns the module's result
-for that case (module_utils/amlhpc/ssh_trust.py ``node_unchanged``). Otherwise, or where the
+for that case (module_utils/amlhpc/trust/ssh_trust.py ``node_unchanged``). Otherwise, or where the
 read is not what it expects, the module runs, reads again on the node and writes. A rerun so
 costs the node a shell command instead of a module run."""
 
@@ -13,8 +13,8 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.file_state import read_command
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.ssh_trust import (
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nodes.file_state import read_command
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.trust.ssh_trust import (
     NODE_ARGUMENT_SPEC,
     node_read,
     node_unchanged,

@@ -3,7 +3,7 @@
 """Action plugin: every role variable the run reads, checked before anything changes.
 
 Documentation: plugins/modules/validate_variables.py (the action-only plugin's doc stub).
-Logic: plugins/module_utils/amlhpc/variable_checks.py.
+Logic: plugins/module_utils/amlhpc/validate/variable_checks.py.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_sas import redact
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.variable_checks import (
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.staging.azcopy_sas import redact
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.validate.variable_checks import (
     spec_problems,
     variable_problems,
 )

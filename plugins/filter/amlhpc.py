@@ -34,13 +34,13 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "amlhpc_cluster_nodes": cluster_nodes,
-            "amlhpc_cluster_group": lazy("aml_nodes", "group_name"),
-            "amlhpc_inventory_problems": lazy("inventory_checks", "inventory_problems"),
-            "amlhpc_run_report": lazy("report", "run_report"),
-            "amlhpc_data_scope": lazy("job_spec", "data_scope_for"),
-            "amlhpc_data_scope_problem": lazy("job_spec", "data_scope_problem"),
-            "amlhpc_stage_shared_problem": lazy("job_spec", "stage_shared_problem"),
-            "amlhpc_stage_read_command": lazy("azcopy_handoff", "shard_read_command", (ValueError,)),
-            "amlhpc_stage_handoff": lazy("azcopy_handoff", "stage_handoff"),
-            "amlhpc_roles_to_check": lazy("variable_checks", "roles_to_check"),
+            "amlhpc_cluster_group": lazy("azure.aml_nodes", "group_name"),
+            "amlhpc_inventory_problems": lazy("validate.inventory_checks", "inventory_problems"),
+            "amlhpc_run_report": lazy("report.report", "run_report"),
+            "amlhpc_data_scope": lazy("azure.job_spec", "data_scope_for"),
+            "amlhpc_data_scope_problem": lazy("azure.job_spec", "data_scope_problem"),
+            "amlhpc_stage_shared_problem": lazy("azure.job_spec", "stage_shared_problem"),
+            "amlhpc_stage_read_command": lazy("staging.azcopy_handoff", "shard_read_command", (ValueError,)),
+            "amlhpc_stage_handoff": lazy("staging.azcopy_handoff", "stage_handoff"),
+            "amlhpc_roles_to_check": lazy("validate.variable_checks", "roles_to_check"),
         }

@@ -1,6 +1,6 @@
 # Copyright: (c) 2026, amlhpc contributors
 # MIT License (see LICENSE or https://opensource.org/licenses/MIT)
-"""Filters of the health verdict: thin wrappers around plugins/module_utils/amlhpc/health_verdict.py.
+"""Filters of the health verdict: thin wrappers around plugins/module_utils/amlhpc/health/health_verdict.py.
 
 Each is documented in plugins/filter/<name>.yml (ansible-doc -t filter amlhpc.azureml.<name>)."""
 
@@ -24,7 +24,7 @@ def _results(hostvars: Any, all_hosts: list[str], active_hosts: list[str], clust
             have = {c.get("check") for c in checks}
             checks = [*checks, *(c for c in extra if c.get("check") not in have)]
         results[host] = checks
-    return logic("health").with_cluster_checks(results, (cluster_run or {}).get("results") or [])
+    return logic("health.health").with_cluster_checks(results, (cluster_run or {}).get("results") or [])
 
 
 def _ranked(hostvars: Any, hosts: list[str]) -> list[str]:
@@ -39,7 +39,7 @@ def verdict(hostvars: Any, all_hosts: list[str], active_hosts: list[str], cluste
             port: int = 29400) -> dict[str, Any]:
     """The run's decision; with health.json's content under ``health_json``."""
     results = _results(hostvars, all_hosts, active_hosts, cluster_run)
-    logic_ = logic("health_verdict")
+    logic_ = logic("health.health_verdict")
     report = report or {}
     addresses = {h: str(hostvars[h].get("aml_private_ip") or "") for h in all_hosts}
     try:
@@ -55,7 +55,7 @@ def verdict(hostvars: Any, all_hosts: list[str], active_hosts: list[str], cluste
 
 
 def node_file(v: dict[str, Any], node: str) -> dict[str, Any]:
-    return logic("health_verdict").node_file(v, node)
+    return logic("health.health_verdict").node_file(v, node)
 
 
 class FilterModule:

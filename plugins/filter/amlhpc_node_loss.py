@@ -1,6 +1,6 @@
 # Copyright: (c) 2026, amlhpc contributors
 # MIT License (see LICENSE or https://opensource.org/licenses/MIT)
-"""Filters of the node_loss role: thin wrappers around plugins/module_utils/amlhpc/node_loss.py.
+"""Filters of the node_loss role: thin wrappers around plugins/module_utils/amlhpc/recovery/node_loss.py.
 
 Each is documented in plugins/filter/<name>.yml (ansible-doc -t filter amlhpc.azureml.<name>)."""
 
@@ -27,12 +27,12 @@ def _json(text: Any, default: Any) -> Any:
 
 def slots(recorded: Any, hostvars: Any, hosts: list[str]) -> dict[str, Any]:
     """The shard plan's host order from the run's nodes.json (its text, or '' on the first run)."""
-    logic_ = logic("node_loss")
+    logic_ = logic("recovery.node_loss")
     return logic_.plan_slots(_json(recorded, []), logic_.current_nodes(hostvars, hosts))
 
 
 def _ranked(hostvars: Any, hosts: list[str]) -> list[str]:
-    return [n["host"] for n in logic("node_loss").current_nodes(hostvars, hosts)]
+    return [n["host"] for n in logic("recovery.node_loss").current_nodes(hostvars, hosts)]
 
 
 def last_look(hostvars: Any, all_hosts: list[str], play_hosts: list[str], job_nodes: list[str], verdict: Any,
@@ -49,7 +49,7 @@ def last_look(hostvars: Any, all_hosts: list[str], play_hosts: list[str], job_no
         shard = ((hv.get("stage_plan") or {}).get("shards") or {}).get(host)
         expected[host] = shard.get("list_of_files") if isinstance(shard, dict) and "list_of_files" in shard else None
     addresses = {h: str((hostvars[h] if h in hostvars else {}).get("aml_private_ip") or "") for h in all_hosts}
-    return logic("node_loss").last_look(
+    return logic("recovery.node_loss").last_look(
         job_nodes=list(job_nodes), in_play=list(play_hosts), probes=probes, expected=expected, timeout=float(timeout),
         on_failure=str(on_failure), spares=int(spares or 0), previous=verdict or None,
         ranked=_ranked(hostvars, list(all_hosts)), addresses=addresses, port=int(port), check_mode=bool(check_mode))
@@ -58,7 +58,7 @@ def last_look(hostvars: Any, all_hosts: list[str], play_hosts: list[str], job_no
 def interruption(result: Any, hostvars: Any, hosts: list[str], run: str, ended_at: Any,
                  store: str = "") -> dict[str, Any]:
     """The record of a run that lost a node, from aml_job's result (its node_loss)."""
-    logic_ = logic("node_loss")
+    logic_ = logic("recovery.node_loss")
     result = result or {}
     return logic_.interruption(result.get("node_loss") or {}, run=run, run_id=str(result.get("run_id") or run),
                                ended_at=float(ended_at), hosts_by_ip=logic_.hosts_by_ip(hostvars, hosts),
@@ -69,15 +69,15 @@ def resume_note(record: Any, rerun_at: Any, submitted_at: Any) -> str:
     """AMLHPC_INTERRUPTION for the resumed job: JSON text ('' without an interruption)."""
     if not record:
         return ""
-    return json.dumps(logic("node_loss").resume_note(record, float(rerun_at), float(submitted_at)), sort_keys=True)
+    return json.dumps(logic("recovery.node_loss").resume_note(record, float(rerun_at), float(submitted_at)), sort_keys=True)
 
 
 def resumed(record: Any, run_id: str, metrics: Any) -> dict[str, Any]:
-    return logic("node_loss").resumed(record or {}, str(run_id), metrics or {})
+    return logic("recovery.node_loss").resumed(record or {}, str(run_id), metrics or {})
 
 
 def report(records: Any) -> list[str]:
-    return logic("node_loss").report_lines(_json(records, []))
+    return logic("recovery.node_loss").report_lines(_json(records, []))
 
 
 class FilterModule:

@@ -1,7 +1,7 @@
 # Copyright: (c) 2026, amlhpc contributors
 # MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """Filters of the healthcheck role's pair gate: thin wrappers around
-plugins/module_utils/amlhpc/pair_gate.py (documented in plugins/filter/<name>.yml)."""
+plugins/module_utils/amlhpc/health/pair_gate.py (documented in plugins/filter/<name>.yml)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def _addresses(hostvars: Any, hosts: list[str]) -> dict[str, str]:
 
 def start(hostvars: Any, hosts: list[str], settings: dict[str, Any]) -> dict[str, Any]:
     """The gate before round 1, from each node's probe (``healthcheck_pair_probe``)."""
-    gate = logic("pair_gate")
+    gate = logic("health.pair_gate")
     if len(hosts) < 2:
         return gate.skipped_state(hosts, "single node: no partner to test with")
     found = {h: (hostvars[h].get("healthcheck_pair_probe") or {}).get("found") or {} for h in hosts}
@@ -38,7 +38,7 @@ def start(hostvars: Any, hosts: list[str], settings: dict[str, Any]) -> dict[str
 
 def advance(state: dict[str, Any], hostvars: Any, hosts: list[str], base_port: int) -> dict[str, Any]:
     """Judge the round just run from the clients' ``healthcheck_pair_client`` and plan the next."""
-    gate = logic("pair_gate")
+    gate = logic("health.pair_gate")
     results = {h: hostvars[h].get("healthcheck_pair_client") for h in state.get("roles") or {} if h in hostvars}
     new = gate.advance(state, gate.client_figures(state, results))
     return gate.with_roles(new, _addresses(hostvars, hosts), int(base_port))
@@ -46,7 +46,7 @@ def advance(state: dict[str, Any], hostvars: Any, hosts: list[str], base_port: i
 
 def checks(state: dict[str, Any], node: str) -> list[dict[str, Any]]:
     """This node's pair_link check (health.py's check dict shape), none when it was not in the gate."""
-    return logic("pair_gate").node_checks(state).get(node, [])
+    return logic("health.pair_gate").node_checks(state).get(node, [])
 
 
 class FilterModule:

@@ -1,6 +1,6 @@
 # Copyright: (c) 2026, amlhpc contributors
 # MIT License (see LICENSE or https://opensource.org/licenses/MIT)
-"""Filter of the report play: a thin wrapper around plugins/module_utils/amlhpc/report_html.py.
+"""Filter of the report play: a thin wrapper around plugins/module_utils/amlhpc/report/report_html.py.
 
 Documented in plugins/filter/amlhpc_report_html.yml (ansible-doc -t filter amlhpc.azureml.amlhpc_report_html)."""
 
@@ -15,4 +15,4 @@ class FilterModule:
     """amlhpc report filter."""
 
     def filters(self) -> dict[str, Any]:
-        return {"amlhpc_report_html": lazy("report_html", "report_html")}
+        return {"amlhpc_report_html": lazy("report.report_html", "report_html")}

@@ -1,6 +1,6 @@
 # Copyright: (c) 2026, amlhpc contributors
 # MIT License (see LICENSE or https://opensource.org/licenses/MIT)
-"""Filters of the beeond role (logic in plugins/module_utils/amlhpc/beeond.py)."""
+"""Filters of the beeond role (logic in plugins/module_utils/amlhpc/nodes/beeond.py)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ class FilterModule:
 
     def filters(self) -> dict[str, Any]:
         return {
-            "amlhpc_beeond_autoscale_refusal": lazy("autoscale", "autoscale_refusal"),
-            "amlhpc_beeond_start_argv": lazy("beeond", "build_start_argv"),
-            "amlhpc_beeond_stop_argv": lazy("beeond", "build_stop_argv"),
-            "amlhpc_beeond_nodefile_problems": lazy("beeond", "nodefile_problems"),
-            "amlhpc_beeond_tcp_fallbacks": lazy("beeond", "tcp_fallbacks"),
-            "amlhpc_beeond_rdma_connections": lazy("beeond", "rdma_connections"),
+            "amlhpc_beeond_autoscale_refusal": lazy("azure.autoscale", "autoscale_refusal"),
+            "amlhpc_beeond_start_argv": lazy("nodes.beeond", "build_start_argv"),
+            "amlhpc_beeond_stop_argv": lazy("nodes.beeond", "build_stop_argv"),
+            "amlhpc_beeond_nodefile_problems": lazy("nodes.beeond", "nodefile_problems"),
+            "amlhpc_beeond_tcp_fallbacks": lazy("nodes.beeond", "tcp_fallbacks"),
+            "amlhpc_beeond_rdma_connections": lazy("nodes.beeond", "rdma_connections"),
         }

@@ -1,6 +1,6 @@
 # Copyright: (c) 2026, amlhpc contributors
 # MIT License (see LICENSE or https://opensource.org/licenses/MIT)
-"""Filters for the nccl role: thin wrappers around plugins/module_utils/amlhpc/nccl.py.
+"""Filters for the nccl role: thin wrappers around plugins/module_utils/amlhpc/nodes/nccl.py.
 
 amlhpc_nccl_topology(vm_size)        -> {"name", "gpu", "xml"} of the VM size's NCCL topology, or None
 amlhpc_nccl_conf(settings, topo)     -> /etc/nccl.conf text
@@ -19,7 +19,7 @@ from ansible_collections.amlhpc.azureml.plugins.plugin_utils.lazy_logic import l
 
 
 def nccl_topology(vm_size: Optional[str]) -> Optional[dict[str, str]]:
-    nccl = logic("nccl")
+    nccl = logic("nodes.nccl")
     topo = nccl.topology_for_vm_size(vm_size)
     if topo is None:
         return None
@@ -28,7 +28,7 @@ def nccl_topology(vm_size: Optional[str]) -> Optional[dict[str, str]]:
 
 def nccl_conf(settings: dict[str, Any], topo_file: Optional[str] = None) -> str:
     try:
-        return logic("nccl").nccl_conf_content(settings or {}, topo_file or None)
+        return logic("nodes.nccl").nccl_conf_content(settings or {}, topo_file or None)
     except ValueError as exc:
         raise AnsibleFilterError(f"nccl_conf_settings: {exc}") from exc
 
@@ -36,13 +36,13 @@ def nccl_conf(settings: dict[str, Any], topo_file: Optional[str] = None) -> str:
 def nccl_env(env: dict[str, Any], ld_library_path: Optional[list[str]] = None,
              pinning: Optional[dict[str, Any]] = None, topo_file: Optional[str] = None) -> str:
     try:
-        return logic("nccl").nccl_env_content(env or {}, ld_library_path or [], pinning, topo_file or None)
+        return logic("nodes.nccl").nccl_env_content(env or {}, ld_library_path or [], pinning, topo_file or None)
     except ValueError as exc:
         raise AnsibleFilterError(f"nccl_env: {exc}") from exc
 
 
 def gpu_pinning(topo_text: Optional[str], vm_size: Optional[str] = None) -> dict[str, Any]:
-    return logic("nccl").node_pinning(topo_text, vm_size)
+    return logic("nodes.nccl").node_pinning(topo_text, vm_size)
 
 
 def nccl_job(env_file_b64: Optional[str], conf_path: str, env_path: str) -> dict[str, Any]:
@@ -51,7 +51,7 @@ def nccl_job(env_file_b64: Optional[str], conf_path: str, env_path: str) -> dict
     import base64
     text = base64.b64decode(env_file_b64).decode("utf-8") if env_file_b64 else None
     try:
-        return logic("nccl").job_settings(text, conf_path, env_path)
+        return logic("nodes.nccl").job_settings(text, conf_path, env_path)
     except ValueError as exc:
         raise AnsibleFilterError(f"{env_path}: {exc}") from exc
 

@@ -347,7 +347,7 @@ from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructa
 from ansible.module_utils.ansible_release import __version__ as ansible_core_version
 
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.core_range import core_floor_error
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_nodes import (
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azure.aml_nodes import (
     AmlNodesError,
     ClusterInfo,
     apply_filter,
@@ -362,7 +362,7 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_nodes im
     split_by_state,
     subscription_from,
 )
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.known_hosts import (
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.trust.known_hosts import (
     Endpoint,
     NodeRecord,
     RecordError,
@@ -453,7 +453,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 out["clusters"][config["name"]] = {"records": load_nodes_file(path), "properties": {},
                                                    "where": f"nodes file {path}"}
             return out
-        from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_sdk import connect
+        from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.sdk.aml_sdk import connect
         options = {k: self._templated(k) for k in _TEMPLATED}
         auth = resolve_auth(self.get_option("auth_source"), options, os.environ)
         client = connect(source, subscription_from(options, os.environ), options["resource_group"],
@@ -567,7 +567,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
 
     def _update_known_hosts(self, record: NodeRecord, path: str, endpoints: list[Endpoint]) -> str:
         """Pin new node ids, put known ones back from their pins, compare the live keys of known
-        ones with their pins (module_utils/amlhpc/known_hosts.py follow_pins); the new text."""
+        ones with their pins (module_utils/amlhpc/trust/known_hosts.py follow_pins); the new text."""
         timeout = self.get_option("known_hosts_scan_timeout")
         outcome = follow_pins(record, endpoints, lambda todo: scan_keys(todo, timeout=timeout),
                               repin=[str(n) for n in self.get_option("known_hosts_repin") or []],

@@ -63,8 +63,8 @@ from datetime import datetime, timedelta, timezone  # noqa: E402
 from ansible.errors import AnsibleError  # noqa: E402
 from ansible.plugins.lookup import LookupBase  # noqa: E402
 
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_sas import container_sas, redact
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.blob_listing import account_name
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.staging.azcopy_sas import container_sas, redact
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.sdk.blob_listing import account_name
 
 
 class LookupModule(LookupBase):

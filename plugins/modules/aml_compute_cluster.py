@@ -229,7 +229,7 @@ import socket
 import time
 from typing import Any
 
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_nodes import (
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azure.aml_nodes import (
     AmlNodesError,
     ClusterInfo,
     ClusterSpec,
@@ -245,7 +245,7 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_nodes im
     subscription_from,
     teardown_eta,
 )
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_sdk import connect
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.sdk.aml_sdk import connect
 from ansible.module_utils.basic import AnsibleModule
 
 

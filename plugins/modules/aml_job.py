@@ -15,7 +15,7 @@ module: aml_job
 short_description: Run the CosmoFlow training job on AzureML or on this machine
 version_added: "1.0.0"
 description:
-  - Builds the job from C(plugins/module_utils/amlhpc/job_spec.py) and submits it.
+  - Builds the job from C(plugins/module_utils/amlhpc/azure/job_spec.py) and submits it.
   - The AzureML backends connect to the workspace as the inventory plugin
     P(amlhpc.azureml.azureml_compute#inventory) and M(amlhpc.azureml.aml_compute_cluster) do
     (the same O(auth_source) rules, environment variables and error messages).
@@ -368,23 +368,23 @@ import sys
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_job_local import run_local
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_job_options import (
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azure.aml_job_local import run_local
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azure.aml_job_options import (
     ARGUMENT_SPEC,
     REQUIRED_IF,
     record_identity,
     recorded_answer,
     request_from,
 )
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_job_v1 import run_v1
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_job_v2 import run_v2
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_nodes import (
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.sdk.aml_job_v1 import run_v1
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.sdk.aml_job_v2 import run_v2
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azure.aml_nodes import (
     AmlNodesError,
     resolve_auth,
     subscription_from,
 )
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.aml_sdk import AmlClient, connect
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.job_runs import (
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.sdk.aml_sdk import AmlClient, connect
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azure.job_runs import (
     COMPLETED,
     failing_log,
     failure_message,
@@ -392,7 +392,7 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.job_runs imp
     node_logs,
     write_record,
 )
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.job_spec import (
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azure.job_spec import (
     JobRequest,
     JobSpecError,
     build_spec,
@@ -400,7 +400,7 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.job_spec imp
     sas_like_values,
     snapshot_source,
 )
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.node_loss import parse_loss_file
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.recovery.node_loss import parse_loss_file
 
 # The SDK of each AzureML backend (aml_sdk's client names).
 SDKS = {"azureml_core": "azureml-core", "azure_ai_ml": "azure-ai-ml"}

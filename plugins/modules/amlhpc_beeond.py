@@ -21,7 +21,7 @@ description:
     C(stopped) does nothing when neither a BeeGFS mount nor a BeeOND status file is left.
   - Supports check mode. It reports what it would do and runs nothing.
   - The command lines and the reading of their results live in
-    C(module_utils/amlhpc/beeond.py).
+    C(module_utils/amlhpc/nodes/beeond.py).
 attributes:
   check_mode:
     support: full
@@ -141,7 +141,7 @@ stderr:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.beeond import (
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nodes.beeond import (
     build_start_argv,
     start_decision,
     build_stop_argv,

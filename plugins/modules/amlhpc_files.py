@@ -76,7 +76,7 @@ backups:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.files import apply
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nodes.files import apply
 
 _DIR = {"path": {"type": "path", "required": True}, "owner": {"type": "str", "default": "root"},
         "group": {"type": "str", "default": "root"}, "mode": {"type": "str", "default": "0755"}}

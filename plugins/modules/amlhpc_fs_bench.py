@@ -102,7 +102,7 @@ skipped_reason:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.fsbench import run
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.health.fsbench import run
 
 
 def main() -> None:

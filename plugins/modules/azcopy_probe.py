@@ -121,8 +121,8 @@ probe:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_cmd import AUTH_MODES
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_install import probe_install
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.staging.azcopy_cmd import AUTH_MODES
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.staging.azcopy_install import probe_install
 
 
 def main() -> None:

@@ -157,7 +157,7 @@ options:
     description:
       - This node's exact lists of files outside its shard, from the plan's listing, as the stage role computes
         them on the controller from one read of the node's folder (C(stage_handoff[inventory_hostname]),
-        M(amlhpc.azureml.azcopy_shards) and C(module_utils/amlhpc/azcopy_handoff.py)).
+        M(amlhpc.azureml.azcopy_shards) and C(module_utils/amlhpc/staging/azcopy_handoff.py)).
       - C(handed) - files whose blob another node's shard holds now; removed with O(shared=false), kept otherwise.
         C(gone) - files whose blob no shard of the plan holds; reported, and removed only with O(prune=true).
       - Each name is checked again here before anything is removed (inside O(dest), a file there, not in this
@@ -228,7 +228,7 @@ options:
     default: ""
   model:
     description:
-      - Inputs of the staging-time model besides the plan (see C(module_utils/amlhpc/azcopy_model.py)),
+      - Inputs of the staging-time model besides the plan (see C(module_utils/amlhpc/staging/azcopy_model.py)),
         all optional; C(nodes) is the plan's node count.
       - C(nic_gbps), C(egress_gbps) (the account, all nodes), C(azcopy_mb_s) (azcopy's measured per-node
         rate, uncompressed), C(decompress_mb_s) (with C(--decompress), bytes on disk), C(overhead_s).
@@ -414,7 +414,7 @@ sas_warnings:
 
 import signal
 
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy import (
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.staging.azcopy import (
     Cancel,
     Limits,
     StageError,
@@ -427,14 +427,14 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy impor
     shard_is_staged,
     stage_shard,
 )
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_handoff import handoff_problem
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_install import probe_install
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_model import rates_from
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_paths import folder_problem
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_sync import check_names
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_watch import ConnectionWatch
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.files import ensure_folder
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.stage_read import (
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.staging.azcopy_handoff import handoff_problem
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.staging.azcopy_install import probe_install
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.staging.azcopy_model import rates_from
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.staging.azcopy_paths import folder_problem
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.staging.azcopy_sync import check_names
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.staging.azcopy_watch import ConnectionWatch
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nodes.files import ensure_folder
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.staging.stage_read import (
     ARGUMENT_SPEC,
     REQUIRED_IF,
     expected_files,

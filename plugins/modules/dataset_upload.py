@@ -153,8 +153,8 @@ seconds:
 
 import time  # noqa: E402
 
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy import redact
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.dataset_prep import (
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.staging.azcopy import redact
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.data.dataset_prep import (
     UPLOAD_ARGUMENT_SPEC,
     UPLOAD_MUTUALLY_EXCLUSIVE,
     UPLOAD_REQUIRED_ONE_OF,

@@ -26,7 +26,7 @@ description:
     other, and returns every figure and the best (the slower direction of C(iperf3 --bidir),
     C(ib_write_bw)'s average, or nccl-tests' bus bandwidth). The gate's later rounds read a pair
     several times, so that one transient dip decides nothing.
-  - Judging is the controller's (C(plugins/module_utils/amlhpc/pair_gate.py)).
+  - Judging is the controller's (C(plugins/module_utils/amlhpc/health/pair_gate.py)).
 attributes:
   check_mode:
     support: full
@@ -149,7 +149,7 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc import pair_gate
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.health import pair_gate
 
 DEFAULT_NAMES = {"iperf3": "iperf3", "ib_write_bw": "ib_write_bw", "all_reduce_perf": "all_reduce_perf",
                  "mpirun": "mpirun", "nvidia_smi": "nvidia-smi"}

@@ -23,7 +23,7 @@ description:
     flaps), the local NVMe count (C(/dev/nvme*n1)), and the shared
     mount's write/read test (C(elbencho), or the project's own reader as
     M(amlhpc.azureml.amlhpc_fs_bench) runs it) - and judges each against the VM size's
-    thresholds (C(plugins/module_utils/amlhpc/health.py)). A check whose tool is absent is
+    thresholds (C(plugins/module_utils/amlhpc/health/health.py)). A check whose tool is absent is
     skipped with its reason.
   - One module run per node instead of a probe, a command and a C(set_fact) per check.
   - On a cluster's head (O(cluster) given) it also decides whether the multi-node NCCL run
@@ -173,8 +173,8 @@ facts:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc import health
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.health_probe import (
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.health import health
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.health.health_probe import (
     ARGUMENT_SPEC,
     module_result,
     needs_folder,

@@ -160,10 +160,10 @@ backups:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.files import apply
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nccl import node_plan
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nccl_read import CONFIG_ARGUMENT_SPEC
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nccl_probe import probe
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nodes.files import apply
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nodes.nccl import node_plan
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nodes.nccl_read import CONFIG_ARGUMENT_SPEC
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nodes.nccl_probe import probe
 
 
 def main() -> None:

@@ -93,7 +93,7 @@ image_topo_file:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nccl_probe import probe
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nodes.nccl_probe import probe
 
 
 def main() -> None:

@@ -123,12 +123,12 @@ skip_reason:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.gpu_clocks import (
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nodes.gpu_clocks import (
     ARGUMENT_SPEC,
     finished_result,
     skipped_result,
 )
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nvidia_smi import (
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nodes.nvidia_smi import (
     NvidiaSmiParseError,
     parse_clock_query,
     parse_supported_clocks,

@@ -124,7 +124,7 @@ create_argv:
 
 import os
 
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nvme import (
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nodes.nvme import (
     LSBLK_COLUMNS,
     discover,
     parse_lsblk,

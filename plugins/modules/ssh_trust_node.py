@@ -100,8 +100,8 @@ import os
 import pwd
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.files import ensure_dir, ensure_file, read_text
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.ssh_trust import (
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nodes.files import ensure_dir, ensure_file, read_text
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.trust.ssh_trust import (
     NODE_ARGUMENT_SPEC,
     authorized_keys_text,
     managed_block_text,

@@ -11,7 +11,7 @@ the parent is gone (the worker's parent pid changes), it sends SIGTERM to the wo
 process group where the worker leads one (ansible-core 2.19 and later make every worker the
 leader of its group: the worker, its ssh client, and on the local connection the module),
 else to the worker's child processes, and ends the worker. The ssh session then closes, and
-the module, which watches its connection (``module_utils/amlhpc/azcopy_watch.py``), stops
+the module, which watches its connection (``module_utils/amlhpc/staging/azcopy_watch.py``), stops
 azcopy and cleans up. Nothing is done while the controller lives.
 """
 

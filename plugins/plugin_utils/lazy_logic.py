@@ -22,7 +22,8 @@ PACKAGE = "ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc"
 
 
 def logic(module: str) -> Any:
-    """``plugins/module_utils/amlhpc/<module>.py``, imported now (once per process)."""
+    """``plugins/module_utils/amlhpc/<subsystem>/<module>.py`` (``module`` is ``subsystem.module``),
+    imported now (once per process)."""
     return importlib.import_module(f"{PACKAGE}.{module}")
 
 
@@ -35,8 +36,8 @@ def lazy(module: str, name: str, errors: tuple[type[Exception], ...] = ()) -> Ca
         except errors as exc:
             # The message may quote what the filter was given: the one redaction, and no chained
             # cause (Ansible prints the cause's own message too).
-            raise AnsibleFilterError(logic("azcopy_sas").redact(str(exc))) from None
+            raise AnsibleFilterError(logic("staging.azcopy_sas").redact(str(exc))) from None
 
     call.__name__ = call.__qualname__ = name
-    call.__doc__ = f"{name} of plugins/module_utils/amlhpc/{module}.py (imported when first called)."
+    call.__doc__ = f"{name} of plugins/module_utils/amlhpc/{module.replace('.', '/')}.py (imported when first called)."
     return call

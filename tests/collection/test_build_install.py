@@ -56,7 +56,7 @@ def test_the_tarball_holds_the_collection_and_nothing_local(tarball):
     assert manifest["collection_info"]["license"] == ["MIT"]
     for path in ("MANIFEST.json", "meta/runtime.yml", "LICENSE", "README.md", "playbooks/site.yml",
                  "plugins/modules/aml_job.py", "plugins/inventory/azureml_compute.py",
-                 "plugins/module_utils/amlhpc/shards.py", "roles/stage/tasks/main.yml",
+                 "plugins/module_utils/amlhpc/staging/shards.py", "roles/stage/tasks/main.yml",
                  "inventory/local/hosts.yml", "inventory/local/group_vars/all.yml", "workload/train.py",
                  "workload/cosmoflow/model.py", "CHANGELOG.md", "changelogs/changelog.yaml", "changelogs/config.yaml"):
         assert path in names, path

@@ -73,7 +73,7 @@ def test_ansible_doc_renders_the_modules_in_the_image(image):
     text = re.sub(r"\x1b\[[0-9;]*m", "", ee(image, "ansible-doc", "amlhpc.azureml.aml_job").stdout)
     words = " ".join(text.split())
     assert f"MODULE amlhpc.azureml.aml_job ({INSTALLED}/plugins/modules/aml_job.py)" in words
-    assert "Builds the job from `plugins/module_utils/amlhpc/job_spec.py' and submits it." in words
+    assert "Builds the job from `plugins/module_utils/amlhpc/azure/job_spec.py' and submits it." in words
     # The options of the shared auth doc fragment are rendered into the module's page.
     assert "auth_source" in words
     doc = json.loads(ee(image, "ansible-doc", "--json", "amlhpc.azureml.aml_job").stdout)["amlhpc.azureml.aml_job"]["doc"]

@@ -12,7 +12,7 @@ WORKLOAD = ROOT / "workload"
 if str(WORKLOAD) not in sys.path:
     sys.path.insert(0, str(WORKLOAD))
 
-from amlhpc.dataset_prep import compress_all, upload_prepared  # noqa: E402
+from amlhpc.data.dataset_prep import compress_all, upload_prepared  # noqa: E402
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The standard-library List Blobs (amlhpc.blob_rest) against Azurite, beside the SDK's own
+"""The standard-library List Blobs (amlhpc.staging.blob_rest) against Azurite, beside the SDK's own
 listing of the same container: names, sizes, MD5, encoding and metadata alike, page by page;
 a missing container is None; a wrong SAS is refused, named, and the SAS is not in the message."""
 
@@ -9,8 +9,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from amlhpc.azcopy_sas import container_sas
-from amlhpc.blob_rest import BlobRestError, list_container
+from amlhpc.staging.azcopy_sas import container_sas
+from amlhpc.staging.blob_rest import BlobRestError, list_container
 
 
 def test_the_listing_is_the_sdk_s_page_by_page(azurite):
@@ -60,7 +60,7 @@ def test_an_upload_that_finds_everything_there_does_not_import_the_sdk(azurite, 
 
     from conftest import ACCOUNT, ACCOUNT_KEY
 
-    from amlhpc.dataset_prep import compress_all, upload_prepared
+    from amlhpc.data.dataset_prep import compress_all, upload_prepared
 
     src = tmp_path / "src" / "train"
     src.mkdir(parents=True)
@@ -70,7 +70,7 @@ def test_an_upload_that_finds_everything_there_does_not_import_the_sdk(azurite, 
     first = upload_prepared(compress_all(str(tmp_path / "src"), str(tmp_path / "work")), azurite.endpoint,
                             "noimport", key, create_container=True)
     assert first["uploaded"] == 2
-    rerun = ("import json, sys\nfrom amlhpc.dataset_prep import compress_all, upload_prepared\n"
+    rerun = ("import json, sys\nfrom amlhpc.data.dataset_prep import compress_all, upload_prepared\n"
              "counts = upload_prepared(compress_all(sys.argv[1], sys.argv[2]), sys.argv[3], 'noimport',\n"
              "                         {'account_name': sys.argv[4], 'account_key': sys.argv[5]})\n"
              "print(json.dumps([counts, sorted(m for m in sys.modules if m.startswith('azure'))]))\n")

@@ -26,13 +26,13 @@ def test_azcopy_round_trip_through_azurite(azurite, azcopy, azcopy_env, tmp_path
 
 
 def test_the_standard_library_sas_is_accepted_and_a_wrong_key_is_not(azurite, azcopy, azcopy_env, tmp_path):
-    """The blob_sas lookup's token (amlhpc.azcopy_sas.container_sas, no Azure SDK): azcopy lists
+    """The blob_sas lookup's token (amlhpc.staging.azcopy_sas.container_sas, no Azure SDK): azcopy lists
     and reads the container with it (a recursive copy of the container); the same token signed
     with another key is refused, so the service does check the signature."""
     import base64
     from datetime import datetime, timedelta, timezone
 
-    from amlhpc.azcopy_sas import container_sas
+    from amlhpc.staging.azcopy_sas import container_sas
     from conftest import ACCOUNT, ACCOUNT_KEY
 
     service = azurite.service()

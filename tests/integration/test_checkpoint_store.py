@@ -22,7 +22,7 @@ from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 
-from amlhpc.cosmoflow_data import generate  # noqa: E402
+from amlhpc.data.cosmoflow_data import generate  # noqa: E402
 
 PYTHON = str(ROOT / ".venv-workload" / "bin" / "python")
 TRAIN = str(ROOT / "workload" / "train.py")

@@ -46,7 +46,7 @@ def assert_learned(download_dir: Path) -> None:
     first epoch's, and the validation loss below the first epoch's (a model collapsed to a
     constant keeps both where they are)."""
     sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
-    from amlhpc import job_spec
+    from amlhpc.azure import job_spec
 
     epochs = job_spec.read_metrics(job_spec.find_outputs(str(download_dir)) or str(download_dir))["epochs"]
     assert len(epochs) == TRAIN_ARGS["epochs"], epochs

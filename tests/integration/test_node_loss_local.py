@@ -44,7 +44,7 @@ def rank_process(rank: int) -> int | None:
 
 def test_a_frozen_rank_ends_the_local_job_within_the_bound_named(tmp_path):
     data, out = tmp_path / "data", tmp_path / "outputs"
-    gen = subprocess.run([str(WORKLOAD_PYTHON), "-m", "amlhpc.cosmoflow_data", "--out", str(data), "--cube", "16",
+    gen = subprocess.run([str(WORKLOAD_PYTHON), "-m", "amlhpc.data.cosmoflow_data", "--out", str(data), "--cube", "16",
                           "--subvolumes", "32"], cwd=ROOT, capture_output=True, text=True,
                          env=dict(os.environ, PYTHONPATH=str(ROOT / "plugins" / "module_utils")), check=False)
     assert gen.returncode == 0, gen.stderr

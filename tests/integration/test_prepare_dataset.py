@@ -8,7 +8,7 @@ import os
 from staging_helpers import ROOT
 from test_stage_playbook import recap, run_playbook
 
-from amlhpc.blob_listing import list_blobs
+from amlhpc.sdk.blob_listing import list_blobs
 
 
 def test_prepare_dataset_uploads_gzip_encoded_and_is_idempotent(azurite, tmp_path):

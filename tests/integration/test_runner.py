@@ -14,7 +14,7 @@ import yaml
 from conftest import free_port
 from report_reader import decode_svg, image_bytes, read_report, table_dicts
 
-from amlhpc import job_spec
+from amlhpc.azure import job_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -222,7 +222,7 @@ def test_no_sas_reaches_an_artifact_a_report_or_outputs_over_two_real_runs(tmp_p
     from datetime import datetime, timedelta, timezone
     from urllib.parse import unquote
 
-    from amlhpc.azcopy_sas import container_sas
+    from amlhpc.staging.azcopy_sas import container_sas
 
     entry = load_entry_point()
     key = yaml.safe_load((ROOT / "inventory" / "local" / "group_vars" / "all.yml").read_text())[

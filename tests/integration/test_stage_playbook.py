@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from staging_helpers import ROOT, assert_identical_subset, staged_files, upload_dataset
 
-from amlhpc.cosmoflow_data import generate
+from amlhpc.data.cosmoflow_data import generate
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +130,7 @@ def test_a_rerun_costs_each_node_four_host_tasks(azurite, pb_dataset, tmp_path):
 
 def test_a_rerun_reads_each_node_with_one_shell_command_not_a_module_run(azurite, pb_dataset, tmp_path):
     """On a rerun the stage's action reads each node with one shell command (azcopy --version
-    and one digest of the stage folder, plugins/module_utils/amlhpc/stage_read.py) and,
+    and one digest of the stage folder, plugins/module_utils/amlhpc/staging/stage_read.py) and,
     where the folder holds exactly the node's shard, returns the module's result without
     running it. A node whose folder drifted runs the module, which repairs it; a SAS
     warning is still shown."""

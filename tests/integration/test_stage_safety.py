@@ -28,7 +28,7 @@ import pytest
 from staging_helpers import ROOT, staged_files, upload_dataset
 from test_stage_playbook import nodes_inventory
 
-from amlhpc.cosmoflow_data import generate
+from amlhpc.data.cosmoflow_data import generate
 
 PLAYBOOK = ROOT / ".venv" / "bin" / "ansible-playbook"
 

@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 from staging_helpers import ROOT, WORKLOAD, assert_identical_subset, upload_dataset
 
-from amlhpc.azcopy import STAGING_DIRNAME, StageError
-from amlhpc.blob_listing import list_blobs
-from amlhpc.cosmoflow_data import generate, sample_name
-from amlhpc.shards import plan_shards
+from amlhpc.staging.azcopy import STAGING_DIRNAME, StageError
+from amlhpc.sdk.blob_listing import list_blobs
+from amlhpc.data.cosmoflow_data import generate, sample_name
+from amlhpc.staging.shards import plan_shards
 
 sys.path.insert(0, str(WORKLOAD))
 from cosmoflow.stage import read_sas, stage_for_this_node  # noqa: E402

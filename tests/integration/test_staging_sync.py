@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 from staging_helpers import ROOT, WORKLOAD, assert_identical_subset, staged_files, upload_dataset
 
-from amlhpc.azcopy import StageError
-from amlhpc.blob_listing import list_blobs
-from amlhpc.cosmoflow_data import generate
+from amlhpc.staging.azcopy import StageError
+from amlhpc.sdk.blob_listing import list_blobs
+from amlhpc.data.cosmoflow_data import generate
 
 sys.path.insert(0, str(WORKLOAD))
 from cosmoflow.stage import stage_for_this_node  # noqa: E402
@@ -176,7 +176,7 @@ def test_azcopy_ends_with_the_stage_that_started_it(tmp_path):
     stage = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(ROOT / "plugins" / "module_utils")!r})
-        from amlhpc.azcopy_progress import run_azcopy
+        from amlhpc.staging.azcopy_progress import run_azcopy
         run_azcopy(["sh", "-c", "echo $$ > {marker}; exec sleep 120"], env={{"PATH": "/usr/bin:/bin"}})
         """)])
     try:

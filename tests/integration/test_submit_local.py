@@ -36,7 +36,7 @@ def test_local_backend_trains_and_reports_metrics_then_is_idempotent(tmp_path):
     if not WORKLOAD_PYTHON.exists():
         pytest.fail(f"{WORKLOAD_PYTHON} is missing: run `make setup`")
     data, out = tmp_path / "data", tmp_path / "outputs"
-    gen = subprocess.run([str(WORKLOAD_PYTHON), "-m", "amlhpc.cosmoflow_data", "--out", str(data), "--cube", "16",
+    gen = subprocess.run([str(WORKLOAD_PYTHON), "-m", "amlhpc.data.cosmoflow_data", "--out", str(data), "--cube", "16",
                           "--subvolumes", "64", "--gzip"], cwd=ROOT, capture_output=True, text=True,
                          env=dict(os.environ, PYTHONPATH=str(ROOT / "plugins" / "module_utils")), check=False)
     assert gen.returncode == 0, gen.stderr

@@ -29,7 +29,7 @@ NODES, PROCS = 2, 2
 
 
 def generate(where: Path) -> list[str]:
-    subprocess.run([str(ROOT / ".venv-workload" / "bin" / "python"), "-m", "amlhpc.cosmoflow_data", "--out",
+    subprocess.run([str(ROOT / ".venv-workload" / "bin" / "python"), "-m", "amlhpc.data.cosmoflow_data", "--out",
                     str(where), "--cube", "16", "--subvolumes", "8", "--train-universes", "2",
                     "--val-universes", "1"], check=True, timeout=300, capture_output=True,
                    env={"PYTHONPATH": str(ROOT / "plugins" / "module_utils"), "PATH": "/usr/bin:/bin"})

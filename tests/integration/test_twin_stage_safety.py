@@ -28,8 +28,8 @@ from test_stage_safety import _alive, _tree
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 
-from amlhpc.cosmoflow_data import generate  # noqa: E402
-from amlhpc.dataset_prep import compress_all, upload_prepared  # noqa: E402
+from amlhpc.data.cosmoflow_data import generate  # noqa: E402
+from amlhpc.data.dataset_prep import compress_all, upload_prepared  # noqa: E402
 from twin.cluster import Twin, free_base_port  # noqa: E402
 
 NODES = 2

@@ -193,7 +193,7 @@ LICENSE_REASON = "the collection is MIT-licensed (LICENSE, galaxy.yml); this che
 STATIC_IGNORES = [
     "tests/fixtures/nvidia-smi/fake-nvidia-smi shebang  # a stand-in nvidia-smi copied onto test nodes "
     "(Debian containers), where the interpreter is python3 and there is no 'python'",
-    "plugins/module_utils/amlhpc/blob_rest.py replace-urlopen  # the pure package is standard library only "
+    "plugins/module_utils/amlhpc/staging/blob_rest.py replace-urlopen  # the pure package is standard library only "
     "(the workload imports amlhpc without Ansible), so ansible.module_utils.urls is not there; "
     "one GET per page with the SAS as its query",
 ]

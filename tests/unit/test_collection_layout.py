@@ -49,13 +49,13 @@ def test_the_sweep_rewrites_short_names(tmp_path, monkeypatch):
     assert inv == "plugin: amlhpc.azureml.azureml_compute\n"
     plugin = ("import os\nimport sys\n\n_MODULE_UTILS = os.path.join(os.path.dirname(__file__), 'module_utils')\n"
               "if _MODULE_UTILS not in sys.path:\n    sys.path.insert(0, _MODULE_UTILS)\n\n"
-              "from amlhpc.shards import plan_shards  # noqa: E402\n")
+              "from amlhpc.staging.shards import plan_shards  # noqa: E402\n")
     out = sweep.rewrite(ROOT / "plugins" / "filter" / "x.py", plugin)
     assert out.startswith(sweep.HEADER)
-    assert out[len(sweep.HEADER):].strip() == ("from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.shards import plan_shards")
-    mod = "from ansible.module_utils.amlhpc.nvme import x\n"
+    assert out[len(sweep.HEADER):].strip() == ("from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.staging.shards import plan_shards")
+    mod = "from ansible.module_utils.amlhpc.nodes.nvme import x\n"
     assert sweep.rewrite(ROOT / "plugins" / "modules" / "m.py", mod) == sweep.HEADER + (
-        "from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nvme import x\n")
+        "from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nodes.nvme import x\n")
     assert sweep.problems(ROOT / "plugins" / "filter" / "x.py", plugin)
     cfg = sweep.rewrite(ROOT / "ansible.cfg", "[inventory]\nenable_plugins = azureml_compute, host_list\n")
     assert cfg == "[inventory]\nenable_plugins = amlhpc.azureml.azureml_compute, host_list\n"
@@ -131,7 +131,7 @@ def _argument_spec(module_name: str, monkeypatch) -> dict:
 def test_the_azure_auth_options_are_written_once(monkeypatch):
     """aml_job and aml_compute_cluster take the workspace and credential options from
     aml_nodes.auth_argument_spec (the doc fragment azure_auth documents them), not from a copy."""
-    from amlhpc.aml_nodes import auth_argument_spec
+    from amlhpc.azure.aml_nodes import auth_argument_spec
     shared = auth_argument_spec()
     job = _argument_spec("aml_job", monkeypatch)
     cluster = _argument_spec("aml_compute_cluster", monkeypatch)
@@ -147,11 +147,11 @@ def test_the_pure_logic_imports_no_ansible_at_load_time():
     `import ansible...` there breaks training (and the workload tier) on import."""
     import ast
     found = []
-    for path in sorted((ROOT / "plugins" / "module_utils" / "amlhpc").glob("*.py")):
+    for path in sorted((ROOT / "plugins" / "module_utils" / "amlhpc").rglob("*.py")):
         for node in ast.parse(path.read_text(encoding="utf-8")).body:
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            found += [f"{path.name}: {n}" for n in names if n == "ansible" or n.startswith("ansible.")]
+            found += [f"{path.relative_to(ROOT)}: {n}" for n in names if n == "ansible" or n.startswith("ansible.")]
     assert found == []
 
 

@@ -18,8 +18,8 @@ from ansible.errors import AnsibleError
 from ansible.plugins.loader import init_plugin_loader, lookup_loader
 
 from ansible_cli import ansible_cli
-from amlhpc.report import run_report
-from amlhpc.report_html import report_html
+from amlhpc.report.report import run_report
+from amlhpc.report.report_html import report_html
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAD, TAIL = "PathSECRETsigHEAD012345", "abcdefPathTAIL9876543210%3D"
@@ -43,7 +43,7 @@ def test_a_filter_error_quoting_its_input_is_redacted():
     from ansible_collections.amlhpc.azureml.plugins.plugin_utils.lazy_logic import lazy
 
     from ansible.errors import AnsibleFilterError
-    call = lazy("ssh_trust", "nodefile_lines", errors=(ValueError,))
+    call = lazy("trust.ssh_trust", "nodefile_lines", errors=(ValueError,))
     with pytest.raises(AnsibleFilterError) as err:  # the error quotes the value it refuses
         call([{"inventory_hostname": "n0", "aml_cluster": "gpu", "aml_node_rank": 0, "aml_private_ip": SIGNED}])
     assert "has no valid aml_private_ip" in str(err.value)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from amlhpc import report
+from amlhpc.report import report
 from ansible_cli import ansible_cli
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -60,7 +60,7 @@ def module_runs(stdout: str) -> int:
 
 
 def test_second_run_changes_nothing_and_runs_no_module(built):
-    """A rerun reads the node with one shell command (plugins/module_utils/amlhpc/nvme_read.py):
+    """A rerun reads the node with one shell command (plugins/module_utils/amlhpc/nodes/nvme_read.py):
     the array, its file system, mdadm.conf, fstab, the mount and its mode are in place, so
     none of the five modules (plan, filesystem, lineinfile, mount, file) runs."""
     vm, first = built

@@ -24,7 +24,7 @@ WORKLOAD = Path(__file__).resolve().parents[2] / "workload"
 if str(WORKLOAD) not in sys.path:
     sys.path.insert(0, str(WORKLOAD))
 
-from amlhpc.cosmoflow_data import generate  # noqa: E402  (through workload/amlhpc)
+from amlhpc.data.cosmoflow_data import generate  # noqa: E402  (through workload/amlhpc)
 
 TINY_MODEL = ["--cube", "16", "--conv-layers", "2", "--conv-size", "4", "--fc1-size", "16", "--fc2-size", "8",
               "--dropout", "0", "--warmup-epochs", "0", "--base-batch-size", "4", "--lr", "0.01",

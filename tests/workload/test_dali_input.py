@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from amlhpc.cosmoflow_data import generate
-from amlhpc.tfrecord import TFRecordError
+from amlhpc.data.cosmoflow_data import generate
+from amlhpc.data.tfrecord import TFRecordError
 from conftest import TINY_MODEL
 from cosmoflow import dali_input as cdali
 from cosmoflow import data as cdata

@@ -7,8 +7,8 @@ import resource
 import numpy as np
 import pytest
 import torch
-from amlhpc.cosmoflow_data import generate
-from amlhpc.tfrecord import TFRecordError, decode_example, encode_example, read_records, write_tfrecord
+from amlhpc.data.cosmoflow_data import generate
+from amlhpc.data.tfrecord import TFRecordError, decode_example, encode_example, read_records, write_tfrecord
 from cosmoflow import data as cdata
 
 
@@ -77,7 +77,7 @@ def _gz_member(tmp_path):
 
 @pytest.mark.parametrize("use_isal", [True, False], ids=["isal", "zlib"])
 def test_truncated_gzip_names_the_file(tmp_path, monkeypatch, use_isal):
-    from amlhpc import tfrecord
+    from amlhpc.data import tfrecord
     if not use_isal:
         monkeypatch.setattr(tfrecord, "_igzip", None)
     path = tmp_path / "t.tfrecord.gz"
@@ -88,7 +88,7 @@ def test_truncated_gzip_names_the_file(tmp_path, monkeypatch, use_isal):
 
 @pytest.mark.parametrize("use_isal", [True, False], ids=["isal", "zlib"])
 def test_gzip_trailer_crc_is_checked_when_the_file_is_read_to_its_end(tmp_path, monkeypatch, use_isal):
-    from amlhpc import tfrecord
+    from amlhpc.data import tfrecord
     if not use_isal:
         monkeypatch.setattr(tfrecord, "_igzip", None)
     blob = bytearray(_gz_member(tmp_path))
@@ -101,7 +101,7 @@ def test_gzip_trailer_crc_is_checked_when_the_file_is_read_to_its_end(tmp_path, 
 
 
 def test_isal_inflates_when_installed():
-    from amlhpc import tfrecord
+    from amlhpc.data import tfrecord
     pytest.importorskip("isal")
     assert tfrecord.GZIP_BACKEND == "isal"
 

@@ -24,7 +24,7 @@ from test_two_nodes import start_nodes, stop
 
 sys.path.insert(0, str(WORKLOAD.parent / "plugins" / "module_utils"))
 
-from amlhpc.node_loss import COLLECTIVE, MISSED, Timing, parse_loss  # noqa: E402
+from amlhpc.recovery.node_loss import COLLECTIVE, MISSED, Timing, parse_loss  # noqa: E402
 from cosmoflow.heartbeat import EXIT_CODE, Heartbeat, Member  # noqa: E402
 
 

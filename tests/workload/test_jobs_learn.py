@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from amlhpc.cosmoflow_data import generate
-from amlhpc.job_spec import train_arguments
+from amlhpc.data.cosmoflow_data import generate
+from amlhpc.azure.job_spec import train_arguments
 from conftest import WORKLOAD, free_port, run_in_group
 from test_launchers import _env
 

@@ -6,7 +6,7 @@ import types
 
 import pytest
 import torch
-from amlhpc.cosmoflow_data import generate
+from amlhpc.data.cosmoflow_data import generate
 from conftest import HANG_S, TINY_MODEL, free_port, tiny
 from cosmoflow import train
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from amlhpc.tfrecord import decode_example, iter_records, open_maybe_gzip
+from amlhpc.data.tfrecord import decode_example, iter_records, open_maybe_gzip
 from conftest import tiny
 from cosmoflow import dali_input as cdali
 from cosmoflow import data as cdata

@@ -52,7 +52,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from amlhpc.azcopy_cmd import copy_upload_command, with_auth_env, with_sas
+from amlhpc.staging.azcopy_cmd import copy_upload_command, with_auth_env, with_sas
 
 MANIFEST = "latest.json"
 OUTBOX = ".outbox"

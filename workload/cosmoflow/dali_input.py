@@ -38,7 +38,7 @@ import struct
 import tempfile
 from collections.abc import Iterator, Sequence
 
-from amlhpc.tfrecord import TFRecordError, masked_crc32c
+from amlhpc.data.tfrecord import TFRecordError, masked_crc32c
 
 DALI_VERSION = "2.4.0"  # workload/requirements.txt and requirements-workload.txt pin the same
 INSTALL = f"pip install nvidia-dali-cuda120=={DALI_VERSION}"

@@ -14,7 +14,7 @@ does ``decode_raw(int16) -> reshape -> cast(float32) -> log(x + 1)`` on the CPU.
   training step, or on CPU-only runs with torch's vectorised kernel (SLEEF; numpy's float32
   ``log1p`` is scalar on AVX2 machines).
 
-Framing errors raise :class:`amlhpc.tfrecord.TFRecordError` naming the file and the offset; a
+Framing errors raise :class:`amlhpc.data.tfrecord.TFRecordError` naming the file and the offset; a
 truncated or corrupt gzip file names the file, and a file read to its end has its gzip trailer
 (CRC-32, size) checked.
 
@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from amlhpc.tfrecord import TFRecordError, decode_example, iter_records, open_maybe_gzip
+from amlhpc.data.tfrecord import TFRecordError, decode_example, iter_records, open_maybe_gzip
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 SPLITS = ("train", "validation")

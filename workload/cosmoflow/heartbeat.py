@@ -15,7 +15,7 @@ process group's store and from NCCL's or gloo's sockets.
   out``). It writes the verdict to the store, where every rank reads it at its next beat.
 * A rank that cannot reach the store for ``lost_after`` seconds names rank 0's node (the store
   lives in rank 0's process).
-* Then every rank prints the one sentence (``amlhpc.node_loss.loss_sentence``, which the
+* Then every rank prints the one sentence (``amlhpc.recovery.node_loss.loss_sentence``, which the
   controller reads back from the run's log), and ends with exit code :data:`EXIT_CODE`; the
   launcher (torchrun) ends the node's other processes, AzureML the job.
 
@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from amlhpc.node_loss import MISSED, Finding, Timing, judge, loss_sentence
+from amlhpc.recovery.node_loss import MISSED, Finding, Timing, judge, loss_sentence
 
 EXIT_CODE = 86
 """What every rank ends with once a node is found lost."""

@@ -1,7 +1,7 @@
 """Stage this node's shard of the CosmoFlow data set from Blob Storage, from inside the job.
 
-The same planner and azcopy code as the Ansible ``stage`` role (``amlhpc.shards`` and
-``amlhpc.azcopy``; ``workload/amlhpc`` links to ``plugins/module_utils/amlhpc``), so a node
+The same planner and azcopy code as the Ansible ``stage`` role (``amlhpc.staging.shards`` and
+``amlhpc.staging.azcopy``; ``workload/amlhpc`` links to ``plugins/module_utils/amlhpc``), so a node
 gets the same shard whichever of the two stages it, and a stage either one started can be
 finished by the other.
 
@@ -27,10 +27,10 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from amlhpc.azcopy import AUTH_MODES, ExpectedFile, Limits, StageError, auth_env, blob_url, check_sas, stage_shard
-from amlhpc.azcopy_handoff import local_handoff
-from amlhpc.blob_listing import ListingError, identity_credential, list_blobs, sdk_available
-from amlhpc.shards import ShardError, include_pattern, plan_shards
+from amlhpc.staging.azcopy import AUTH_MODES, ExpectedFile, Limits, StageError, auth_env, blob_url, check_sas, stage_shard
+from amlhpc.staging.azcopy_handoff import local_handoff
+from amlhpc.sdk.blob_listing import ListingError, identity_credential, list_blobs, sdk_available
+from amlhpc.staging.shards import ShardError, include_pattern, plan_shards
 
 __all__ = ["StageError", "read_sas", "stage_for_this_node"]
 
@@ -81,7 +81,7 @@ def stage_for_this_node(*, account_url: str, container: str, stage_dir: str, sas
     environment only) or ``azure_cli``. Returns files, bytes, seconds, skipped_existing,
     bytes_over_wire, throughput_mb_s, changed, fetched, repaired/repaired_count,
     gone/gone_count, handed/handed_count, removed and progress (see
-    ``amlhpc.azcopy_sync.stage_shard``). ``shared``: ``stage_dir`` is read by every node
+    ``amlhpc.staging.azcopy_sync.stage_shard``). ``shared``: ``stage_dir`` is read by every node
     (BeeOND, data scope ``global``), so a file another node's shard holds now stays; with
     ``False`` (node-local scratch, data scope ``node``) this node's folder keeps only its own
     shard, and such a file is removed (``handed``): node-scope training refuses a file held

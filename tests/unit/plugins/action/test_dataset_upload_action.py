@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from amlhpc import dataset_prep  # the very module the action imports by its collection name (tests/conftest.py)
-from amlhpc.blob_rest import BlobRestError, ListedBlob
+from amlhpc.data import dataset_prep  # the very module the action imports by its collection name (tests/conftest.py)
+from amlhpc.staging.blob_rest import BlobRestError, ListedBlob
 
 ROOT = Path(__file__).resolve().parents[4]
 

@@ -1,4 +1,4 @@
-"""The BeeOND autoscale refusal is one sentence, written once (amlhpc.autoscale), and the
+"""The BeeOND autoscale refusal is one sentence, written once (amlhpc.azure.autoscale), and the
 validate play, the beeond role and aml_compute_cluster all say it the same way, unknown
 sizes included."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from ansible.plugins.loader import filter_loader, init_plugin_loader
 
-from amlhpc.aml_nodes import ClusterSpec, spec_problems
-from amlhpc.autoscale import autoscale_refusal
-from amlhpc.inventory_checks import inventory_problems
+from amlhpc.azure.aml_nodes import ClusterSpec, spec_problems
+from amlhpc.azure.autoscale import autoscale_refusal
+from amlhpc.validate.inventory_checks import inventory_problems
 
 # The filter as a play finds it: through Ansible's loader (the collection through ansible.cfg's
 # collections_path, or ansible-test's own collection loader).

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ansible.plugins.loader import filter_loader, init_plugin_loader
 
-from amlhpc.health_verdict import node_file, verdict
+from amlhpc.health.health_verdict import node_file, verdict
 
 init_plugin_loader()
 health_verdict = filter_loader.get("amlhpc.azureml.amlhpc_health_verdict").j2_function

@@ -185,7 +185,7 @@ def test_paged_list_nodes_is_read_to_the_end(tmp_path, monkeypatch, world, sourc
 def test_v2_sdk_node_objects_lose_their_snake_case_fields(monkeypatch, world):
     """The azure-ai-ml 1.35.x bug, shown on the real SDK: a reader of the documented
     attributes gets None; the plugin's reader (record_from_object) gets the data."""
-    from amlhpc.aml_nodes import record_from_object
+    from amlhpc.azure.aml_nodes import record_from_object
     from azure.ai.ml import MLClient
     world.add("gpu", make_nodes(2))
     install_v2(monkeypatch, world)
@@ -202,7 +202,7 @@ def test_v2_sdk_node_objects_lose_their_snake_case_fields(monkeypatch, world):
 
 
 def test_v2_reader_still_works_when_the_sdk_is_fixed():
-    from amlhpc.aml_nodes import record_from_object
+    from amlhpc.azure.aml_nodes import record_from_object
 
     class Fixed:  # what a fixed AmlComputeNodeInfo looks like
         def __init__(self):

@@ -1,5 +1,5 @@
 """Kept ssh connections follow node ids: every host gets an ansible_control_path of its own
-node id (amlhpc.known_hosts.control_path), so a new node behind an old endpoint is reached
+node id (amlhpc.trust.known_hosts.control_path), so a new node behind an old endpoint is reached
 through a new ssh ControlPersist master, never through the one kept to the old VM."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from ansible.inventory.manager import InventoryManager
 from ansible.parsing.dataloader import DataLoader
 from ansible.plugins.loader import init_plugin_loader
 
-from amlhpc.known_hosts import Endpoint, control_path
+from amlhpc.trust.known_hosts import Endpoint, control_path
 
 IP = "20.84.17.201"
 init_plugin_loader()

@@ -16,7 +16,7 @@ from ansible.plugins.loader import init_plugin_loader, inventory_loader
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from amlhpc.aml_nodes import nodes_from_records, rank_order
+from amlhpc.azure.aml_nodes import nodes_from_records, rank_order
 from azureml_fakes import make_nodes
 
 init_plugin_loader()

@@ -34,7 +34,7 @@ def test_the_lookup_signs_without_loading_the_azure_sdk():
     got = _run()
     assert got["azure"] == [], "the lookup imported the Azure SDK in the worker"
     sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
-    from amlhpc.azcopy_sas import container_sas, parse_sas
+    from amlhpc.staging.azcopy_sas import container_sas, parse_sas
     fields = parse_sas(got["token"])
     assert fields["sp"] == "rl" and fields["sr"] == "c"
     start, expiry = (datetime.strptime(fields[k], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)

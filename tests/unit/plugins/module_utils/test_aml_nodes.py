@@ -1,4 +1,4 @@
-"""Pure logic of the azureml_compute plugin and the cluster lifecycle (amlhpc.aml_nodes)."""
+"""Pure logic of the azureml_compute plugin and the cluster lifecycle (amlhpc.azure.aml_nodes)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from amlhpc.aml_nodes import (
+from amlhpc.azure.aml_nodes import (
     AmlNode,
     AmlNodesError,
     ClusterInfo,

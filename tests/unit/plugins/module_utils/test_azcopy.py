@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from amlhpc.azcopy import (
+from amlhpc.staging.azcopy import (
     ExpectedFile,
     JobResult,
     check_sas,
@@ -23,7 +23,7 @@ from amlhpc.azcopy import (
     remove_partial,
     survey,
 )
-from amlhpc.tfrecord import encode_record
+from amlhpc.data.tfrecord import encode_record
 
 NOW = datetime(2026, 11, 22, 5, 0, tzinfo=timezone.utc)
 SAS = "st=2026-11-22T04%3A45%3A13Z&se=2026-11-22T06%3A51%3A13Z&sp=rl&sv=2026-10-06&sr=c&sig=9nr0iCMxQhRRTeCw%3D"
@@ -180,7 +180,7 @@ def test_progress_line_is_json_with_no_sas():
 
 
 def test_account_name_from_every_url_style():
-    from amlhpc.blob_listing import account_name
+    from amlhpc.sdk.blob_listing import account_name
     assert account_name("https://myacct.blob.core.windows.net") == "myacct"
     assert account_name("https://myacct.blob.core.windows.net/") == "myacct"
     assert account_name("http://127.0.0.1:10000/devstoreaccount1") == "devstoreaccount1"
@@ -191,7 +191,7 @@ def test_account_name_from_every_url_style():
 
 
 def test_a_prune_of_most_of_the_staged_files_is_refused_naming_the_source():
-    from amlhpc.azcopy import ExpectedFile, prune_refusal
+    from amlhpc.staging.azcopy import ExpectedFile, prune_refusal
     gone = [f"train/f{i}.tfrecord" for i in range(6)]
     # 4 planned files on disk (one of them wrong, still staged) and 2 missing: 6 gone of 10 staged
     expected = [ExpectedFile(f"train/k{i}.tfrecord.gz", 1, True) for i in range(6)]

@@ -1,12 +1,12 @@
 """The stage role's checks before it touches a node, and whether azcopy needs installing
-(amlhpc.azcopy_install): the decisions the role made with assert and set_fact tasks, in the
+(amlhpc.staging.azcopy_install): the decisions the role made with assert and set_fact tasks, in the
 role's own words."""
 
 from __future__ import annotations
 
 import pytest
 
-from amlhpc.azcopy_install import install_decision, probe_install, src_kind, stage_input_error
+from amlhpc.staging.azcopy_install import install_decision, probe_install, src_kind, stage_input_error
 
 SHARD = {"rank": 1, "mode": "balanced"}
 

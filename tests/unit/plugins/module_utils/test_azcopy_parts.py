@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from amlhpc.azcopy import (
+from amlhpc.staging.azcopy import (
     ProgressSeries,
     auth_env,
     copy_download_command,
     with_auth_env,
 )
-from amlhpc.azcopy_handoff import local_handoff
-from amlhpc.azcopy_model import Rates, predict, predict_node, rates_from
+from amlhpc.staging.azcopy_handoff import local_handoff
+from amlhpc.staging.azcopy_model import Rates, predict, predict_node, rates_from
 
 
 def test_progress_series_is_capped_spread_and_ends_on_the_last_point():

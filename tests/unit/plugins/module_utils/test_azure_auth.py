@@ -1,4 +1,4 @@
-"""The credential of every auth_source (module_utils/amlhpc/azure_auth.py, aml_sdk.identity_credential):
+"""The credential of every auth_source (module_utils/amlhpc/azure/azure_auth.py, aml_sdk.identity_credential):
 azure.azcollection's names and azure-identity's, each source resolved, built as the real
 azure-identity (or azureml-core) credential, and, where it talks to Microsoft Entra ID, asked for a
 token over a fake login transport (azureml_fakes.fake_login): the authority (cloud), the client,
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from amlhpc.aml_sdk import IdentityTokens, identity_credential
-from amlhpc.azure_auth import AUTH_SOURCES, AuthError, auth_failed, resolve_auth, subscription_from
+from amlhpc.sdk.aml_sdk import IdentityTokens, identity_credential
+from amlhpc.azure.azure_auth import AUTH_SOURCES, AuthError, auth_failed, resolve_auth, subscription_from
 from azureml_fakes import fake_login, write_certificate
 
 ARM = "https://management.azure.com/.default"

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from amlhpc.autoscale import autoscale_refusal
-from amlhpc.beeond import (
+from amlhpc.azure.autoscale import autoscale_refusal
+from amlhpc.nodes.beeond import (
     build_start_argv,
     build_stop_argv,
     interpret_start,

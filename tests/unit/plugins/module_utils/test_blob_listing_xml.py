@@ -1,4 +1,4 @@
-"""Reading a List Blobs answer (amlhpc.blob_rest.parse_listing), shaped as the Blob service
+"""Reading a List Blobs answer (amlhpc.staging.blob_rest.parse_listing), shaped as the Blob service
 sends it (https://learn.microsoft.com/rest/api/storageservices/list-blobs): a byte-order mark,
 an encoded name, a blob without metadata, the next page's marker."""
 
@@ -8,7 +8,7 @@ import email.message
 import io
 import urllib.error
 
-from amlhpc.blob_rest import ListedBlob, _error, parse_listing
+from amlhpc.staging.blob_rest import ListedBlob, _error, parse_listing
 
 PAGE = ("\ufeff<?xml version=\"1.0\" encoding=\"utf-8\"?>"
         "<EnumerationResults ServiceEndpoint=\"https://acct.blob.core.windows.net/\" ContainerName=\"cosmoflow\">"

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from amlhpc.azcopy_sas import SAS_VERSION, container_sas, parse_sas
+from amlhpc.staging.azcopy_sas import SAS_VERSION, container_sas, parse_sas
 
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 START = datetime(2026, 11, 23, 19, 0, 5, tzinfo=timezone.utc)

@@ -1,4 +1,4 @@
-"""dataset_prep.compress_all on a rerun (module_utils/amlhpc/dataset_prep.py): a file whose
+"""dataset_prep.compress_all on a rerun (module_utils/amlhpc/data/dataset_prep.py): a file whose
 compressed copy is current is neither read nor gzipped again; any change to a source, its
 copy or the level compresses that file again, with the bytes a first run makes."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from amlhpc import dataset_prep
-from amlhpc.dataset_prep import RECORD, compress_all
+from amlhpc.data import dataset_prep
+from amlhpc.data.dataset_prep import RECORD, compress_all
 
 
 @pytest.fixture()

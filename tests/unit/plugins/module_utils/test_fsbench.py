@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from amlhpc import fsbench
+from amlhpc.health import fsbench
 
 
 def test_writes_reads_verifies_and_cleans_up(tmp_path):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from amlhpc import health
+from amlhpc.health import health
 
 FIX = Path(__file__).parent / "fixtures" / "health"
 

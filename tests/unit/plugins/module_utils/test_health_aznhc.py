@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from amlhpc import health, health_probe
+from amlhpc.health import health, health_probe
 
 FIX = Path(__file__).parent / "fixtures" / "health"
 

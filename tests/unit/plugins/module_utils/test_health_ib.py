@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from amlhpc import health, health_ib
+from amlhpc.health import health, health_ib
 
 FIX = Path(__file__).parent / "fixtures" / "health"
 

@@ -1,4 +1,4 @@
-"""The health check's probe as one shell command (module_utils/amlhpc/health_probe.py): the
+"""The health check's probe as one shell command (module_utils/amlhpc/health/health_probe.py): the
 command, run here by /bin/sh as the action sends it, gives the module's own result.
 
 The tools are stand-in scripts that print recorded outputs in the real tools' shapes
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from amlhpc import health
-from amlhpc.health_probe import (
+from amlhpc.health import health
+from amlhpc.health.health_probe import (
     ARGUMENT_SPEC,
     MARKER,
     MODULE_NAMES,
@@ -26,7 +26,7 @@ from amlhpc.health_probe import (
 )
 
 FIX = Path(__file__).parent / "fixtures" / "health"
-SOURCES_DIR = Path(__file__).resolve().parents[4] / "plugins" / "module_utils" / "amlhpc"
+SOURCES_DIR = Path(__file__).resolve().parents[4] / "plugins" / "module_utils" / "amlhpc" / "health"
 
 
 def sources() -> list[tuple[str, str]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from amlhpc.health_verdict import VerdictError, health_json, node_file, report_lines, verdict, verdict_id
+from amlhpc.health.health_verdict import VerdictError, health_json, node_file, report_lines, verdict, verdict_id
 
 OK = [{"check": "gpu_health", "status": "pass", "value": "0 problem(s)", "threshold": "0 problems", "reason": ""}]
 ECC = [{"check": "gpu_health", "status": "fail", "value": "1 problem(s)", "threshold": "0 problems",

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from amlhpc.inventory_checks import inventory_problems
+from amlhpc.validate.inventory_checks import inventory_problems
 
 
 def node(name, rank, ip, cluster="gpu", state="idle", **extra):

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from amlhpc.job_runs import (
+from amlhpc.azure.job_runs import (
     ACTIVE,
     COMPLETED,
     FAILED,

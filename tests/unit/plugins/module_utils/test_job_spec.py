@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from amlhpc.job_spec import (
+from amlhpc.azure.job_spec import (
     JobRequest,
     JobSpecError,
     build_spec,
@@ -110,7 +110,7 @@ def test_leaks_finds_a_secret_anywhere():
 def test_snapshot_puts_the_shared_package_next_to_the_workload(tmp_path):
     dest = snapshot_source(os.path.join(ROOT, "workload"), str(tmp_path / "src"),
                            [os.path.join(ROOT, "plugins", "module_utils", "amlhpc")])
-    assert os.path.isfile(os.path.join(dest, "amlhpc", "tfrecord.py"))
+    assert os.path.isfile(os.path.join(dest, "amlhpc", "data", "tfrecord.py"))
     assert not os.path.islink(os.path.join(dest, "amlhpc"))
     assert os.path.isfile(os.path.join(dest, "train.py"))
     assert not any("__pycache__" in d for d, _unused, _unused in os.walk(dest))
@@ -144,7 +144,7 @@ def test_dockerfile_installs_exactly_the_image_requirements():
 
 
 def test_data_scope_follows_the_storage_layout():
-    from amlhpc.job_spec import data_scope_for, data_scope_problem
+    from amlhpc.azure.job_spec import data_scope_for, data_scope_problem
     assert data_scope_for(shared_scratch=True) == "global"
     assert data_scope_for(shared_scratch=False) == "node"
     assert data_scope_problem(None, False) is None and data_scope_problem("node", False) is None
@@ -180,7 +180,7 @@ def test_mounts_become_read_only_docker_args_on_both_sdks():
 
 
 def test_stage_shared_follows_beeond_or_is_refused_with_the_fix():
-    from amlhpc.job_spec import stage_shared_problem
+    from amlhpc.azure.job_spec import stage_shared_problem
     for unset in (None, ""):
         assert stage_shared_problem(unset, True) is None and stage_shared_problem(unset, False) is None
     assert stage_shared_problem(True, True) is None and stage_shared_problem("false", False) is None

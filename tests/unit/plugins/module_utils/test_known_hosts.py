@@ -10,8 +10,8 @@ import subprocess
 
 import pytest
 
-from amlhpc.host_keys import key_fingerprint
-from amlhpc.known_hosts import (
+from amlhpc.trust.host_keys import key_fingerprint
+from amlhpc.trust.known_hosts import (
     Endpoint,
     endpoint_pattern,
     hosts_field_matches,

@@ -4,7 +4,7 @@ A history is a run of inventory reads (which node id is at which NAT port), hand
 known_hosts file between them (lines deleted, duplicated, truncated, reordered, replaced by
 another key, hashed, wildcard or @cert-authority lines added, the file emptied), live key
 changes of nodes (a man in the middle, a re-imaged node), nodes that do not answer, and the
-operator's known_hosts_repin. After every read (amlhpc.known_hosts.follow_pins, the function
+operator's known_hosts_repin. After every read (amlhpc.trust.known_hosts.follow_pins, the function
 the inventory plugin runs):
 
 * a node id that had a pin keeps exactly that pin, unless the operator asked to pin it again;
@@ -29,7 +29,7 @@ from types import SimpleNamespace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amlhpc.known_hosts import Endpoint, authority_for, follow_pins, keys_for_pattern
+from amlhpc.trust.known_hosts import Endpoint, authority_for, follow_pins, keys_for_pattern
 
 IP = "20.84.17.201"
 PORTS = [50000 + i for i in range(4)]

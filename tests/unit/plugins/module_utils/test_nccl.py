@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from amlhpc.nccl import (
+from amlhpc.nodes.nccl import (
     TOPOLOGIES,
     choose_pinning,
     known_pinning,
@@ -17,7 +17,7 @@ from amlhpc.nccl import (
     render_topology_xml,
     topology_for_vm_size,
 )
-from amlhpc.nvidia_smi import topology_pinning
+from amlhpc.nodes.nvidia_smi import topology_pinning
 
 ROOT = Path(__file__).resolve().parents[4]
 FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-smi"
@@ -128,7 +128,7 @@ def test_env_file_without_plugin_or_pinning_leaves_them_out():
 
 
 def test_job_settings_carry_the_env_file_and_files_into_the_container():
-    from amlhpc.nccl import job_settings, nccl_env_content
+    from amlhpc.nodes.nccl import job_settings, nccl_env_content
     text = nccl_env_content({"NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "WARN", "NCCL_IB_AR_THRESHOLD": 0},
                             ["/usr/local/nccl-rdma-sharp-plugins/lib"], None, "/etc/amlhpc/nccl-topo.xml")
     job = job_settings(text, "/etc/nccl.conf", "/etc/amlhpc/nccl.env")
@@ -148,7 +148,7 @@ def test_ndv4_topology_matches_the_azure_hpc_image():
     """roles/nccl/files/ndv4-topo.xml is byte for byte the file Azure/azhpc-images ships as
     topology/ndv4-topo.xml (checked against that repository); GPUs in PCI bus order sit on
     NUMA nodes 1,1,0,0,3,3,2,2, as Azure documents for ND A100 v4."""
-    from amlhpc.nccl import TOPOLOGIES, render_topology_xml
+    from amlhpc.nodes.nccl import TOPOLOGIES, render_topology_xml
     shipped = (Path(ROOT) / "roles" / "nccl" / "files" / "ndv4-topo.xml").read_text()
     assert render_topology_xml(TOPOLOGIES["ndv4"]) == shipped
     assert TOPOLOGIES["ndv4"].numa_of_gpu() == {0: 1, 1: 1, 2: 0, 3: 0, 4: 3, 5: 3, 6: 2, 7: 2}
@@ -165,7 +165,7 @@ def _probe(**over):
 
 
 def test_node_plan_unknown_size_writes_no_topology_and_says_why():
-    from amlhpc.nccl import node_plan
+    from amlhpc.nodes.nccl import node_plan
     plan = node_plan(_probe(imds={"status": -1, "msg": "Status code was -1: timed out"}),
                      conf_settings={"NCCL_IB_PCI_RELAXED_ORDERING": 1}, env={"NCCL_DEBUG": "WARN"})
     assert plan["facts"]["nccl_vm_size_found"] == ""
@@ -180,7 +180,7 @@ def test_node_plan_unknown_size_writes_no_topology_and_says_why():
 
 
 def test_node_plan_size_from_metadata_measured_pinning_and_plugin():
-    from amlhpc.nccl import node_plan
+    from amlhpc.nodes.nccl import node_plan
     topo_m = (FIXTURES / "ndv4.topo-m.txt").read_text()
     plan = node_plan(_probe(imds={"status": 200, "json": {"compute": {"vmSize": "Standard_ND96asr_v4"}}, "msg": "OK"},
                             topo_m={"rc": 0, "stdout": topo_m},
@@ -204,7 +204,7 @@ def test_node_plan_size_from_metadata_measured_pinning_and_plugin():
 
 
 def test_node_plan_image_file_then_user_file_win():
-    from amlhpc.nccl import node_plan
+    from amlhpc.nodes.nccl import node_plan
     image = node_plan(_probe(image_topo_file="/opt/microsoft/ndv4/topo.xml"), vm_size="Standard_ND96asr_v4")
     assert image["facts"]["nccl_topo_file_in_use"] == "/opt/microsoft/ndv4/topo.xml"
     assert image["files"][0]["state"] == "absent", "no copy beside the image's own file"
@@ -219,6 +219,6 @@ def test_node_plan_image_file_then_user_file_win():
 
 
 def test_node_plan_refuses_a_bad_setting():
-    from amlhpc.nccl import node_plan
+    from amlhpc.nodes.nccl import node_plan
     with pytest.raises(ValueError, match="not an environment variable name"):
         node_plan(_probe(), conf_settings={"BAD KEY": 1})

@@ -1,4 +1,4 @@
-"""Issue 43 and issue 42 item 5: the pure logic of a lost node (plugins/module_utils/amlhpc/node_loss.py).
+"""Issue 43 and issue 42 item 5: the pure logic of a lost node (plugins/module_utils/amlhpc/recovery/node_loss.py).
 
 The sentence the job prints and the controller reads back; the heartbeat's rule (never a rank
 with fresh beats called lost, never one waiting in the collective called its laggard); the
@@ -11,8 +11,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc import node_loss
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.node_loss import (
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.recovery import node_loss
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.recovery.node_loss import (
     COLLECTIVE,
     MISSED,
     judge,
@@ -23,7 +23,7 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.node_loss im
     plan_slots,
     rank_list,
 )
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.shards import plan_shards, plan_shards_without
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.staging.shards import plan_shards, plan_shards_without
 
 T0 = 1_795_000_000.0
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from amlhpc.nvidia_smi import (
+from amlhpc.nodes.nvidia_smi import (
     NvidiaSmiParseError,
     normalize_bus_id,
     parse_clock_query,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from amlhpc import nvme
+from amlhpc.nodes import nvme
 
 DATA = Path(__file__).parent / "data" / "nvme"
 NVME8 = [f"/dev/nvme{i}n1" for i in range(8)]
@@ -232,7 +232,7 @@ def test_parsers_accept_empty_outputs():
 # The build's own decisions (the nvme_raid action)
 
 def test_check_mode_names_the_array_it_would_build():
-    from amlhpc.nvme import would_build_message
+    from amlhpc.nodes.nvme import would_build_message
     state = {"action": "create", "create_argv": ["mdadm", "--create", "/dev/md128", "--level=0", "/dev/nvme0n1"],
              "devices": ["/dev/nvme0n1"], "wipe": ["/dev/nvme0n1"]}
     assert would_build_message(state, "/dev/md128", "xfs", "/mnt/resource_nvme", "/etc/mdadm/mdadm.conf") == (
@@ -251,13 +251,13 @@ def test_check_mode_names_the_array_it_would_build():
     ("defaults,,noatime,", "defaults,noatime,nofail"),
 ])
 def test_mount_options_always_carry_nofail(given, fstab):
-    from amlhpc.nvme import mount_options
+    from amlhpc.nodes.nvme import mount_options
     assert mount_options(given) == fstab
 
 
 def test_mdadm_conf_line_matches_the_arrays_line_under_any_name():
     import re as _re
-    from amlhpc.nvme import mdadm_conf_line
+    from amlhpc.nodes.nvme import mdadm_conf_line
     got = mdadm_conf_line("/dev/md128", "0a1b2c3d:4e5f6a7b:8c9d0e1f:2a3b4c5d")
     assert got["line"] == "ARRAY /dev/md128 metadata=1.2 UUID=0a1b2c3d:4e5f6a7b:8c9d0e1f:2a3b4c5d"
     assert _re.match(got["regexp"], "ARRAY /dev/md/127 metadata=1.2 name=x UUID=0a1b2c3d:4e5f6a7b:8c9d0e1f:2a3b4c5d")

@@ -1,4 +1,4 @@
-"""nvme_raid's rerun read (amlhpc.nvme_read): the real shell command, run here with /bin/sh
+"""nvme_raid's rerun read (amlhpc.nodes.nvme_read): the real shell command, run here with /bin/sh
 over stand-ins of lsblk, blkid and mdadm that print recorded outputs (the qemu VM's mdadm
 detail), with real files for mdadm.conf and fstab and a real mount point (/proc). It must
 answer exactly where every step would change nothing, with the plan nvme_raid_info returns
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from amlhpc.nvme import parse_lsblk, plan_argument_spec, plan_result
-from amlhpc.nvme_read import fstab_unchanged, lineinfile_unchanged, read_command, unchanged_state
-from amlhpc.file_state import FileState
+from amlhpc.nodes.nvme import parse_lsblk, plan_argument_spec, plan_result
+from amlhpc.nodes.nvme_read import fstab_unchanged, lineinfile_unchanged, read_command, unchanged_state
+from amlhpc.nodes.file_state import FileState
 
 DATA = Path(__file__).resolve().parent / "data" / "nvme"
 DETAIL = (DATA / "qemu-md128-detail.txt").read_text()

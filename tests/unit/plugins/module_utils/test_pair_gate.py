@@ -1,4 +1,4 @@
-"""The pair gate: rounds that name one bad node or link among N (module_utils/amlhpc/pair_gate.py).
+"""The pair gate: rounds that name one bad node or link among N (module_utils/amlhpc/health/pair_gate.py).
 
 (Confirmation, the statistic and several bad nodes: test_pair_gate_confirm.py.)
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from amlhpc import pair_gate
+from amlhpc.health import pair_gate
 
 FIX = Path(__file__).parent / "fixtures"
 GOOD, SLOW = 10.0, 0.05
@@ -197,7 +197,7 @@ def test_only_the_gates_own_server_on_that_port_counts_as_stale():
 
 
 def test_the_run_report_has_the_gate_section():
-    from amlhpc import report
+    from amlhpc.report import report
 
     state = pair_gate.with_roles(pair_gate.simulate(names(4), node_fault({"n002"})), {}, 5300)
     lines = report.run_report([{"inventory_hostname": n, "healthcheck_pair_gate": state} for n in names(4)], {})

@@ -1,5 +1,5 @@
 """Issue 42, items 1-3: the pair gate confirms before it blames, judges against a statistic, and
-names any number of bad nodes in a bounded number of rounds (module_utils/amlhpc/pair_gate.py).
+names any number of bad nodes in a bounded number of rounds (module_utils/amlhpc/health/pair_gate.py).
 
 The figures replayed here are the issue's (a healthy 5-node twin whose round-1 pair read 0.61
 Gb/s against 0.5 x 1.37) and the twin's recorded readings
@@ -17,7 +17,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amlhpc import pair_gate
+from amlhpc.health import pair_gate
 
 FIX = Path(__file__).parent / "fixtures" / "pair_gate"
 TWIN = json.loads((FIX / "twin_iperf3_readings.json").read_text())["readings"]

@@ -22,7 +22,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amlhpc.azcopy_sas import check_sas, redact
+from amlhpc.staging.azcopy_sas import check_sas, redact
 
 WINDOW = 10
 BREAKS = st.sampled_from(["\n", "\r\n", " ", "\t", "\n  "])

@@ -1,9 +1,9 @@
-"""The text report that ends a run (amlhpc.report), on azcopy_stage results in today's shape
+"""The text report that ends a run (amlhpc.report.report), on azcopy_stage results in today's shape
 and in the sync shape (fetched, repaired, gone, prediction)."""
 
 from __future__ import annotations
 
-from amlhpc import report
+from amlhpc.report import report
 
 
 def result(**over):
@@ -88,7 +88,7 @@ def test_run_report_puts_the_skips_after_the_nodes_line():
 
 
 def test_run_report_has_the_health_verdicts_section_where_nodes_were_left_out():
-    from amlhpc.health_verdict import report_lines, verdict
+    from amlhpc.health.health_verdict import report_lines, verdict
     fail = [{"check": "gpu_xid", "status": "fail", "value": "1 critical", "threshold": "0 critical",
              "reason": "Xid 79 on PCI 0001:00:00.0"}]
     v = verdict({"nd-0": fail, "nd-1": []}, ["nd-0", "nd-1"], on_failure="exclude", spares=1,
@@ -102,7 +102,7 @@ def test_run_report_has_the_health_verdicts_section_where_nodes_were_left_out():
 
 
 def test_the_report_says_where_the_run_failed():
-    from amlhpc.report import run_report
+    from amlhpc.report.report import run_report
     failed = {"phase": "stage", "task": "Stage | Plan each node's shard", "message": "listing failed: refused"}
     nodes = [{"inventory_hostname": f"n{i}", "report_failed_at": failed} for i in range(2)] + [{"inventory_hostname": "n2"}]
     lines = run_report(nodes, {"report_failed_at": {"phase": "submit", "task": "Submit | Run", "message": "no quota"}})

@@ -1,4 +1,4 @@
-"""amlhpc.report_file.write_page: the report page written on the controller."""
+"""amlhpc.report.report_file.write_page: the report page written on the controller."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from amlhpc.report_file import write_page
+from amlhpc.report.report_file import write_page
 
 
 def mode_of(path) -> int:
@@ -53,7 +53,7 @@ def test_a_failed_write_leaves_no_temporary_file(tmp_path):
 
 
 def test_the_link_points_at_the_latest_page_relative_and_replaces_a_page_there(tmp_path):
-    from amlhpc.report_file import point_link
+    from amlhpc.report.report_file import point_link
     link = tmp_path / "run" / "report.html"
     link.parent.mkdir()
     link.write_text("an older run's page, a file")
@@ -72,7 +72,7 @@ def test_pages_of_their_own_are_never_overwritten_even_when_written_at_once(tmp_
     each holding its own bytes, and check mode names the page a run would take."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from amlhpc.report_file import write_new_page
+    from amlhpc.report.report_file import write_new_page
 
     dest = tmp_path / "reports" / "20260101T000000Z-all.html"
     with ThreadPoolExecutor(max_workers=16) as pool:

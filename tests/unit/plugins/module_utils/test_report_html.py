@@ -1,10 +1,10 @@
-"""The HTML report (amlhpc.report_html) on results in the shapes the run registers.
+"""The HTML report (amlhpc.report.report_html) on results in the shapes the run registers.
 
-Inputs are made the way the run makes them: checks by amlhpc.health's own functions from the
+Inputs are made the way the run makes them: checks by amlhpc.health.health's own functions from the
 recorded tool outputs in fixtures/health/, nccl-tests and elbencho output as the role
 registers it (``results[].stdout`` with ``item.check``), azcopy_stage results with today's
 progress samples (``seconds``/``bytes_over_wire``) and the ``{t, bytes}`` shape, the job's
-metrics as amlhpc.job_spec.read_metrics returns them. The page and its SVG plots are read back
+metrics as amlhpc.azure.job_spec.read_metrics returns them. The page and its SVG plots are read back
 with tests/report_reader.py (stdlib HTML and XML parsers): what each plot shows is checked
 against the data (bars, markers, steps, ticks, legends), in pixels mapped back through the
 plot's own tick labels.
@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 from report_reader import SVG_URI, axis_value, decode_svg, image_bytes, read_report, read_svg, table_dicts
 
-from amlhpc import health, job_spec, report_html, report_plots
+from amlhpc.health import health
+from amlhpc.azure import job_spec
+from amlhpc.report import report_html, report_plots
 
 FIX = Path(__file__).parent / "fixtures" / "health"
 

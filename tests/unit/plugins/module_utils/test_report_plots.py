@@ -1,4 +1,4 @@
-"""The report's SVG plots (amlhpc.report_plots): the tick and scale logic directly, and what
+"""The report's SVG plots (amlhpc.report.report_plots): the tick and scale logic directly, and what
 the drawn documents show, read back with tests/report_reader.py (xml.etree)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from report_reader import SVG_NS, axis_value, decode_svg, path_points, read_svg, tick_value
 
-from amlhpc import report_plots as rp
+from amlhpc.report import report_plots as rp
 
 NAN, INF = math.nan, math.inf
 

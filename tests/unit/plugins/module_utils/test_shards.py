@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amlhpc.shards import (
+from amlhpc.staging.shards import (
     SUFFIXES,
     Blob,
     ShardError,
@@ -176,7 +176,7 @@ def test_bad_inputs():
 @settings(max_examples=60, deadline=None)
 @given(blobs=blobs_st, n=st.integers(1, 40))
 def test_fast_loads_match_the_planner(blobs, n):
-    from amlhpc.shards import balanced_loads
+    from amlhpc.staging.shards import balanced_loads
     shards = plan_shards([f"h{i}" for i in range(n)], "balanced", blobs)
     sizes = sorted((b.size for b in blobs), reverse=True)
     assert balanced_loads(sizes, n) == [s.bytes for s in shards]

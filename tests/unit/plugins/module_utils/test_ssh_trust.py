@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from amlhpc.ssh_trust import known_hosts_block, nodefile_lines, parse_keyscan
+from amlhpc.trust.ssh_trust import known_hosts_block, nodefile_lines, parse_keyscan
 
 
 def node(name, rank, ip, cluster="gpu"):
@@ -78,7 +78,7 @@ def test_known_hosts_block_names_the_silent_node_and_ignores_strangers():
 
 
 def test_cluster_plan_names_each_clusters_head_by_rank():
-    from amlhpc.ssh_trust import cluster_plan
+    from amlhpc.trust.ssh_trust import cluster_plan
     plan = cluster_plan([node("b1", 1, "10.0.1.5", "cpu"), node("a2", 2, "10.0.0.6"), node("a1", 1, "10.0.0.5"),
                          node("b0", 0, "10.0.1.4", "cpu")])
     assert plan == {"cpu": {"cluster": "cpu", "head": "b0", "ips": ["10.0.1.4", "10.0.1.5"], "hosts": ["b0", "b1"],
@@ -90,7 +90,7 @@ def test_cluster_plan_names_each_clusters_head_by_rank():
 
 
 def test_authorized_keys_line_is_added_once_and_replaced_in_place():
-    from amlhpc.ssh_trust import authorized_keys_text
+    from amlhpc.trust.ssh_trust import authorized_keys_text
     line = "ssh-rsa AAAAB3key amlhpc-head@gpu"
     other = "ssh-ed25519 AAAAC3other admin@laptop"
     assert authorized_keys_text("", line) == line + "\n"
@@ -104,7 +104,7 @@ def test_authorized_keys_line_is_added_once_and_replaced_in_place():
 
 
 def test_managed_block_is_written_like_blockinfile():
-    from amlhpc.ssh_trust import managed_block_text
+    from amlhpc.trust.ssh_trust import managed_block_text
     marker = "amlhpc ssh_trust: cluster gpu"
     keys = ["10.0.0.4 ssh-ed25519 AAAA4", "10.0.0.5 ssh-ed25519 AAAA5"]
     first = managed_block_text("other-host ssh-rsa AAAAx\n", marker, keys)
@@ -120,7 +120,7 @@ def test_managed_block_is_written_like_blockinfile():
 def test_an_earlier_head_s_key_under_the_same_comment_is_replaced():
     """A replaced head (or a new head after a rank shift) has a new key: the earlier heads'
     keys of the cluster, known by the role's comment, stop being trusted; other keys stay."""
-    from amlhpc.ssh_trust import authorized_keys_text
+    from amlhpc.trust.ssh_trust import authorized_keys_text
     line = 'from="10.0.0.0/8" ssh-ed25519 AAAAC3new amlhpc-head@gpu'
     other = "ssh-ed25519 AAAAC3other admin@laptop"
     other_cluster = "ssh-ed25519 AAAAC3cpu amlhpc-head@cpu"
@@ -150,7 +150,7 @@ CONTROLLER_KNOWN_HOSTS = """\
 
 def test_the_controllers_known_hosts_gives_the_block_a_scan_would():
     """The same lines, in the same order, as the head's scan of the same sshds gives."""
-    from amlhpc.ssh_trust import controller_host_keys
+    from amlhpc.trust.ssh_trust import controller_host_keys
     ips = ["10.0.0.5", "10.0.0.4"]
     got = controller_host_keys(CONTROLLER_KNOWN_HOSTS, ["[20.1.2.3]:50000", "[20.1.2.3]:50001"], ips)
     scan = """\
@@ -168,7 +168,7 @@ def test_the_controllers_known_hosts_gives_the_block_a_scan_would():
 
 
 def test_a_node_without_a_recorded_key_is_missing():
-    from amlhpc.ssh_trust import controller_host_keys
+    from amlhpc.trust.ssh_trust import controller_host_keys
     ips = ["10.0.0.5", "10.0.0.6", "10.0.0.7"]
     # 50002 has only ed25519, asked for rsa; 50009 has nothing; hashed and marker lines give nothing.
     got = controller_host_keys(CONTROLLER_KNOWN_HOSTS, ["[20.1.2.3]:50000", "[20.1.2.3]:50002", "[20.1.2.3]:50009"],
@@ -180,7 +180,7 @@ def test_a_node_without_a_recorded_key_is_missing():
 
 
 def test_endpoint_is_the_pattern_ssh_looks_up():
-    from amlhpc.ssh_trust import endpoint
+    from amlhpc.trust.ssh_trust import endpoint
     assert endpoint({"ansible_host": "20.1.2.3", "ansible_port": 50000}) == "[20.1.2.3]:50000"
     assert endpoint({"ansible_host": "20.1.2.3", "ansible_port": "50001"}) == "[20.1.2.3]:50001"
     assert endpoint({"ansible_host": "10.0.0.4"}) == "10.0.0.4"
@@ -189,7 +189,7 @@ def test_endpoint_is_the_pattern_ssh_looks_up():
 
 
 def test_cluster_plan_carries_the_controllers_known_hosts_and_endpoints():
-    from amlhpc.ssh_trust import cluster_plan
+    from amlhpc.trust.ssh_trust import cluster_plan
     nodes = [dict(node("a1", 1, "10.0.0.5"), ansible_host="20.1.2.3", ansible_port=50001,
                   aml_known_hosts_file="/p/.cache/known_hosts"),
              dict(node("a0", 0, "10.0.0.4"), ansible_host="20.1.2.3", ansible_port=50000,
@@ -213,7 +213,7 @@ def pinned_nodes():
 
 
 def test_the_block_comes_from_the_pins_by_node_id():
-    from amlhpc.ssh_trust import cluster_plan, pinned_host_keys
+    from amlhpc.trust.ssh_trust import cluster_plan, pinned_host_keys
     plan = cluster_plan(pinned_nodes())["gpu"]
     assert plan["node_ids"] == ["tvmps_a", "tvmps_b", "tvmps_c"]
     got = pinned_host_keys(plan)
@@ -226,7 +226,7 @@ def test_a_scan_from_the_head_is_held_to_the_pins():
     """A pinned node's block lines are its pin, whatever the head's scan said; a scanned key of
     a pinned type that differs is refused in one sentence naming the node and the fix; a node
     without a pin is taken from the scan (trust on first use, named)."""
-    from amlhpc.ssh_trust import cluster_plan, scanned_host_keys
+    from amlhpc.trust.ssh_trust import cluster_plan, scanned_host_keys
     plan = cluster_plan(pinned_nodes())["gpu"]
     scan = ("10.0.0.4 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMITM\n10.0.0.4 ecdsa-sha2-nistp256 AAAAE2new\n"
             "10.0.0.5 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB5\n10.0.0.6 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB6\n")

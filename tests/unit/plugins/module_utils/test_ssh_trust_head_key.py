@@ -1,4 +1,4 @@
-"""The ssh_trust scan's read of the head's key (amlhpc.ssh_trust HEAD_KEY_READ, head_key_state).
+"""The ssh_trust scan's read of the head's key (amlhpc.trust.ssh_trust HEAD_KEY_READ, head_key_state).
 
 Real keys from ssh-keygen and the real command run by /bin/sh with a stand-in ssh-keyscan on
 PATH. tests/unit/test_ssh_trust_head_key_module.py holds the read against
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from amlhpc.ssh_trust import head_key_command, head_key_state, known_hosts_block, public_key_bits
+from amlhpc.trust.ssh_trust import head_key_command, head_key_state, known_hosts_block, public_key_bits
 
 USER = getpass.getuser()
 GROUP = grp.getgrgid(os.getgid()).gr_name

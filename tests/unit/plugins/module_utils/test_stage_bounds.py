@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from amlhpc.azcopy_lock import LockBusy, holder_gone, process_start, stage_lock, this_holder
-from amlhpc.azcopy_model import TIME_LIMIT_FLOOR_S, TIME_LIMIT_UNKNOWN_S, Rates, time_limit
-from amlhpc.azcopy_progress import Cancel, explain_failure, job_transfers, log_failures, run_azcopy
-from amlhpc.azcopy_watch import ConnectionWatch, reader_gone
+from amlhpc.staging.azcopy_lock import LockBusy, holder_gone, process_start, stage_lock, this_holder
+from amlhpc.staging.azcopy_model import TIME_LIMIT_FLOOR_S, TIME_LIMIT_UNKNOWN_S, Rates, time_limit
+from amlhpc.staging.azcopy_progress import Cancel, explain_failure, job_transfers, log_failures, run_azcopy
+from amlhpc.staging.azcopy_watch import ConnectionWatch, reader_gone
 
 FIX = Path(__file__).parent / "fixtures" / "azcopy"
 
@@ -243,7 +243,7 @@ def test_the_watch_leaves_a_file_or_terminal_alone(tmp_path):
 
 
 def test_a_holder_that_does_not_end_is_named_with_what_to_do(tmp_path):
-    from amlhpc.azcopy_lock import holder_refusal
+    from amlhpc.staging.azcopy_lock import holder_refusal
     said = holder_refusal("node 0", "/mnt/scratch/cosmoflow", 0, {"pid": 26968, "host": "node-7",
                                                                   "since": "2026-11-27T01:02:03Z"})
     assert said == ("node 0: another stage of this shard is running in /mnt/scratch/cosmoflow (pid 26968 on node-7, "

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from amlhpc.azcopy import ExpectedFile, StageError, stage_shard
-from amlhpc.blob_listing import blob_from
-from amlhpc.shards import ShardError, plan_shards
+from amlhpc.staging.azcopy import ExpectedFile, StageError, stage_shard
+from amlhpc.sdk.blob_listing import blob_from
+from amlhpc.staging.shards import ShardError, plan_shards
 
 
 def sentinel_tree(root: Path) -> dict[Path, bytes]:

@@ -22,11 +22,11 @@ from pathlib import Path
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from amlhpc.azcopy import ExpectedFile, StageError, stage_shard
-from amlhpc.azcopy_handoff import plan_handoff, read_command
-from amlhpc.azcopy_paths import inside, listing_problems, name_problem
-from amlhpc.blob_listing import blob_from
-from amlhpc.shards import Blob, ShardError, plan_shards, plan_summary
+from amlhpc.staging.azcopy import ExpectedFile, StageError, stage_shard
+from amlhpc.staging.azcopy_handoff import plan_handoff, read_command
+from amlhpc.staging.azcopy_paths import inside, listing_problems, name_problem
+from amlhpc.sdk.blob_listing import blob_from
+from amlhpc.staging.shards import Blob, ShardError, plan_shards, plan_summary
 
 # Segments a hostile or careless container holds: the dangerous ones, and plain CosmoFlow ones.
 SEGMENTS = st.one_of(

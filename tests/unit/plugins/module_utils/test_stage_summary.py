@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from amlhpc.azcopy_sync import stage_result
-from amlhpc.stage_read import summary_line
+from amlhpc.staging.azcopy_sync import stage_result
+from amlhpc.staging.stage_read import summary_line
 
 
 def test_each_fetched_and_removed_file_is_named_with_a_count_for_the_rest():

@@ -5,9 +5,9 @@ import struct
 
 import pytest
 
-from amlhpc import tfrecord
-from amlhpc.cosmoflow_data import generate, sample_name
-from amlhpc.tfrecord import TFRecordError, decode_example, encode_example, read_records, write_tfrecord
+from amlhpc.data import tfrecord
+from amlhpc.data.cosmoflow_data import generate, sample_name
+from amlhpc.data.tfrecord import TFRecordError, decode_example, encode_example, read_records, write_tfrecord
 
 
 def test_crc32c_known_vectors():

@@ -1,4 +1,4 @@
-"""Every role variable checked before anything changes (amlhpc.variable_checks): the roles a run
+"""Every role variable checked before anything changes (amlhpc.validate.variable_checks): the roles a run
 reaches, the argument specs through Ansible's validator, the rules between variables."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amlhpc.variable_checks import (
+from amlhpc.validate.variable_checks import (
     UNSET,
     cluster_name_problem,
     path_problem,

@@ -22,9 +22,9 @@ _spec = importlib.util.spec_from_file_location("aml_job", ROOT / "plugins/module
 aml_job = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(aml_job)
 
-from amlhpc.aml_job_v1 import v1_objects  # noqa: E402
-from amlhpc.aml_job_v2 import v2_job  # noqa: E402
-from amlhpc.job_spec import JobRequest, build_spec  # noqa: E402
+from amlhpc.sdk.aml_job_v1 import v1_objects  # noqa: E402
+from amlhpc.sdk.aml_job_v2 import v2_job  # noqa: E402
+from amlhpc.azure.job_spec import JobRequest, build_spec  # noqa: E402
 from azureml_fakes import RG, SUB, WS, World, install_v1, install_v2, write_certificate  # noqa: E402
 
 SAS = "sv=2024-11-04&ss=b&srt=co&sp=rl&se=2026-12-01T00%3A00%3A00Z&sig=FAKE-test-signature%3D"
@@ -203,7 +203,7 @@ def test_v1_submit_stores_the_sas_as_a_secret_waits_and_downloads(v1, capsys, tm
     assert payload["mpi"]["processCountPerNode"] == 8 and payload["nodeCount"] == 4
     assert "TOPSECRET" not in json.dumps(payload)
     # The snapshot holds the shared package next to the training code.
-    assert (Path(src.source_directory) / "amlhpc" / "tfrecord.py").is_file()
+    assert (Path(src.source_directory) / "amlhpc" / "data" / "tfrecord.py").is_file()
     # ... under the module's working folder: <cwd>/.cache/aml_job/<name> unless work_dir says.
     assert Path(src.source_directory) == tmp_path / ".cache" / "aml_job" / "cf-4x8" / "src"
     assert out["metrics"]["steps"] == [{"step": 1, "loss": 0.4}] and out["metrics"]["summary"] == {"val_mae": 0.2}
@@ -504,8 +504,8 @@ def auth_env(monkeypatch, tmp_path):
 def test_v1_workspace_credential_is_the_shared_auth_plans(case, capsys, tmp_path, monkeypatch, auth_env):
     """aml_job builds the azureml-core credential exactly as aml_compute_cluster and the
     inventory plugin do (aml_sdk's plan) for every auth option combination."""
-    from amlhpc import aml_sdk
-    from amlhpc.aml_nodes import resolve_auth, subscription_from
+    from amlhpc.sdk import aml_sdk
+    from amlhpc.azure.aml_nodes import resolve_auth, subscription_from
     import azureml.core
 
     options, env = AUTH_CASES[case]
@@ -526,8 +526,8 @@ def test_v1_workspace_credential_is_the_shared_auth_plans(case, capsys, tmp_path
 
 @pytest.mark.parametrize("case", list(AUTH_CASES))
 def test_v2_client_credential_is_the_shared_auth_plans(case, capsys, tmp_path, monkeypatch, auth_env):
-    from amlhpc import aml_sdk
-    from amlhpc.aml_nodes import resolve_auth
+    from amlhpc.sdk import aml_sdk
+    from amlhpc.azure.aml_nodes import resolve_auth
 
     options, env = AUTH_CASES[case]
     options = {k: v.replace("{home}", os.environ["HOME"]) for k, v in options.items()}
@@ -735,7 +735,7 @@ def test_v2_every_other_ending_fails_the_task_saying_what_to_do(status, v2_world
 def test_v2_a_job_left_cancelling_is_waited_for_until_it_has_ended(v2_world, capsys, tmp_path, monkeypatch):
     """The SDK's stream returns while the job is still CancelRequested (post-processing, not an
     ending: its download refuses the job); the module asks again until it has ended."""
-    from amlhpc import aml_job_v2
+    from amlhpc.sdk import aml_job_v2
     v2_world.add_job("cf-4x8", ["Running", "CancelRequested"], artifacts=NODE_LOGS)
     slept = []
 
@@ -754,8 +754,8 @@ def test_the_twins_failed_job_is_reported_as_the_sdks(tmp_path):
     """The twin's AzureML (tests/twin/azureml.py) answers a failed run as azure-ai-ml does: its
     stream raises JobException with the run's error, its download brings each node's log; the
     backend's wait reads them as it reads the SDK's."""
-    from amlhpc.aml_job_v2 import wait_v2
-    from amlhpc.job_runs import failing_log, node_logs
+    from amlhpc.sdk.aml_job_v2 import wait_v2
+    from amlhpc.azure.job_runs import failing_log, node_logs
     from twin.azureml import TwinJobs
 
     logs = tmp_path / "run" / "user_logs"

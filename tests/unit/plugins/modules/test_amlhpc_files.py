@@ -87,19 +87,19 @@ def test_ssh_trust_node_writes_nodefile_and_block_once(tmp_path, capsys):
     assert run(ssh_trust_node, args, capsys)["changed"] is False
 
 
-# The ssh_trust_node action's read (module_utils/amlhpc/file_state.py and ssh_trust.node_unchanged):
+# The ssh_trust_node action's read (module_utils/amlhpc/nodes/file_state.py and ssh_trust.node_unchanged):
 # one shell command; where the module would change nothing, no module run.
 
 def shell_read(paths: list[str], users: list[str]) -> str:
     import subprocess
 
-    from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.file_state import read_command
+    from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nodes.file_state import read_command
     return subprocess.run(["/bin/sh", "-c", read_command(paths, users)], capture_output=True, text=True,
                           check=True).stdout
 
 
 def test_the_shell_read_gives_each_path_as_python_sees_it(tmp_path):
-    from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.file_state import FileState, parse_read
+    from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nodes.file_state import FileState, parse_read
     (tmp_path / "d").mkdir(mode=0o750)
     (tmp_path / "d").chmod(0o750)
     (tmp_path / "f").write_text("héllo\nworld\n")
@@ -132,7 +132,7 @@ def _umask() -> int:
 def test_the_read_says_unchanged_exactly_where_the_module_changes_nothing(tmp_path, capsys):
     from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
-    from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.ssh_trust import (
+    from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.trust.ssh_trust import (
         NODE_ARGUMENT_SPEC,
         node_read,
         node_unchanged,
@@ -163,7 +163,7 @@ def test_the_read_says_unchanged_exactly_where_the_module_changes_nothing(tmp_pa
 
 def test_the_read_of_a_trusted_key_follows_the_users_home_and_ownership(tmp_path):
     """The authorized_keys part, read from a stand-in home (the read's output is by position)."""
-    from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.ssh_trust import node_unchanged
+    from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.trust.ssh_trust import node_unchanged
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
     keys = home / ".ssh" / "authorized_keys"

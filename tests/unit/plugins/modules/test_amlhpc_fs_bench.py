@@ -10,14 +10,14 @@ import pytest
 from ansible_compat import patch_module_args
 
 import amlhpc
-import amlhpc.fsbench
+import amlhpc.health.fsbench
 
 ROOT = Path(__file__).resolve().parents[4]
 sys.path.insert(0, str(ROOT / "plugins" / "modules"))
 # What AnsiballZ does for a module on a node: plugins/module_utils/amlhpc is importable as
 # ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.
 sys.modules.setdefault("ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc", amlhpc)
-sys.modules.setdefault("ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.fsbench", amlhpc.fsbench)
+sys.modules.setdefault("ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.health.fsbench", amlhpc.health.fsbench)
 
 import amlhpc_fs_bench  # noqa: E402
 

@@ -180,7 +180,7 @@ def test_a_shard_without_a_rank_and_no_rank_option_names_both_fixes(tmp_path, ca
     assert list(tmp_path.iterdir()) == []
 
 
-# --- The rerun's shell read (module_utils/amlhpc/stage_read.py): the module's result, no module run ---
+# --- The rerun's shell read (module_utils/amlhpc/staging/stage_read.py): the module's result, no module run ---
 
 def staged_folder(tmp_path) -> tuple[Path, dict]:
     """A node-local stage folder holding exactly its shard (files in a subfolder, gzip blobs
@@ -207,7 +207,7 @@ def shell_read(args: dict, check_mode: bool = False, terminal: bool = False) -> 
 
     from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
-    from amlhpc import stage_read
+    from amlhpc.staging import stage_read
 
     p = ArgumentSpecValidator(stage_read.ARGUMENT_SPEC).validate(args).validated_parameters
     command = stage_read.read_command(p)
@@ -297,7 +297,7 @@ def test_check_mode_refuses_a_prune_of_most_of_the_folder_as_the_run_would(tmp_p
     """Three files staged before, one of them still in the plan, the other two gone (the
     controller's handoff says so): a prune would remove two of three. Check mode says the run
     would refuse it (and that prune_most lets it go on)."""
-    from amlhpc.azcopy_sync import manifest_text
+    from amlhpc.staging.azcopy_sync import manifest_text
     dest = tmp_path / "d"
     (dest / "train").mkdir(parents=True)
     (dest / ".amlhpc-staged").mkdir()

@@ -60,7 +60,7 @@ def test_a_user_file_without_its_text_is_refused(tmp_path, capsys):
     assert res["failed"] is True and "topo_file_content" in res["msg"]
 
 
-# The action's read (module_utils/amlhpc/nccl_read.py): one shell command, decided on the
+# The action's read (module_utils/amlhpc/nodes/nccl_read.py): one shell command, decided on the
 # controller; the module's own result where it would write nothing, else None (the module runs).
 
 def read_outcome(args: dict) -> dict | None:
@@ -68,7 +68,7 @@ def read_outcome(args: dict) -> dict | None:
 
     from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
-    from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nccl_read import (
+    from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nodes.nccl_read import (
         CONFIG_ARGUMENT_SPEC,
         read_command,
         unchanged_outcome,

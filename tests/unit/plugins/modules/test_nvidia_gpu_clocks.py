@@ -175,7 +175,7 @@ def test_nvidia_smi_failure_fails_with_its_message(tmp_path, monkeypatch, capsys
     assert result["failed"] is True and "couldn't communicate with the NVIDIA driver" in result["msg"]
 
 
-# The action's read (module_utils/amlhpc/gpu_clocks.py): one shell command, decided on the
+# The action's read (module_utils/amlhpc/nodes/gpu_clocks.py): one shell command, decided on the
 # controller. Where nothing is to change it gives the module's own result; everywhere else
 # None, and the module runs.
 
@@ -186,7 +186,7 @@ def probe(args: dict) -> dict | None:
 
     from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
-    from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.gpu_clocks import (
+    from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.nodes.gpu_clocks import (
         ARGUMENT_SPEC,
         probe_command,
         unchanged_outcome,

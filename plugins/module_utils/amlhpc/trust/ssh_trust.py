@@ -295,7 +295,7 @@ def node_unchanged(params: Mapping[str, Any], stdout: str) -> bool:
     """Whether the ssh_trust_node module would change nothing on the node whose files
     ``stdout`` (``file_state.read_command`` of :func:`node_read`) shows. False also where
     the module would fail or the output is not what the read prints: the module runs then."""
-    from .file_state import dir_unchanged, file_unchanged, parse_read  # noqa: PLC0415 (the node side never needs it)
+    from ..nodes.file_state import dir_unchanged, file_unchanged, parse_read  # noqa: PLC0415 (the node side never needs it)
     if not (params["nodefile"].startswith("/") and params["known_hosts"].startswith("/")):
         return False
     paths, users = node_read(params)

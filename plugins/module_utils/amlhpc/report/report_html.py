@@ -9,17 +9,17 @@ registers, so tests call them with those shapes directly:
                 samples from azcopy's JSON output: ``{t, bytes}`` or, from older results,
                 ``{seconds, bytes_over_wire}``) and, where the result carries one, the
                 predicted staging time and its bottleneck;
-* ``health``    each node's ``healthcheck_checks`` (``amlhpc.health.check`` dicts) against
+* ``health``    each node's ``healthcheck_checks`` (``amlhpc.health.health.check`` dicts) against
                 their thresholds;
 * ``nccl``      the nccl-tests output the health check registered (node and cluster runs),
                 bus bandwidth by message size;
 * ``fsbench``   the shared-mount write/read throughput (``amlhpc_fs_bench`` result or
                 elbencho's output);
-* ``training``  the job's metrics (``amlhpc.job_spec.read_metrics``): loss and validation
+* ``training``  the job's metrics (``amlhpc.azure.job_spec.read_metrics``): loss and validation
                 MAE per epoch.
 
 A section is a dict ``{"id", "title", "summary": [str], "plot": SVG document (UTF-8 bytes,
-amlhpc.report_plots) or None, "plot_note": why there is no plot, "tables": [{"caption",
+amlhpc.report.report_plots) or None, "plot_note": why there is no plot, "tables": [{"caption",
 "headers", "rows"}]}``; a section without data has no plot and its summary says why.
 :func:`render` turns sections into HTML (inline CSS, plots as ``data:image/svg+xml;base64``
 images, nothing fetched from anywhere).
@@ -34,9 +34,11 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc import health, node_loss, report_plots
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azcopy_sas import redact
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.report import STRAY_KINDS, gone_removed
+from ..health import health
+from ..recovery import node_loss
+from ..staging.azcopy_sas import redact
+from . import report_plots
+from .report import STRAY_KINDS, gone_removed
 
 SECTION_IDS = ("staging", "health", "nccl", "fsbench", "training")
 

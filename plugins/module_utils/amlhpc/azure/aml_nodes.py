@@ -382,7 +382,7 @@ def none_left(cluster: str, total: int) -> str:
 
 
 # ---------------------------------------------------------------------------------------
-# Authentication (module_utils/amlhpc/azure_auth.py: the names of azure.azcollection and azure-identity)
+# Authentication (module_utils/amlhpc/azure/azure_auth.py: the names of azure.azcollection and azure-identity)
 
 
 def resolve_auth(requested: str, options: Mapping[str, Any], environ: Mapping[str, str],

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .aml_sdk import AmlClient, is_auth_error, is_not_found
-from .job_runs import (
+from ..azure.job_runs import (
     COMPLETED,
     attempt_name,
     check_result,
@@ -26,7 +26,7 @@ from .job_runs import (
     settle,
     status_text,
 )
-from .job_spec import JobRequest
+from ..azure.job_spec import JobRequest
 
 
 def v2_job(spec: dict[str, Any], code: str | None = None):

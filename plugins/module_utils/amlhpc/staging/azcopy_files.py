@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from .azcopy_paths import MANIFEST_DIRNAME, STAGING_DIRNAME, inside
-from .tfrecord import masked_crc32c
+from ..data.tfrecord import masked_crc32c
 
 AZCOPY_TEMP_PREFIX = ".azDownload-"
 VERIFY_MODES = ("size", "checksum")

@@ -2,7 +2,7 @@
 # MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """What the run does with the nodes the health gate failed: the verdict.
 
-The gate (:mod:`amlhpc.health`, and the checks other parts of the gate add in the same shape)
+The gate (:mod:`amlhpc.health.health`, and the checks other parts of the gate add in the same shape)
 gives every node a list of checks, or nothing when the node stopped answering. The user's
 ``healthcheck_on_failure`` decides:
 
@@ -10,7 +10,7 @@ gives every node a list of checks, or nothing when the node stopped answering. T
     the run stops, one sentence per failing node (the report's message);
 ``exclude``
     up to ``healthcheck_spare_nodes`` failing nodes are left out and the run goes on with the
-    good ones: the stage plans the shards over the good nodes only (:func:`amlhpc.shards.plan_shards_without`)
+    good ones: the stage plans the shards over the good nodes only (:func:`amlhpc.staging.shards.plan_shards_without`)
     and the job, placed by AzureML on nodes it chooses, trains on the good nodes only: every node
     starts ``workload/launch.py``, which reads its node's verdict file (:func:`node_file`) and
     either joins torchrun's elastic rendezvous on a good node or ends without training. More

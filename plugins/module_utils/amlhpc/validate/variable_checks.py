@@ -94,8 +94,8 @@ def spec_problems(role: str, options: Mapping[str, Any], values: Mapping[str, An
     validator of validate_argument_spec; values of no_log options never shown."""
     from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
-    from .arg_secrets import no_log_values
-    from .azcopy_sas import redact
+    from ..arg_secrets import no_log_values
+    from ..staging.azcopy_sas import redact
 
     spec = checkable_spec(options)
     given = {k: v for k, v in values.items() if k in spec and v != UNSET}

@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .autoscale import autoscale_refusal
+from ..azure.autoscale import autoscale_refusal
 
 # Node states in which a node can take part in a job (AmlCompute nodeState values).
 USABLE_STATES = frozenset({"idle", "running", "preparing"})

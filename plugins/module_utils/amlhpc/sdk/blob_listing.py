@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .azcopy_sas import redact
-from .blob_rest import BlobRestError, list_container
-from .shards import Blob
+from ..staging.azcopy_sas import redact
+from ..staging.blob_rest import BlobRestError, list_container
+from ..staging.shards import Blob
 
 RAW_BYTES_METADATA = "amlhpc_raw_bytes"
 RAW_SHA256_METADATA = "amlhpc_raw_sha256"

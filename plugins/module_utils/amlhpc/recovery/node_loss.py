@@ -411,7 +411,7 @@ def last_look(*, job_nodes: Sequence[str], in_play: Iterable[str], probes: Mappi
     left out with the spares the gate left, a new verdict in ``verdict`` and the nodes that
     stage the moved files in ``restage``; ``stop``) and ``message`` (one sentence per lost node
     and what happens)."""
-    from .health_verdict import verdict as health_verdict  # the gate's own rule decides the spares
+    from ..health.health_verdict import verdict as health_verdict  # the gate's own rule decides the spares
 
     in_play = set(in_play)
     lost = []

@@ -20,7 +20,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from .aml_nodes import (
+from ..azure.aml_nodes import (
     AmlNodesError,
     AuthPlan,
     ClusterInfo,

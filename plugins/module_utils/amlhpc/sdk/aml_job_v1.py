@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .aml_sdk import AmlClient
-from .job_runs import (
+from ..azure.job_runs import (
     COMPLETED,
     attempt_name,
     check_result,
@@ -28,7 +28,7 @@ from .job_runs import (
     settle,
     status_text,
 )
-from .job_spec import JobRequest
+from ..azure.job_spec import JobRequest
 
 
 def v1_objects(spec: dict[str, Any], dockerfile_text: str, source_directory: str | None = None):

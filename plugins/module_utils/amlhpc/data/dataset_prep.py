@@ -41,9 +41,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Dict, List, Optional, Tuple
 
-from .azcopy_sas import container_sas
-from .blob_listing import account_name
-from .blob_rest import list_container
+from ..staging.azcopy_sas import container_sas
+from ..sdk.blob_listing import account_name
+from ..staging.blob_rest import list_container
 
 RAW_BYTES_METADATA = "amlhpc_raw_bytes"
 RAW_SHA256_METADATA = "amlhpc_raw_sha256"

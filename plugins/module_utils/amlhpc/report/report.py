@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import node_loss, pair_gate
-from .azcopy_sas import redact
+from ..recovery import node_loss
+from ..health import pair_gate
+from ..staging.azcopy_sas import redact
 
 # Ansible's `| bool` truth (ansible.module_utils.parsing.convert_bool, non-strict), kept here so
 # that the pure logic imports only the standard library (the workload's venv has no Ansible).

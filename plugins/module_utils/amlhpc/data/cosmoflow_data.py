@@ -15,7 +15,7 @@ The counts depend on the parameters (each channel's mean count grows with one of
 a model can learn something from a tiny data set: enough for a short training run whose
 loss goes down. The output is deterministic for a given seed.
 
-Run: ``python -m amlhpc.cosmoflow_data --out DIR [--train-universes 2] [--val-universes 1]
+Run: ``python -m amlhpc.data.cosmoflow_data --out DIR [--train-universes 2] [--val-universes 1]
 [--cube 32] [--subvolumes 64] [--gzip]`` with ``plugins/module_utils`` on PYTHONPATH.
 """
 
@@ -114,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     files = generate(args.out, args.train_universes, args.val_universes, args.cube, args.subvolumes,
                      args.gzip, args.seed)
     size = sum(os.path.getsize(f.path) for f in files)
-    # A command-line entry point (python -m amlhpc.cosmoflow_data), never module code.
+    # A command-line entry point (python -m amlhpc.data.cosmoflow_data), never module code.
     print(json.dumps({"files": len(files), "bytes": size, "root": args.out}))  # pylint: disable=ansible-bad-function
     return 0
 

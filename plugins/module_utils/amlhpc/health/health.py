@@ -11,7 +11,7 @@ recorded outputs and the role feeds it what it ran on the node:
 * host<->device bandwidth from NVIDIA's ``nvbandwidth`` or the CUDA samples' ``bandwidthTest``;
 * the table nccl-tests (``all_reduce_perf``, ``alltoall_perf``) print;
 * elbencho's result table or its ``--csvfile``, and the project's own reader
-  (:mod:`amlhpc.fsbench`).
+  (:mod:`amlhpc.health.fsbench`).
 
 A check is a small dict: ``{"check", "status" (pass|fail|skip), "value", "threshold",
 "reason"}``. :func:`report` turns the checks of every node into a text table and the list

@@ -69,7 +69,7 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
 }
 
 # The module names the sources travel under in probe_command (their import names).
-PACKAGE = "ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc"
+PACKAGE = "ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.health"
 MODULE_NAMES = (f"{PACKAGE}.health_ib", f"{PACKAGE}.health", f"{PACKAGE}.fsbench", f"{PACKAGE}.health_probe")
 # First line of node_side's answer in the command's output (sudo or a login banner may
 # print before it; a terminal ends lines in \r\n).
@@ -226,7 +226,7 @@ def module_result(p: Mapping[str, Any], raw: Mapping[str, Any], limits: Mapping[
                          vm_size=p["vm_size"], fs_path=p["fs_path"], check_mode=check_mode, cluster=p["cluster"])
     facts = {"healthcheck_checks": judged["checks"], "healthcheck_limits": limits, "healthcheck_tools": raw["tools"],
              "healthcheck_gpu_count": judged["gpu_count"], "healthcheck_cluster_runs": judged["cluster_runs"],
-             # the raw runs, in the shapes the HTML report reads (module_utils/amlhpc/report_html.py)
+             # the raw runs, in the shapes the HTML report reads (module_utils/amlhpc/report/report_html.py)
              "healthcheck_nccl_node_run": {"results": [{"item": {"check": r["check"]}, "stdout": r["stdout"],
                                                         "stderr": r["stderr"], "rc": r["rc"]}
                                                        for r in raw.get("nccl_node", [])]},
