@@ -18,7 +18,7 @@ export ANSIBLE_INVENTORY_UNPARSED_FAILED := true
 MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
 .PHONY: help setup setup-test run teardown test test-unit lint test-sanity test-collection \
-        test-oldest-core test-ansible-units test-ansible-integration test-integration test-molecule test-vm test-workload test-ee bench clean image
+        test-oldest-core test-ansible-units test-ansible-integration test-integration test-molecule test-vm test-workload test-ee soak bench clean image
 
 help:  ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -95,6 +95,10 @@ test-ee: setup  ## Opt-in: build the execution environment for real (ansible-bui
 test-integration: setup  ## Azurite + the real azcopy on 127.0.0.1, and the playbooks end to end
 	@.ci/sysdeps node docker
 	$(PYTEST) tests/integration
+
+soak: setup  ## Repetitions kept out of CI: ten healthy twin pair gates in a row under load (docs/testing.md "Soak")
+	@.ci/sysdeps node docker
+	AMLHPC_SOAK=1 $(PYTEST) tests/integration/test_twin_pair_gate_rounds.py
 
 image:  ## Build (or reuse) the Debian bookworm test image
 	@.ci/sysdeps docker
