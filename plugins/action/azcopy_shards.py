@@ -14,7 +14,7 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.staging.azcopy_cmd import auth_argument_spec
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.staging.azcopy_model import predict, rates_from
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.staging.azcopy_sas import check_sas, redact
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.staging.azcopy_sas import check_sas, redact, sas_argv_warning
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.sdk.blob_listing import (
     ContainerMissing,
     ListingError,
@@ -30,10 +30,6 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.staging.shar
     plan_shards_without,
     plan_summary,
 )
-
-SAS_ARGV_WARNING = ("stage_auth is 'sas': azcopy takes a SAS only in its command line, so the token is readable "
-                    "by local users of every node through ps while the stage runs. Use stage_auth: "
-                    "managed_identity (the cluster's identity) to stage with no token at all.")
 
 _ARGS = {
     "hosts": {"type": "list", "elements": "str"},
@@ -83,8 +79,9 @@ class ActionModule(ActionBase):
         auth = args["auth"]
         sas = (args["sas"] or "") if auth == "sas" else ""
         warnings: list[str] = []
-        if auth == "sas":
-            warnings.append(SAS_ARGV_WARNING)
+        argv_warning = sas_argv_warning(auth, args["account_url"] or "")
+        if argv_warning:
+            warnings.append(argv_warning)
         listing = None
         no_container = False
         if args["list"] or mode == "balanced":

@@ -57,6 +57,9 @@ def test_the_page_is_written_by_the_action_with_no_module_run_and_not_in_check_m
     page = project / "outputs" / "cosmoflow" / "report.html"
     check = play("--check")
     assert not page.parent.exists()
+    # Check mode names no page it did not write (issue 47: it said "report: <page>" all the same).
+    assert f"report: {page}" not in check.stdout
+    assert "report: none written in check mode" in check.stdout
     run = play()
     assert page.is_file() and page.read_text().startswith("<!DOCTYPE html>")
     # No module went anywhere: the folder and the page are the action's (no file, stat or copy run).

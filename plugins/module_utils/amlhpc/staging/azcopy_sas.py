@@ -12,13 +12,14 @@ import base64
 import binascii
 import hashlib
 import hmac
+import ipaddress
 import json
 import re
 import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from urllib.parse import parse_qs, quote, quote_plus, unquote, unquote_plus
+from urllib.parse import parse_qs, quote, quote_plus, unquote, unquote_plus, urlsplit
 
 SAS_PERMISSION_NAMES = {
     "r": "read", "a": "add", "c": "create", "w": "write", "d": "delete", "x": "delete version",
@@ -48,6 +49,37 @@ _BREAK = re.compile(_BREAK_RE)
 # A percent escape (also one encoded again, %25XX), a line break allowed inside it.
 _PERCENT = re.compile(rf"%(?:{_BREAK_RE})?(?:25(?:{_BREAK_RE})?)*([0-9A-Fa-f])(?:{_BREAK_RE})?([0-9A-Fa-f])")
 REDACTED = "REDACTED"
+
+SAS_ARGV_WARNING = ("stage_auth is 'sas': azcopy takes a SAS only in its command line, so the token is readable "
+                    "by local users of every node through ps while the stage runs. Use stage_auth: "
+                    "managed_identity (the cluster's identity) to stage with no token at all.")
+# Azurite's development account, whose key Azurite's documentation publishes: a SAS it signs
+# protects nothing (the local default's blob store, on 127.0.0.1).
+DEVELOPMENT_ACCOUNT = "devstoreaccount1"
+
+
+def _loopback_host(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def sas_argv_warning(auth: str, account_url: str) -> str | None:
+    """The warning a stage that authenticates with a SAS gets (:data:`SAS_ARGV_WARNING`), or None:
+    no SAS, or a SAS of Azurite's development account on a loopback address (path-style URL
+    ``http://127.0.0.1:10000/devstoreaccount1``), whose key is public, so a warning there names a
+    risk nobody can act on."""
+    if auth != "sas":
+        return None
+    parts = urlsplit(account_url or "")
+    host = (parts.hostname or "").lower()
+    account = parts.path.strip("/").split("/", 1)[0]
+    if _loopback_host(host) and account == DEVELOPMENT_ACCOUNT:
+        return None
+    return SAS_ARGV_WARNING
 
 
 def _utc(value: datetime) -> str:
