@@ -16,14 +16,22 @@ from typing import Any, Optional
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.health import fsbench, health, health_ib, health_probe
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.health import (
+    benchmarks,
+    checks,
+    devices,
+    fsbench,
+    health,
+    health_ib,
+    health_probe,
+)
 from ansible_collections.amlhpc.azureml.plugins.plugin_utils.node_read import python_interpreter, unchanged_result
 
 
 def probe_sources() -> list[tuple[str, str]]:
-    """(import name, source) of the probe's four files, as probe_command takes them."""
-    return [(name, Path(mod.__file__).read_text(encoding="utf-8"))
-            for name, mod in zip(health_probe.MODULE_NAMES, (health_ib, health, fsbench, health_probe))]
+    """(import name, source) of the probe's files, as probe_command takes them."""
+    modules = (health_ib, checks, devices, benchmarks, health, fsbench, health_probe)
+    return [(name, Path(mod.__file__).read_text(encoding="utf-8")) for name, mod in zip(health_probe.MODULE_NAMES, modules)]
 
 
 class ActionModule(ActionBase):

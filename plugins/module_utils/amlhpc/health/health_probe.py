@@ -5,12 +5,12 @@ module's result built from it, shared by the ``healthcheck_node`` module and its
 
 The module runs :func:`probe` inside Ansible's module payload. The action runs the same code
 without that payload where it can: :func:`probe_command` is one shell command that hands this
-file, ``health_ib.py``, ``health.py`` and ``fsbench.py`` (standard library only) to the node's Python and prints
+file and the health modules it imports (:data:`MODULE_NAMES`, standard library only) to the node's Python and prints
 :func:`node_side`'s answer; :func:`read_outcome` turns the output into the module's own
 result (:func:`module_result`, judged on the controller with ``node_checks``). A module
 run costs the node about 0.2 s of CPU before it measures anything (Python compiles Ansible's
 module code from the payload's zip each time; ``bench/task_kinds_bench.py``); this command
-costs the node the compile of these four files. Where the mount test's folder is to be
+costs the node the compile of these files. Where the mount test's folder is to be
 created, :func:`node_side` measures nothing and says so: the module runs, as before.
 
 Standard library only.
@@ -70,7 +70,9 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
 
 # The module names the sources travel under in probe_command (their import names).
 PACKAGE = "ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.health"
-MODULE_NAMES = (f"{PACKAGE}.health_ib", f"{PACKAGE}.health", f"{PACKAGE}.fsbench", f"{PACKAGE}.health_probe")
+# Each imports only the standard library and those before it.
+MODULE_NAMES = tuple(f"{PACKAGE}.{name}" for name in ("health_ib", "checks", "devices", "benchmarks", "health",
+                                                      "fsbench", "health_probe"))
 # First line of node_side's answer in the command's output (sudo or a login banner may
 # print before it; a terminal ends lines in \r\n).
 MARKER = "amlhpc-health-probe:"
@@ -236,7 +238,7 @@ def module_result(p: Mapping[str, Any], raw: Mapping[str, Any], limits: Mapping[
             "tools": raw["tools"], "cluster_runs": judged["cluster_runs"], "facts": facts}
 
 
-# Runs on the node under ``python -c``: the four sources become the modules they are, under
+# Runs on the node under ``python -c``: the sources become the modules they are, under
 # their import names, then node_side's answer is printed after MARKER. Double quotes only:
 # shlex.quote puts the whole program in single quotes.
 _PROGRAM = (
@@ -263,8 +265,8 @@ _PROGRAM = (
 def probe_command(interpreter: str, params: Mapping[str, Any], check_mode: bool,
                   sources: Sequence[tuple[str, str]]) -> str:
     """One shell command that runs :func:`node_side` with ``params`` on the node's
-    ``interpreter``; ``sources``: (import name, source) of health_ib, health, fsbench and this file, in
-    that order (each imports only the standard library and those before it)."""
+    ``interpreter``; ``sources``: (import name, source) of each of :data:`MODULE_NAMES`, in that order
+    (each imports only the standard library and those before it)."""
     payload = zlib.compress(json.dumps({"package": PACKAGE, "modules": [list(s) for s in sources],
                                         "params": dict(params), "check_mode": bool(check_mode)}).encode(), 9)
     program = _PROGRAM.format(payload=base64.b64encode(payload).decode("ascii"), marker=MARKER)

@@ -30,7 +30,7 @@ SOURCES_DIR = Path(__file__).resolve().parents[4] / "plugins" / "module_utils" /
 
 
 def sources() -> list[tuple[str, str]]:
-    """As the action reads them: health_ib, health, fsbench, health_probe, under their import names."""
+    """As the action reads them: each of MODULE_NAMES, under its import name."""
     return [(name, (SOURCES_DIR / (name.rpartition(".")[2] + ".py")).read_text()) for name in MODULE_NAMES]
 
 
