@@ -351,7 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     beat = None
     try:
         beat = heartbeat.for_training(args.node_loss_timeout, layout, startup, steps, cdist.rendezvous()[0],
-                                      os.path.join(args.output_dir, "node-loss.json"), mllog)
+                                      os.path.join(args.output_dir, "node-loss.json"), mllog, watchdog)
         return _train(args, layout, device, rec, mllog, steps, watchdog)
     except cdist.CollectiveError as exc:
         if beat is not None and "lost its connection" in str(exc):
