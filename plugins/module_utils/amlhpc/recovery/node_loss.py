@@ -186,10 +186,10 @@ def blame(losses: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
         sayers = sorted(b for b in by_rank if b != by)
         how = by_rank[by][0]
         out["cut_off"] = True
+        s_them, s_sayers = ("s" if len(theirs["ranks"]) > 1 else ""), ("s" if len(sayers) > 1 else "")
         out["sentence"] = (
-            f"node {theirs['node']} ({theirs['ip'] or 'address unknown'}), rank{'s' if len(theirs['ranks']) > 1 else ''} "
-            f"{rank_list(theirs['ranks'])} of {world}, was cut off from the others: rank{'s' if len(sayers) > 1 else ''} "
-            f"{rank_list(sayers)} lost it ({theirs['seen']}; {theirs['what']}, seen by rank {theirs['by']} at "
+            f"node {theirs['node']} ({theirs['ip'] or 'address unknown'}), rank{s_them} {rank_list(theirs['ranks'])} "
+            f"of {world}, was cut off from the others: rank{s_sayers} {rank_list(sayers)} lost it ({theirs['seen']}; {theirs['what']}, seen by rank {theirs['by']} at "
             f"{theirs['at']}) and it lost rank{'s' if len(lost_by_it) > 1 else ''} {rank_list(lost_by_it)} "
             f"({how['seen']}; {how['what']}, seen by rank {by} at {how['at']}); the job stops so that it can resume "
             f"without it: rerun site.yml ({OPERATIONS})")
@@ -327,7 +327,7 @@ def slow_sentence(finding: Finding, world: int, nodes: str) -> str:
     """The line that says a rank the others wait for is slow, not lost (:data:`SLOW`)."""
     many = len(finding.ranks) > 1
     return (f"[cosmoflow] rank{'s' if many else ''} {rank_list(finding.ranks)} of {world} ({nodes}) "
-            f"{'are' if many else 'is'} slow, not lost: {rank_list(finding.ranks)} has not joined {finding.what} "
+            f"{'are' if many else 'is'} slow, not lost: {'they have' if many else 'it has'} not joined {finding.what} "
             f"for {finding.seconds:.0f} s while {finding.waiting} other rank(s) wait in it, but made a step "
             f"{finding.stalled:.0f} s ago ({SLOW}); named stalled only after {finding.bound:.0f} s without one")
 
