@@ -58,6 +58,7 @@ def pair(timeout: float):
     for rank, store in ((0, server), (1, client)):
         store.add(f"hb/{rank}", 1)
         store.set(f"at/{rank}", "")
+        store.set(f"st/{rank}", "0")
         beats.append(Heartbeat(rank, 2, store, members, timing, on_loss=records.append if rank == 0 else None,
                                exit_=exiter(rank)))
     return beats, exits, records, timing
@@ -93,20 +94,33 @@ def test_a_silent_rank_is_found_within_the_bound_and_named():
     assert found["seen"] == MISSED and found["by"] == 0
 
 
-def test_a_rank_that_never_joins_the_collective_the_others_wait_in_is_named():
-    beats, exits, records, timing = pair(6)
+def test_a_slow_rank_that_keeps_stepping_is_not_named_and_one_that_stalls_is(capsys):
+    """Issue 48: rank 0 waits in the all-reduce of the validation errors; rank 1, alive, is slow
+    (a loaded machine: a step every 1.2 s, longer than rank 0 waits before it looks, lost_after
+    1.5 s). It is said to be slow, never named; once it stops stepping (its beats go on) it is
+    named, stalled, within the bound scaled to its step time."""
+    beats, exits, records, timing = pair(3)
     rank0, rank1 = beats
-    rank0.enter("the gradient all-reduce of step 5")  # rank 0 waits there; rank 1, alive, never comes
+    rank0.enter("the all-reduce of the validation errors")
     rank0.begin()
     rank1.begin()
-    deadline = time.monotonic() + timing.timeout + 10
-    while 0 not in exits and time.monotonic() < deadline:
+    slow_until = time.monotonic() + 4 * timing.lost_after
+    while time.monotonic() < slow_until:
+        time.sleep(1.2)
+        rank1.progress()  # a validation batch, slowly
+    assert exits == {} and records == [], records
+    said = capsys.readouterr().err
+    assert "is slow, not lost" in said and "slow peer" in said, said
+    stalled = time.monotonic()
+    while 0 not in exits and time.monotonic() < stalled + 30:
         time.sleep(0.1)
     assert exits.get(0, (None,))[0] == EXIT_CODE, exits
     [record] = records
     found = parse_loss(record["nodes"][0]["sentence"])
     assert found["seen"] == COLLECTIVE and found["ranks"] == [1] and found["node"] == "node-b"
-    assert "has not joined the gradient all-reduce of step 5 for " in found["sentence"]
+    assert "has not joined the all-reduce of the validation errors for " in found["sentence"]
+    assert "stalled, not slow" in found["sentence"]
+    assert exits[0][1] - stalled <= 4 * 1.2 * 1.5 + 3 * timing.interval + 2  # the bound, scaled to its steps
     # rank 1 read the verdict from the store and ended too
     deadline = time.monotonic() + 5
     while 1 not in exits and time.monotonic() < deadline:

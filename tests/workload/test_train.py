@@ -59,7 +59,23 @@ def test_resume_gives_the_weights_and_optimizer_state_of_a_straight_run(tiny_dat
     assert len(va) == len(vb) == len(a["model"]) and any(v.abs().sum() > 0 for v in va)
     for x, y in zip(va, vb):
         torch.testing.assert_close(y, x, rtol=1e-5, atol=1e-7)
-    assert sorted(p.name for p in (resumed / "checkpoints").iterdir()) == ["epoch_001.pt", "last.pt"]
+    assert sorted(p.name for p in (resumed / "checkpoints").iterdir()) == [
+        "epoch_001.pt", "epoch_001.pt.sha256", "last.pt", "last.pt.sha256"]  # each with its digest (issue 48)
+    # Issue 48: a run already at --epochs says so in one sentence and trains nothing (rc 0)...
+    run(resumed, 2)
+    summary = json.loads((resumed / "summary.json").read_text())
+    assert "is at epoch 2 of --epochs 2" in summary["nothing_to_train"]
+    assert len([r for r in read_metrics(resumed) if r["kind"] == "epoch"]) == 2
+    # ...and another model is refused before training, in one sentence naming both (no size-mismatch traceback)
+    args = ["--data-dir", str(tiny_data), "--batch-size", "8", "--output-dir", str(resumed), *TINY_MODEL,
+            "--n-train", "32", "--n-valid", "16", "--epochs", "3"]
+    args[args.index("--resume") + 1] = "auto"
+    args[args.index("--conv-size") + 1] = "8"
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    with pytest.raises(SystemExit) as refused:
+        train.main(args)
+    assert "holds the checkpoints of another run" in str(refused.value.code)
+    assert "conv_size 4" in str(refused.value.code) and "conv_size 8" in str(refused.value.code)
 
 
 def test_every_epoch_reads_another_order(tiny_data, tmp_path, master_port, monkeypatch):

@@ -19,14 +19,26 @@ azcopy's CPU, and the SAS in no command line), with a managed identity through a
    always kept. Deletions are decided from the manifest's exact list of names, never a pattern.
 
 One copy at a time: a checkpoint that comes while one is being copied waits; a newer one
-replaces it while it waits (the store wants the newest, not every one). A copy that fails says
+replaces it while it waits (the store wants the newest, not every one), and the log says which
+epoch was not copied. Work lost to a loss is therefore at most the epochs since the last
+checkpoint plus the upload window: the epoch being copied and the one waiting. A copy that fails says
 so in one line (the SAS scrubbed) and training goes on; the next epoch tries again. At the end
 the job waits for the last copy (``--checkpoint-store-wait`` seconds at most).
 
-Resuming (``--resume auto``, the default): with no ``checkpoints/last.pt`` in the output folder
-(a new AzureML attempt, a lost rank 0), rank 0 reads the manifest, fetches the newest checkpoint
-and checks its size and digest before training resumes from it; ``--resume store`` always takes
-the store's. The credential: ``--checkpoint-sas`` as ``--sas`` (``env:VAR``, ``file:PATH``,
+The store belongs to its run: the manifest records the run's identity (:func:`identity`: the
+run's name, the model's configuration, the data set's fingerprint; the world size and global
+batch for the record only, since a run that left a node out resumes on the others). A run of
+another identity neither resumes from it nor writes into it: one sentence names both, before
+training starts. To start afresh, give the run another name (``submit_name``: its own folder in
+the store); nothing is deleted.
+
+Resuming (``--resume auto``, the default): rank 0 takes ``checkpoints/last.pt`` in the output
+folder when its SHA-256 matches the one written beside it, else the newest intact
+``epoch_NNN.pt`` there (a damaged one is said and skipped, never loaded); with none (a new
+AzureML attempt, a lost rank 0) it reads the manifest, checks the identity, fetches the newest
+checkpoint and checks its size and digest before training resumes from it; a damaged one is
+said, and the newest intact one the manifest lists is taken instead. ``--resume store`` always
+takes the store's. The credential: ``--checkpoint-sas`` as ``--sas`` (``env:VAR``, ``file:PATH``,
 ``keyvault:URL/NAME``, ``aml-secret:NAME``; read, add, create, write, delete and list on the
 container), or ``--checkpoint-auth managed_identity`` (the node's identity: no token at all).
 """
@@ -34,6 +46,7 @@ container), or ``--checkpoint-auth managed_identity`` (the node's identity: no t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import http.client
 import json
@@ -52,9 +65,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from amlhpc.recovery.checkpoint_identity import (  # noqa: F401  (the run's identity: pure, shared)
+    COMPARED,
+    fingerprint,
+    identity,
+    identity_problem,
+    name_sum,
+    nothing_to_train,
+)
 from amlhpc.staging.azcopy_cmd import copy_upload_command, with_auth_env, with_sas
 
 MANIFEST = "latest.json"
+DIGEST = ".sha256"
+"""A local checkpoint's SHA-256 is written beside it (``last.pt.sha256``), after the checkpoint."""
+
 OUTBOX = ".outbox"
 FROM_STORE = ".from-store"
 
@@ -110,10 +134,12 @@ class Entry:
 
 @dataclass
 class Manifest:
-    """``latest.json``: the newest checkpoint and every one the store holds (oldest first)."""
+    """``latest.json``: the newest checkpoint and every one the store holds (oldest first), and
+    the identity of the run they belong to (:func:`identity`)."""
 
     entries: list[Entry] = field(default_factory=list)
     run: str = ""
+    identity: dict[str, Any] = field(default_factory=dict)
 
     @property
     def latest(self) -> Entry | None:
@@ -121,13 +147,61 @@ class Manifest:
 
     def dump(self) -> str:
         latest = self.latest
-        return json.dumps({"run": self.run, "latest": vars(latest) if latest else None,
+        return json.dumps({"run": self.run, "identity": self.identity, "latest": vars(latest) if latest else None,
                            "checkpoints": [vars(e) for e in self.entries]}, indent=2, sort_keys=True) + "\n"
 
     @classmethod
     def load(cls, text: str) -> Manifest:
         data = json.loads(text)
-        return cls([Entry.of(e) for e in data.get("checkpoints") or []], str(data.get("run") or ""))
+        return cls([Entry.of(e) for e in data.get("checkpoints") or []], str(data.get("run") or ""),
+                    dict(data.get("identity") or {}))
+
+
+# --- local checkpoints: written with their digest, read only when it matches ---------------------
+
+def write_digest(path: str) -> None:
+    """``path.sha256`` beside the checkpoint at ``path`` (written after it, under a temporary name)."""
+    digest, size = sha256_of(path)
+    with open(path + DIGEST + ".tmp", "w", encoding="utf-8") as f:
+        f.write(f"{digest} {size}\n")
+    os.replace(path + DIGEST + ".tmp", path + DIGEST)
+
+
+def local_problem(path: str) -> str | None:
+    """Why the local checkpoint at ``path`` is not to be loaded (None: its digest matches)."""
+    try:
+        with open(path + DIGEST, encoding="utf-8") as f:
+            want, want_size = f.read().split()
+    except (OSError, ValueError):
+        return f"it has no {os.path.basename(path)}{DIGEST} to check it against (written before 2.3.0, or killed " \
+               f"before it was whole)"
+    try:
+        digest, size = sha256_of(path)
+    except OSError as exc:
+        return f"it cannot be read ({exc.strerror})"
+    if (digest, str(size)) != (want, want_size):
+        return (f"it is not the checkpoint that was written ({size} bytes, SHA-256 {digest[:12]}..., expected "
+                f"{want_size} bytes, {want[:12]}...)")
+    return None
+
+
+def newest_local(ckpt_dir: str, log: Callable[[str], None]) -> str | None:
+    """The newest intact local checkpoint: ``last.pt``, else ``epoch_NNN.pt`` newest first; each
+    damaged one said and skipped, never loaded."""
+    try:
+        epochs = sorted((f for f in os.listdir(ckpt_dir) if f.startswith("epoch_") and f.endswith(".pt")),
+                        reverse=True)
+    except OSError:
+        return None
+    for name in ["last.pt", *epochs]:
+        path = os.path.join(ckpt_dir, name)
+        if not os.path.exists(path):
+            continue
+        problem = local_problem(path)
+        if problem is None:
+            return path
+        log(f"checkpoint {path} is not loaded: {problem}; the next older one is tried")
+    return None
 
 
 def retained(entries: Sequence[Entry], keep: int, keep_days: float, now: float) -> tuple[list[Entry], list[Entry]]:
@@ -239,7 +313,7 @@ class CheckpointStore:
     def __init__(self, url: str, sas: str = "", *, azcopy: str = "azcopy", cap_mbps: float = 0.0, keep: int = 3,
                  keep_days: float = 0.0, auth: str = "sas", msi_client_id: str = "", run: str = "",
                  log: Callable[[str], None] = print, work_dir: str | None = None, nice: int = 10,
-                 copier: str = "auto") -> None:
+                 copier: str = "auto", identity: dict[str, Any] | None = None) -> None:
         if not url.startswith(("https://", "http://")):
             raise ValueError(f"--checkpoint-store must be an https:// URL of a blob container folder, not {url!r}")
         if "?" in url:
@@ -250,13 +324,16 @@ class CheckpointStore:
         self.url, self.sas, self.azcopy = url.rstrip("/"), sas, azcopy
         self.cap_mbps, self.keep, self.keep_days = cap_mbps, max(1, keep), keep_days
         self.auth, self.msi_client_id, self.run, self.log = auth, msi_client_id, run, log
+        self.identity = dict(identity or {})
         self.nice = nice  # the copies' CPU priority: they take what training leaves
         if copier == "http" and auth != "sas":
             raise ValueError("--checkpoint-copier http needs a SAS (--checkpoint-sas); with an identity use azcopy")
         self.copier = ("http" if auth == "sas" else "azcopy") if copier == "auto" else copier
         self.work = work_dir or tempfile.mkdtemp(prefix="cosmoflow-ckpt-store-")
+        os.makedirs(self.work, exist_ok=True)
         self.manifest: Manifest | None = None
         self.uploaded: list[int] = []
+        self.skipped: list[int] = []  # epochs replaced while they waited (each said in the log)
         self.failures = 0
         self.busy_s = 0.0  # seconds the thread spent copying (the training thread spends none)
         self.copy_cpu_s = 0.0  # CPU seconds of the copies: this thread (the digest) and azcopy
@@ -433,10 +510,15 @@ class CheckpointStore:
             self._thread.start()
         with self._lock:
             self._idle.clear()
-            try:  # a newer checkpoint replaces one still waiting
+            try:  # a newer checkpoint replaces one still waiting: said, never silently
                 older = self._pending.get_nowait()
                 if older is not None:
                     self._discard(older[0])
+                    self.skipped.append(older[1])
+                    self.log(f"checkpoint store: the checkpoint of epoch {older[1]} is not copied: the copy before it "
+                             f"is still running and epoch {epoch}'s replaces it (the store falls behind: a loss now "
+                             f"costs the epochs since the store's newest, --checkpoint-cap-mbps or a faster store "
+                             f"narrows that)")
             except queue.Empty:
                 pass
             self._pending.put_nowait((staged, epoch, step))
@@ -476,14 +558,17 @@ class CheckpointStore:
     def copy(self, path: str, epoch: int, step: int) -> Entry:
         """Copy one checkpoint, then the manifest, then remove what is no longer kept (synchronous)."""
         if self.manifest is None:
-            self.manifest = self.read_manifest() or Manifest(run=self.run)
+            self.manifest = self.read_manifest() or Manifest(run=self.run, identity=self.identity)
+        problem = identity_problem(self.manifest.identity, self.identity, self.url) if self.identity else None
+        if problem:  # never into another run's store, nor remove what it keeps
+            raise StoreError(problem)
         digest, size = sha256_of(path)
         name = f"epoch_{epoch:03d}.pt"
         self._upload(path, name)
         entry = Entry(name, epoch, step, size, digest, time.time())
         entries = [e for e in self.manifest.entries if e.name != name] + [entry]
         kept, removed = retained(entries, self.keep, self.keep_days, time.time())
-        manifest = Manifest(kept, self.run or self.manifest.run)
+        manifest = Manifest(kept, self.run or self.manifest.run, self.identity or self.manifest.identity)
         local = os.path.join(self.work, MANIFEST)
         with open(local, "w", encoding="utf-8") as f:
             f.write(manifest.dump())
@@ -512,25 +597,47 @@ class CheckpointStore:
 
     # --- resume ------------------------------------------------------------------------------------
     def fetch(self, dest_dir: str) -> tuple[str, Entry] | None:
-        """The newest checkpoint, fetched into ``dest_dir/.from-store`` and checked (size and
-        SHA-256): (its local path, its entry); None where the store holds none."""
+        """The newest intact checkpoint of this run, fetched into ``dest_dir/.from-store`` and
+        checked (size and SHA-256): (its local path, its entry); None where the store holds none.
+        A store of another run is refused before anything is fetched; a damaged or missing
+        checkpoint is said, and the next older one the manifest lists is tried."""
         manifest = self.read_manifest()
         if manifest is None or manifest.latest is None:
             return None
+        problem = identity_problem(manifest.identity, self.identity, self.url) if self.identity else None
+        if problem:
+            raise StoreError(problem)
+        if self.identity and not manifest.identity:
+            self.log(f"checkpoint store: {self.url}'s manifest records no run identity (written before 2.3.0): "
+                     f"resumed as this run's, and recorded as this run's at the next copy")
         self.manifest = manifest
-        entry = manifest.latest
         folder = os.path.join(dest_dir, FROM_STORE)
         os.makedirs(folder, exist_ok=True)
-        local = os.path.join(folder, entry.name)
-        self._download(entry.name, local)
-        digest, size = sha256_of(local)
-        if (digest, size) != (entry.sha256, entry.bytes):
-            raise StoreError(f"{self.url}/{entry.name} is not the checkpoint the manifest names ({size} bytes, "
-                             f"SHA-256 {digest[:12]}..., expected {entry.bytes} bytes, {entry.sha256[:12]}...)")
-        return local, entry
+        damaged: list[str] = []
+        for entry in reversed(manifest.entries):
+            local = os.path.join(folder, entry.name)
+            try:
+                self._download(entry.name, local)
+                digest, size = sha256_of(local)
+            except (StoreError, OSError) as exc:
+                why = f"it could not be fetched ({self._scrub(str(exc))})"
+            else:
+                if (digest, size) == (entry.sha256, entry.bytes):
+                    if damaged:
+                        self.log(f"checkpoint store: {'; '.join(damaged)}: resuming falls back to {entry.name}, the "
+                                 f"newest intact checkpoint the manifest lists (epoch {entry.epoch + 1} done)")
+                    return local, entry
+                why = (f"it is not the checkpoint the manifest names ({size} bytes, SHA-256 {digest[:12]}..., "
+                       f"expected {entry.bytes} bytes, {entry.sha256[:12]}...)")
+            with contextlib.suppress(OSError):
+                os.unlink(local)  # never loaded
+            damaged.append(f"{self.url}/{entry.name} is not loaded: {why}")
+            self.log(f"checkpoint store: {damaged[-1]}")
+        raise StoreError(f"{self.url} holds no intact checkpoint: {'; '.join(damaged)}")
 
 
-def from_args(args: argparse.Namespace, log: Callable[[str], None], run: str = "") -> CheckpointStore | None:
+def from_args(args: argparse.Namespace, log: Callable[[str], None], run: str = "",
+              identity: dict[str, Any] | None = None) -> CheckpointStore | None:
     """The store of ``--checkpoint-store`` (None without one); the SAS resolved as ``--sas`` is."""
     if not args.checkpoint_store:
         return None
@@ -548,7 +655,7 @@ def from_args(args: argparse.Namespace, log: Callable[[str], None], run: str = "
         return CheckpointStore(args.checkpoint_store, sas, azcopy=args.azcopy, cap_mbps=args.checkpoint_cap_mbps,
                                keep=args.checkpoint_store_keep, keep_days=args.checkpoint_store_days,
                                auth=args.checkpoint_auth, msi_client_id=os.environ.get("AZCOPY_MSI_CLIENT_ID", ""),
-                               run=run, log=log, copier=args.checkpoint_copier)
+                               run=run, log=log, copier=args.checkpoint_copier, identity=identity)
     except ValueError as exc:
         raise SystemExit(str(exc)) from None
 
@@ -566,9 +673,10 @@ def resume_path(resume: str, ckpt_dir: str, store: CheckpointStore | None,
         return None, ""
     if resume not in ("auto", "store"):
         return resume, "given"
-    local = os.path.join(ckpt_dir, "last.pt")
-    if resume == "auto" and os.path.exists(local):
-        return local, "local"
+    if resume == "auto":
+        local = newest_local(ckpt_dir, log)
+        if local is not None:
+            return local, "local"
     if store is None:
         if resume == "store":
             raise SystemExit("--resume store needs --checkpoint-store")

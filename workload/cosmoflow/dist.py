@@ -227,6 +227,8 @@ class Watchdog:
         self._cond = threading.Condition()
         self._what: str | None = None
         self._deadline, self._closed = 0.0, False
+        # The heartbeat (cosmoflow.heartbeat) counts each batch fetched as a step: anything with progress().
+        self.observer: Any = None
         threading.Thread(target=self._watch, name="cosmoflow-watchdog", daemon=True).start()
 
     def close(self) -> None:
@@ -263,6 +265,8 @@ class Watchdog:
                 item = next(it, None)
             if item is None:
                 return
+            if self.observer is not None:
+                self.observer.progress()
             yield item
 
     def message(self, what: str) -> str:

@@ -9,10 +9,15 @@ process group's store and from NCCL's or gloo's sockets.
 * Every rank's heartbeat thread adds 1 to its counter ``hb/<rank>`` every ``interval`` seconds
   and says which training collective its main thread waits in, if any (``at/<rank>``;
   :class:`cosmoflow.dist.Collectives` tells it).
+* Every rank also counts its steps (``st/<rank>``: each batch fetched, training or validation,
+  and each training collective left): a rank that beats and steps is alive and making progress.
 * Rank 0's thread also watches: a rank whose counter has not moved for ``lost_after`` seconds is
   lost (``missed heartbeat``); a rank that is alive but has not joined a training collective
-  the other ranks have waited in for ``lost_after`` seconds holds them (``collective timed
-  out``). It writes the verdict to the store, where every rank reads it at its next beat.
+  the other ranks have waited in for ``lost_after`` seconds, and made no step for
+  ``collective_bound`` (4 times the slowest rank's recent step time, at least ``lost_after``),
+  is stalled and holds them (``collective timed out``). One that still makes steps is a slow
+  peer: rank 0 says so in one line and ends nothing (a loaded machine, a slow validation). It
+  writes the verdict to the store, where every rank reads it at its next beat.
 * A rank that cannot reach the store for ``lost_after`` seconds names rank 0's node (the store
   lives in rank 0's process).
 * Then every rank prints the one sentence (``amlhpc.recovery.node_loss.loss_sentence``, which the
@@ -43,7 +48,17 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from amlhpc.recovery.node_loss import MISSED, Finding, Timing, judge, loss_sentence
+from amlhpc.recovery.node_loss import (
+    MISSED,
+    SLOW,
+    Finding,
+    StepClock,
+    Timing,
+    judge,
+    loss_sentence,
+    rank_list,
+    slow_sentence,
+)
 
 EXIT_CODE = 86
 """What every rank ends with once a node is found lost."""
@@ -86,6 +101,11 @@ class Heartbeat:
         self._last_value: dict[int, bytes] = {}
         self._seen_waiting: dict[int, tuple[str, float]] = {}
         self._seen_text: dict[int, str] = {}
+        self._steps = 0  # this rank's steps (the main thread counts; the heartbeat publishes)
+        self._published_steps = -1
+        self._step_value: dict[int, bytes] = {}
+        self._step_clock = StepClock(clock())
+        self._said_slow: set[tuple[str, tuple[int, ...]]] = set()
         mine = self.members[rank].node if self.members else 0
         self._first_on_node = rank == min((r for r, m in enumerate(self.members) if m.node == mine), default=rank)
         self._ending = threading.Lock()
@@ -102,6 +122,11 @@ class Heartbeat:
 
     def leave(self) -> None:
         self._waiting = ("", 0.0)
+        self._steps += 1  # a collective every rank joined: progress
+
+    def progress(self) -> None:
+        """The main thread made a step (a batch fetched, training or validation)."""
+        self._steps += 1
 
     def settle(self, limit: float | None = None) -> None:
         """A training collective lost its connection to a rank (a process that died closes its
@@ -215,6 +240,10 @@ class Heartbeat:
             if value != self._published:
                 self.store.set(f"at/{self.rank}", value)
                 self._published = value
+            steps = self._steps
+            if steps != self._published_steps:
+                self.store.set(f"st/{self.rank}", str(steps))
+                self._published_steps = steps
             state = self.store.get("state").decode("utf-8", "replace")
             self._store_ok = self.clock()
         except Exception:  # rank 0's store does not answer: the guard judges it over lost_after, not one miss
@@ -250,11 +279,32 @@ class Heartbeat:
             elif self._seen_text.get(r) != text:  # a new wait (its start time is part of the text)
                 self._seen_text[r] = text
                 self._seen_waiting[r] = (text.split("\t", 1)[0], now)
-        finding = judge(now, self._last_change, self._seen_waiting, self.timing.lost_after)
+        step_keys = [f"st/{r}" for r in range(self.world)]
+        progress = None
+        if self.store.check(step_keys):  # every rank counts its steps (a key not set yet: judged without)
+            for r, value in enumerate(self.store.multi_get(step_keys)):
+                if self._step_value.get(r) != value:
+                    if r in self._step_value:
+                        self._step_clock.moved(r, now)
+                    else:
+                        self._step_clock.last[r] = now
+                    self._step_value[r] = value
+            progress = dict(self._step_clock.last)
+        finding = judge(now, self._last_change, self._seen_waiting, self.timing.lost_after, progress=progress,
+                        step_time=self._step_clock.step_times())
         if finding is None:
             return None
+        if finding.seen == SLOW:  # alive and stepping: said once a wait, never ended
+            key = (finding.what, finding.ranks)
+            if key not in self._said_slow:
+                self._said_slow.add(key)
+                nodes = ", ".join(sorted({self.members[r].host for r in finding.ranks})) if self.members else ""
+                sys.stderr.write(slow_sentence(finding, self.world, f"node {nodes}" if nodes else
+                                               f"rank {rank_list(finding.ranks)}") + "\n")
+                sys.stderr.flush()
+            return None
         return Finding(finding.seen, finding.ranks, finding.seconds, self.wall() - finding.seconds, finding.what,
-                       finding.waiting)
+                       finding.waiting, finding.stalled, finding.bound)
 
     def describe(self, finding: Finding) -> dict[str, Any]:
         """The finding as the record the job writes and the sentence it prints: one per node."""
@@ -267,7 +317,8 @@ class Heartbeat:
             member = self.members[ranks[0]]
             sentence = loss_sentence(node=member.host, ip=member.ip, ranks=ranks, world=self.world,
                                      seen=finding.seen, seconds=finding.seconds, last=finding.since_wall,
-                                     by=self.rank, at=at, what=finding.what, waiting=finding.waiting)
+                                     by=self.rank, at=at, what=finding.what, waiting=finding.waiting,
+                                     stalled=finding.stalled, bound=finding.bound)
             nodes.append({"node": member.host, "ip": member.ip, "node_index": index, "ranks": ranks,
                           "sentence": sentence})
         return {"seen": finding.seen, "seconds": round(finding.seconds, 1), "last": finding.since_wall,
@@ -355,14 +406,15 @@ def start(rank: int, world: int, timeout_s: float, master_addr: str, all_gather:
     store = server if server is not None else dist.TCPStore(master_addr, port, world, is_master=False, timeout=wait)
     store.add(f"hb/{rank}", 1)
     store.set(f"at/{rank}", "")
+    store.set(f"st/{rank}", "0")
     barrier()  # every key is there before rank 0 first reads them
     return Heartbeat(rank, world, store, members, timing, on_loss=on_loss).begin()
 
 
 def for_training(timeout_s: float, layout: Any, startup: Any, steps: Any, master_addr: str,
-                 record_path: str | None, mllog: Any = None) -> Heartbeat | None:
+                 record_path: str | None, mllog: Any = None, watchdog: Any = None) -> Heartbeat | None:
     """The heartbeat of a training rank (train.py): started with ``startup``'s collectives, told
-    of ``steps``' (the training collectives); rank 0 writes the finding to ``record_path`` (and
+    of ``steps``' (the training collectives) and of every batch ``watchdog`` fetches (its steps); rank 0 writes the finding to ``record_path`` (and
     ``mllog``) before the job ends."""
     import torch.distributed as dist
 
@@ -389,4 +441,6 @@ def for_training(timeout_s: float, layout: Any, startup: Any, steps: Any, master
                  on_loss=on_loss if layout.rank == 0 else None)
     if beat is not None:
         steps.observer = beat
+        if watchdog is not None:
+            watchdog.observer = beat
     return beat

@@ -25,6 +25,7 @@ into batch slots; ``--input``) hands over int16 cubes that are cast and log-tran
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -351,7 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     beat = None
     try:
         beat = heartbeat.for_training(args.node_loss_timeout, layout, startup, steps, cdist.rendezvous()[0],
-                                      os.path.join(args.output_dir, "node-loss.json"), mllog)
+                                      os.path.join(args.output_dir, "node-loss.json"), mllog, watchdog)
         return _train(args, layout, device, rec, mllog, steps, watchdog)
     except cdist.CollectiveError as exc:
         if beat is not None and "lost its connection" in str(exc):
@@ -382,22 +383,41 @@ def speed_switches(args: argparse.Namespace, device: torch.device) -> tuple[torc
     return amp, channels_last
 
 
+def data_fingerprint(data_dir: str, scope: str, layout: cdist.Layout) -> str:
+    """Collective: the data set's fingerprint (``ckpt_store.fingerprint``) from every node's
+    files, the same however they are sharded (node scope: one rank a node; global: rank 0)."""
+    names = [f"{split}/{os.path.basename(f)}" for split in cdata.SPLITS for f in cdata.list_files(data_dir, split)]
+    mine = ckpt_store.name_sum(names) if (layout.local_rank == 0 if scope == "node" else layout.rank == 0) else (0, 0)
+    return ckpt_store.fingerprint(_all_gather(mine))
+
+
 def load_resume(args: argparse.Namespace, ckpt_dir: str, layout: cdist.Layout,
-                store: ckpt_store.CheckpointStore | None = None, log=print) -> dict | None:
+                store: ckpt_store.CheckpointStore | None = None, log=print,
+                identity: dict | None = None) -> dict | None:
     """Rank 0 reads the checkpoint (if any; from the output folder, else the checkpoint store)
     and broadcasts it: every rank resumes from the same state, whether or not the checkpoint
-    folder is shared."""
+    folder is shared. A checkpoint of another run (``identity``) is refused on every rank, in
+    one sentence, before training starts."""
     payload: list[Any] = [None]
     if layout.rank == 0:
-        path, source = ckpt_store.resume_path(args.resume, ckpt_dir, store, log)
-        if path:
-            if os.path.exists(path):
-                payload = [(path, torch.load(path, map_location="cpu", weights_only=False), source)]
-            else:
-                payload = [(path, None, source)]
+        try:
+            path, source = ckpt_store.resume_path(args.resume, ckpt_dir, store, log)
+            if path:
+                if os.path.exists(path):
+                    state = torch.load(path, map_location="cpu", weights_only=False)
+                    problem = ckpt_store.identity_problem(state.get("identity"), identity or {}, f"checkpoint {path}")
+                    if problem and identity:
+                        raise SystemExit(f"--resume {args.resume}: {problem}")
+                    payload = [(path, state, source)]
+                else:
+                    payload = [(path, None, source)]
+        except SystemExit as exc:  # every rank ends with the sentence, none waits for rank 0
+            payload = [("error", str(exc.code), "")]
     dist.broadcast_object_list(payload, src=0)
     if payload[0] is None:
         return None
+    if payload[0][0] == "error":
+        raise SystemExit(payload[0][1])
     path, state, source = payload[0]
     if state is None:
         raise SystemExit(f"--resume {path}: no such checkpoint on rank 0")
@@ -448,13 +468,27 @@ def _train(args: argparse.Namespace, layout: cdist.Layout, device: torch.device,
 
     ckpt_dir = os.path.join(args.output_dir, "checkpoints")
     start_epoch, step = 0, 0
-    store = ckpt_store.from_args(args, rec.log, os.environ.get("AZUREML_RUN_ID", "")) if layout.rank == 0 else None
-    state = load_resume(args, ckpt_dir, layout, store, rec.log)
+    # The run's identity: its name (the store folder's, submit_name), the model, the data set.
+    name = (args.checkpoint_store.rstrip("/").rsplit("/", 1)[-1] if args.checkpoint_store
+            else os.path.basename(os.path.abspath(args.output_dir)))
+    run_identity = ckpt_store.identity(name, config.to_dict(), data_fingerprint(data_dir, args.data_scope, layout),
+                                       world_size=layout.world_size, global_batch=global_batch)
+    store = (ckpt_store.from_args(args, rec.log, os.environ.get("AZUREML_RUN_ID", ""), run_identity)
+             if layout.rank == 0 else None)
+    state = load_resume(args, ckpt_dir, layout, store, rec.log, run_identity)
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         start_epoch, step = state["epoch"] + 1, state["step"]
         rec.log(f"resumed from {state['path']} (rank 0's, broadcast) at epoch {start_epoch}")
+        done_already = ckpt_store.nothing_to_train(int(state["epoch"]), args.epochs, f"checkpoint {state['path']}")
+        if done_already:  # said in one sentence; the run did what it was asked
+            rec.log(done_already)
+            if layout.rank == 0:
+                with open(os.path.join(args.output_dir, "summary.json"), "w", encoding="utf-8") as f:
+                    json.dump({"epoch": int(state["epoch"]), "step": step, "nothing_to_train": done_already,
+                               "world_size": layout.world_size, "num_nodes": layout.num_nodes}, f, indent=2)
+            return 0
     with steps("the broadcast of the initial weights (DDP set-up)"):
         ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
                                       process_group=steps.group)
@@ -526,7 +560,8 @@ def _train(args: argparse.Namespace, layout: cdist.Layout, device: torch.device,
         rec.log(f"epoch {epoch}: train loss {summary['train_loss']:.4f}, val loss {val_loss:.4f}, "
                 f"val MAE {val_mae:.4f}, {summary['samples_per_s']:.1f} samples/s")
         if layout.rank == 0 and args.checkpoint_every and (epoch + 1) % args.checkpoint_every == 0:
-            save_checkpoint(ckpt_dir, epoch, step, model, optimizer, config, keep=args.keep_checkpoints)
+            save_checkpoint(ckpt_dir, epoch, step, model, optimizer, config, keep=args.keep_checkpoints,
+                            identity=run_identity)
             if store is not None:  # a copy off the node, in the background
                 store.put(os.path.join(ckpt_dir, "last.pt"), epoch, step)
         if args.target_mae and val_mae <= args.target_mae:
@@ -547,21 +582,24 @@ def _train(args: argparse.Namespace, layout: cdist.Layout, device: torch.device,
 
 
 def save_checkpoint(ckpt_dir: str, epoch: int, step: int, model: nn.Module, optimizer, config: ModelConfig,
-                    keep: int = 3) -> None:
-    """``epoch_NNN.pt`` and ``last.pt`` (written to a temporary name, then renamed); only the
-    newest ``keep`` epoch checkpoints stay."""
+                    keep: int = 3, identity: dict | None = None) -> None:
+    """``epoch_NNN.pt`` and ``last.pt`` (written to a temporary name, then renamed), each with its
+    SHA-256 beside it (``.sha256``, written after it: resuming loads only a checkpoint that
+    matches it); the run's ``identity`` inside; only the newest ``keep`` epoch checkpoints stay."""
     os.makedirs(ckpt_dir, exist_ok=True)
     state = {"epoch": epoch, "step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-             "config": config.to_dict()}
+             "config": config.to_dict(), "identity": identity or {}}
     path = os.path.join(ckpt_dir, f"epoch_{epoch:03d}.pt")
-    torch.save(state, path + ".tmp")
-    os.replace(path + ".tmp", path)
     last = os.path.join(ckpt_dir, "last.pt")
-    torch.save(state, last + ".tmp")
-    os.replace(last + ".tmp", last)
+    for target in (path, last):
+        torch.save(state, target + ".tmp")
+        os.replace(target + ".tmp", target)
+        ckpt_store.write_digest(target)
     epochs = sorted(f for f in os.listdir(ckpt_dir) if f.startswith("epoch_") and f.endswith(".pt"))
     for old in epochs[:-keep] if keep > 0 else epochs:
         os.remove(os.path.join(ckpt_dir, old))
+        with contextlib.suppress(OSError):
+            os.remove(os.path.join(ckpt_dir, old + ckpt_store.DIGEST))
 
 
 if __name__ == "__main__":

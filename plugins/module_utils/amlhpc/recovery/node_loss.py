@@ -40,6 +40,11 @@ TAG = "[node-loss]"
 MISSED = "missed heartbeat"
 COLLECTIVE = "collective timed out"
 SEEN = (MISSED, COLLECTIVE)
+SLOW = "slow peer"
+"""Not a loss: a rank the others wait for is alive and still making steps (said, never ended)."""
+SLOW_STEPS = 4.0
+"""A rank the others wait for is stalled once it made no step for this many of the slowest
+rank's recent step times (and never sooner than ``lost_after``): :func:`collective_bound`."""
 OPERATIONS = 'docs/operations.md, "A node lost during training"'
 LOST_PREFIX = "lost:"
 """Placeholder host names of the slots whose node is gone (planned as left out)."""
@@ -90,11 +95,13 @@ def parse_ranks(text: str) -> list[int]:
 
 
 def loss_sentence(*, node: str, ip: str, ranks: Sequence[int], world: int, seen: str, seconds: float,
-                  last: float, by: int, at: float, what: str = "", waiting: int = 0) -> str:
+                  last: float, by: int, at: float, what: str = "", waiting: int = 0, stalled: float = 0.0,
+                  bound: float = 0.0) -> str:
     """The one line naming a lost node: ``node`` (its host name) and ``ip``, its ``ranks`` of
     ``world``, what was ``seen`` (:data:`SEEN`), for how many ``seconds``, the ``last`` beat (or
     when the wait began), and which rank said so ``at`` what time. ``what`` and ``waiting``: the
-    collective the other ranks wait in and how many they are (``collective timed out``)."""
+    collective the other ranks wait in and how many they are (``collective timed out``);
+    ``stalled``: for how long the rank made no step, against the ``bound`` (:func:`collective_bound`)."""
     if seen not in SEEN:
         raise ValueError(f"seen must be one of {SEEN}, not {seen!r}")
     many = len(set(ranks)) > 1
@@ -102,23 +109,99 @@ def loss_sentence(*, node: str, ip: str, ranks: Sequence[int], world: int, seen:
         told = f"no heartbeat for {seconds:.0f} s"
     else:
         told = (f"has not joined {what} for {seconds:.0f} s while {waiting} other rank(s) wait in it")
+        if bound:
+            told += (f", and made no step for {stalled:.0f} s (stalled, not slow: the bound is {bound:.0f} s, "
+                     f"{SLOW_STEPS:g} times the slowest recent step and never less than the heartbeat's)")
     return (f"{TAG} node {node} ({ip or 'address unknown'}), rank{'s' if many else ''} {rank_list(ranks)} of {world}: "
             f"{told} ({seen}; last at {iso(last)}, seen by rank {by} at {iso(at)}); the job stops so that it can "
             f"resume without it: rerun site.yml ({OPERATIONS})")
 
 
+def parse_losses(text: str) -> list[dict[str, Any]]:
+    """Every node-loss sentence in ``text`` (a run's log; every rank prints what it saw), each as
+    a dict (node, ip, ranks, world, seen, what, last/at as times and seconds since the epoch, by,
+    sentence), in the order of the log, each once."""
+    out: list[dict[str, Any]] = []
+    seen_keys: set[tuple[Any, ...]] = set()
+    for m in _SENTENCE.finditer(text or ""):
+        line_end = text.find("\n", m.start())
+        sentence = text[m.start(): line_end if line_end >= 0 else len(text)].strip()
+        loss = {"node": m["node"], "ip": "" if m["ip"] == "address unknown" else m["ip"],
+                "ranks": parse_ranks(m["ranks"]), "world": int(m["world"]), "seen": m["seen"], "what": m["what"],
+                "last": m["last"], "last_ts": from_iso(m["last"]), "at": m["at"], "at_ts": from_iso(m["at"]),
+                "by": int(m["by"]), "sentence": sentence.removeprefix(TAG).strip()}
+        key = (loss["node"], tuple(loss["ranks"]), loss["by"])
+        if key not in seen_keys:
+            seen_keys.add(key)
+            out.append(loss)
+    return out
+
+
 def parse_loss(text: str) -> dict[str, Any] | None:
-    """The first node-loss sentence in ``text`` (a run's log) as a dict (node, ip, ranks, world,
-    seen, what, last/at as times and seconds since the epoch, sentence), or None."""
-    m = _SENTENCE.search(text or "")
-    if not m:
+    """The lost node of a run's log (:func:`parse_losses`, decided by :func:`blame`), or None."""
+    return blame(parse_losses(text))
+
+
+def _lost_everyone(by: int, named: set[int], own: set[int], world: int, losses: Sequence[Mapping[str, Any]]) -> bool:
+    """Rank ``by`` lost every other rank: rank 0 (which watches) named every rank off its own
+    node; any other rank lost rank 0's store, which is all it talks to (``missed heartbeat``)."""
+    if by == 0:
+        return (named | own) >= set(range(world)) and not named & own
+    return any(loss["seen"] == MISSED and 0 in loss["ranks"] for loss in losses)
+
+
+def blame(losses: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The node to name, from every rank's sentences (:func:`parse_losses`).
+
+    A node cut off from the network loses every other rank, and every other rank loses it: its
+    own rank names healthy nodes. So where one rank (``by``) lost every other rank and every
+    other rank that said anything named ``by``'s node, that node is named (``cut_off``), and the
+    sentence says what each side saw. With two nodes each side loses the other alike: the first
+    sentence is named and says that either may be the one cut off. Otherwise the first sentence
+    is the loss, with the other nodes its rank named at once in ``also`` (two nodes lost at once)."""
+    losses = [dict(x) for x in losses]
+    if not losses:
         return None
-    line_end = text.find("\n", m.start())
-    sentence = text[m.start(): line_end if line_end >= 0 else len(text)].strip()
-    return {"node": m["node"], "ip": "" if m["ip"] == "address unknown" else m["ip"],
-            "ranks": parse_ranks(m["ranks"]), "world": int(m["world"]), "seen": m["seen"], "what": m["what"],
-            "last": m["last"], "last_ts": from_iso(m["last"]), "at": m["at"], "at_ts": from_iso(m["at"]),
-            "by": int(m["by"]), "sentence": sentence.removeprefix(TAG).strip()}
+    by_rank: dict[int, list[dict[str, Any]]] = {}
+    for loss in losses:
+        by_rank.setdefault(loss["by"], []).append(loss)
+    world = max(int(x["world"]) for x in losses)
+    cut: list[tuple[int, dict[str, Any]]] = []
+    for by, own_losses in by_rank.items():
+        others = {b: ls for b, ls in by_rank.items() if b != by}
+        if not others:
+            continue
+        theirs = [next((x for x in ls if by in x["ranks"]), None) for ls in others.values()]
+        if any(x is None for x in theirs):
+            continue  # a rank that said something did not lose this one
+        own = {r for x in theirs if x for r in x["ranks"]}
+        named = {r for x in own_losses for r in x["ranks"]}
+        if _lost_everyone(by, named, own, world, own_losses):
+            cut.append((by, theirs[0]))  # type: ignore[arg-type]
+    first = losses[0]
+    if len(cut) == 1:
+        by, theirs = cut[0]
+        out = dict(theirs)
+        lost_by_it = sorted({r for x in by_rank[by] for r in x["ranks"]})
+        sayers = sorted(b for b in by_rank if b != by)
+        how = by_rank[by][0]
+        out["cut_off"] = True
+        s_them, s_sayers = ("s" if len(theirs["ranks"]) > 1 else ""), ("s" if len(sayers) > 1 else "")
+        out["sentence"] = (
+            f"node {theirs['node']} ({theirs['ip'] or 'address unknown'}), rank{s_them} {rank_list(theirs['ranks'])} "
+            f"of {world}, was cut off from the others: rank{s_sayers} {rank_list(sayers)} lost it ({theirs['seen']}; {theirs['what']}, seen by rank {theirs['by']} at "
+            f"{theirs['at']}) and it lost rank{'s' if len(lost_by_it) > 1 else ''} {rank_list(lost_by_it)} "
+            f"({how['seen']}; {how['what']}, seen by rank {by} at {how['at']}); the job stops so that it can resume "
+            f"without it: rerun site.yml ({OPERATIONS})")
+        return out
+    out = dict(first)
+    if len(cut) > 1:
+        out["cut_off"] = False
+        out["sentence"] = (f"{first['sentence']} (each of ranks {rank_list(b for b, _unused in cut)} lost the other "
+                           f"side: either node may be the one cut off from the network)")
+        return out
+    out["also"] = [x for x in by_rank[first["by"]] if x["node"] != first["node"]]
+    return out
 
 
 def parse_loss_file(path: str, start: int = 0, limit: int = 8 << 20) -> dict[str, Any] | None:
@@ -164,17 +247,54 @@ class Finding:
     since_wall: float
     what: str = ""
     waiting: int = 0
+    stalled: float = 0.0
+    bound: float = 0.0
+
+
+def collective_bound(lost_after: float, step_time: float) -> float:
+    """How long a rank the others wait for may go without a step before it is stalled:
+    :data:`SLOW_STEPS` times the slowest rank's recent step time, never less than ``lost_after``."""
+    return max(float(lost_after), SLOW_STEPS * max(0.0, float(step_time)))
+
+
+class StepClock:
+    """The watcher's view of every rank's steps: when its step counter last moved, and its recent
+    step times (the gaps between the moves it saw, the last :attr:`KEEP` of them; the first from
+    ``start``)."""
+
+    KEEP = 8
+
+    def __init__(self, start: float = 0.0) -> None:
+        self.start = start
+        self.last: dict[int, float] = {}
+        self.gaps: dict[int, list[float]] = {}
+
+    def moved(self, rank: int, now: float) -> None:
+        gaps = self.gaps.setdefault(rank, [])
+        gaps.append(now - self.last.get(rank, self.start))
+        del gaps[:-self.KEEP]
+        self.last[rank] = now
+
+    def step_times(self) -> dict[int, float]:
+        """Each rank's slowest recent step time (s)."""
+        return {r: max(g) for r, g in self.gaps.items() if g}
 
 
 def judge(now: float, last_change: Mapping[int, float], waiting: Mapping[int, tuple[str, float]],
-          lost_after: float) -> Finding | None:
+          lost_after: float, progress: Mapping[int, float] | None = None,
+          step_time: Mapping[int, float] | None = None) -> Finding | None:
     """The verdict over the beats: ``last_change[r]`` is when rank r's counter last moved,
     ``waiting[r]`` the training collective rank r waits in and since when (both on the watcher's
     clock, ``now``). Missed heartbeats first (every rank silent that long, together); else a
     collective some ranks have waited in for ``lost_after`` while others, alive, never came:
     those are named. Where every rank waits in it, no rank is behind and none is named (the
     collective's own timeout, ``--collective-timeout``, ends that). ``since_wall`` is left 0:
-    the caller knows the wall clock."""
+    the caller knows the wall clock.
+
+    With ``progress`` (when each rank's step counter last moved) and ``step_time`` (each rank's
+    slowest recent step, :class:`StepClock`), a rank that stays out of the collective is named
+    only when it made no step for :func:`collective_bound` (stalled); one still making steps is
+    a slow peer: a :data:`SLOW` finding, which says so and ends nothing."""
     silent = sorted(r for r, t in last_change.items() if now - t >= lost_after)
     if silent:
         oldest = min(last_change[r] for r in silent)
@@ -189,9 +309,27 @@ def judge(now: float, last_change: Mapping[int, float], waiting: Mapping[int, tu
         if not held:
             continue
         absent = sorted(set(last_change) - set(ranks))
-        if absent:
+        if not absent:
+            continue
+        if progress is None:
             return Finding(COLLECTIVE, tuple(absent), now - since, 0.0, what, len(ranks))
+        bound = collective_bound(lost_after, max((step_time or {}).values(), default=0.0))
+        quiet = {r: now - progress.get(r, float("-inf")) for r in absent}
+        stalled = [r for r in absent if quiet[r] >= bound]
+        if stalled:
+            return Finding(COLLECTIVE, tuple(stalled), now - since, 0.0, what, len(ranks),
+                           min(quiet[r] for r in stalled), bound)
+        return Finding(SLOW, tuple(absent), now - since, 0.0, what, len(ranks), max(quiet.values()), bound)
     return None
+
+
+def slow_sentence(finding: Finding, world: int, nodes: str) -> str:
+    """The line that says a rank the others wait for is slow, not lost (:data:`SLOW`)."""
+    many = len(finding.ranks) > 1
+    return (f"[cosmoflow] rank{'s' if many else ''} {rank_list(finding.ranks)} of {world} ({nodes}) "
+            f"{'are' if many else 'is'} slow, not lost: {'they have' if many else 'it has'} not joined {finding.what} "
+            f"for {finding.seconds:.0f} s while {finding.waiting} other rank(s) wait in it, but made a step "
+            f"{finding.stalled:.0f} s ago ({SLOW}); named stalled only after {finding.bound:.0f} s without one")
 
 
 # --- slots: the run's nodes in plan order, across runs --------------------------------------------
