@@ -13,7 +13,7 @@ Nobody marks the listing. The documented rerun, plain ``site.yml`` with
 * reads the job environment from a node that answers (before: UNREACHABLE on the dead head) and
   trains on the two nodes, rc 0.
 
-Time: about 3 minutes on the development machine (AMD EPYC, 2 cores) at a load average of 4.
+Time: 7 minutes on the development machine (AMD EPYC, 2 cores) at a load average of 9 to 14.
 """
 
 from __future__ import annotations
