@@ -55,6 +55,29 @@ def last_look(hostvars: Any, all_hosts: list[str], play_hosts: list[str], job_no
         ranked=_ranked(hostvars, list(all_hosts)), addresses=addresses, port=int(port), check_mode=bool(check_mode))
 
 
+def answering(hostvars: Any, hosts: list[str], on_failure: str = "stop", spares: Any = 0, timeout: Any = 30,
+              port: Any = 29400) -> dict[str, Any]:
+    """The look at the start of the node phases: each listed node's registered answer
+    (node_loss_answer_look) decides which answer, each cluster's head, and what the gate's rule does
+    with the silent ones."""
+    listed, answers = [], {}
+    for host in hosts:
+        hv = hostvars[host] if host in hostvars else {}
+        listed.append({"host": host, "cluster": str(hv.get("aml_cluster") or ""), "rank": int(hv.get("aml_node_rank") or 0),
+                       "state": str(hv.get("aml_node_state") or ""), "ip": str(hv.get("aml_private_ip") or "")})
+        answer = hv.get("node_loss_answer_look")
+        answers[host] = answer if isinstance(answer, dict) and not answer.get("skipped") else None
+    return logic("recovery.answering").answering(listed, answers, timeout=float(timeout), on_failure=str(on_failure),
+                                                 spares=int(spares or 0), port=int(port))
+
+
+def job_head(hostvars: Any, hosts: list[str], verdict: Any = None, look: Any = None) -> str:
+    """The node whose job environment submit reads: the first in rank order that trains and answered."""
+    good = (verdict or {}).get("good") if (verdict or {}).get("action") in ("pass", "exclude", "ignore") else None
+    silent = [s["node"] for s in (look or {}).get("silent") or []]
+    return logic("recovery.answering").job_head(_ranked(hostvars, list(hosts)), good or None, silent)
+
+
 def interruption(result: Any, hostvars: Any, hosts: list[str], run: str, ended_at: Any,
                  store: str = "") -> dict[str, Any]:
     """The record of a run that lost a node, from aml_job's result (its node_loss)."""
@@ -86,6 +109,8 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "amlhpc_node_loss_slots": slots,
+            "amlhpc_node_loss_answering": answering,
+            "amlhpc_node_loss_job_head": job_head,
             "amlhpc_node_loss_last_look": last_look,
             "amlhpc_node_loss_interruption": interruption,
             "amlhpc_node_loss_resume_note": resume_note,

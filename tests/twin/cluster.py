@@ -39,7 +39,10 @@ AzureML service (image builds, run history, Key Vault), real network throughput.
 API (stable; tests and bench/ use it)
 -------------------------------------
 ``Twin(size, workdir, *, prefix="twin", base_port=50000, shared_scratch=False,
-scratch_path="/mnt/scratch", admin_user="azureuser", image=None, node_public_ip=True)``
+scratch_path="/mnt/scratch", admin_user="azureuser", image=None, node_public_ip=True,
+listing_lag=None)``: ``listing_lag`` is how long AmlCompute's listing keeps a lost or hung node in
+its old state (seconds; None marks it at once), as AmlCompute keeps a dead VM listed as
+idle/running for minutes. The environment's setting, never the product's.
 
 * ``start()`` / ``stop()`` (also a context manager); ``stop`` removes every container, volume
   and the network it made (all named ``<prefix>-...``, labelled ``amlhpc.twin=<prefix>``).
@@ -49,8 +52,11 @@ scratch_path="/mnt/scratch", admin_user="azureuser", image=None, node_public_ip=
 * ``list_nodes()``, ``write_nodes_file(path)``; ``save_state(path)`` / ``Twin.attach(path)`` (drive the
   same twin from another process); ``free_base_port(count)`` (a free port range for ``base_port``).
 * ``replace_node(slot, new_port=False)``, ``scale(size)``; ``lose_node(slot, state="preempted")`` (the VM
-  taken away: its network first, then its processes; listed in that state, no job placed on it);
-  ``freeze(slot)``/``thaw(slot)`` (``docker pause`` of the node and its job containers).
+  taken away: its network first, then its processes; listed in that state once ``listing_lag`` is
+  over, no job placed on it); ``come_back(slot)`` (the VM boots again: same node id, disks and host
+  key, listed and usable); ``freeze(slot)``/``thaw(slot)`` (``docker pause`` of the node and its job
+  containers; with a ``listing_lag`` the hung node is listed ``unusable`` once the lag is over, and
+  listed usable again after ``thaw``).
 * ``exec(node_or_slot, *cmd, user="root")`` (``docker exec``), ``ssh(node_or_slot, *cmd)`` (as the
   admin user through the NAT port, host key checked against ``known_hosts(path)``),
   ``host_key(node)`` (the node's ed25519 public host key line).
@@ -97,7 +103,7 @@ VM_SIZE = "Standard_D2s_v3"
 
 _BOOT = r"""
 set -e
-ssh-keygen -q -t ed25519 -N '' -f /etc/ssh/ssh_host_ed25519_key
+[ -f /etc/ssh/ssh_host_ed25519_key ] || ssh-keygen -q -t ed25519 -N '' -f /etc/ssh/ssh_host_ed25519_key
 ssh-keygen -A >/dev/null
 id {user} >/dev/null 2>&1 || useradd -m -s /bin/bash {user}
 echo '{user} ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/{user}
@@ -162,10 +168,35 @@ class TwinNode:
     # AmlCompute's nodeState: idle or running while usable; preempted, unusable or leaving once the
     # VM is gone (lose_node).
     state: str = "idle"
+    # What AmlCompute's listing still says of a lost node, and since when it is lost (the twin's
+    # listing_lag: the listing keeps the old state that long).
+    listed_as: str | None = None
+    lost_at: float | None = None
 
     @property
     def hostname(self) -> str:
         return self.container
+
+    @property
+    def usable(self) -> bool:
+        """The truth (a job is placed on it), whatever the listing says."""
+        return self.state in ("idle", "running")
+
+    def mark_lost(self, state: str, at: float | None = None) -> None:
+        """The node is gone (``state``); the listing may say its old state for a while."""
+        if self.usable:
+            self.listed_as, self.lost_at = self.state, time.time() if at is None else at
+        self.state = state
+
+    def mark_back(self) -> None:
+        """The node answers again (a reboot): listed under the same node id, usable."""
+        self.state, self.listed_as, self.lost_at = "idle", None, None
+
+    def listed_state(self, now: float, lag: float | None) -> str:
+        """AmlCompute's nodeState at ``now``: a lost node keeps its old state for ``lag`` seconds."""
+        if lag and self.lost_at is not None and self.listed_as and now - self.lost_at < lag:
+            return self.listed_as
+        return self.state
 
 
 @dataclass
@@ -191,8 +222,11 @@ class Twin:
 
     def __init__(self, size: int, workdir: Path, *, prefix: str = "twin", base_port: int = DEFAULT_BASE_PORT,
                  shared_scratch: bool = False, scratch_path: str = SCRATCH_PATH, admin_user: str = ADMIN_USER,
-                 image: str | None = None, node_public_ip: bool = True) -> None:
+                 image: str | None = None, node_public_ip: bool = True, listing_lag: float | None = None) -> None:
         self.size = size
+        # How long AmlCompute's listing keeps a lost or hung node in its old state (None: it marks it
+        # at once). The environment's, not the product's: the product must not depend on it.
+        self.listing_lag = listing_lag
         self.node_public_ip = node_public_ip
         self.workdir = Path(workdir)
         self.prefix = namespaced(prefix)
@@ -377,18 +411,33 @@ class Twin:
         docker("kill", node.container, check=False)
         for job in jobs:
             docker("kill", job, check=False)
-        node.state = state
+        node.mark_lost(state)
         return node
 
-    def freeze(self, which: TwinNode | int) -> None:
+    def come_back(self, which: TwinNode | int) -> TwinNode:
+        """The lost node's VM boots again (its disks and host key kept): listed under the same
+        node id, usable (``lose_node`` undone, as after a reboot)."""
+        node = self._node(which)
+        docker("start", node.container, check=False)
+        node.mark_back()
+        self.wait_for_ssh([node])
+        return node
+
+    def freeze(self, which: TwinNode | int, state: str = "unusable") -> None:
         """The node stops answering (``docker pause``: every process on it, its job's included, is
-        frozen; its network stays up, so nothing it had open is closed)."""
+        frozen; its network stays up, so nothing it had open is closed). With a ``listing_lag``
+        AmlCompute marks the hung VM ``state`` once the lag is over; without one the listing keeps
+        it as it was (the frozen node is only seen by what talks to it)."""
         node = self._node(which)
         docker("pause", node.container, *self._job_containers(node), check=False)
+        if self.listing_lag:
+            node.mark_lost(state)
 
     def thaw(self, which: TwinNode | int) -> None:
         node = self._node(which)
         docker("unpause", node.container, *self._job_containers(node), check=False)
+        if node.lost_at is not None:
+            node.mark_back()
 
     def _job_containers(self, node: TwinNode) -> list[str]:
         """The job containers running on ``node`` (in its network namespace)."""
@@ -419,7 +468,7 @@ class Twin:
         state = {"size": self.size, "workdir": str(self.workdir), "prefix": self.prefix, "base_port": self.base_port,
                  "shared_scratch": self.shared_scratch, "scratch_path": self.scratch_path,
                  "admin_user": self.admin_user, "image": self.image, "subnet": self._subnet,
-                 "node_public_ip": self.node_public_ip,
+                 "node_public_ip": self.node_public_ip, "listing_lag": self.listing_lag,
                  "next_host": self._next_host, "next_slot": self._next_slot,
                  "nodes": [vars(n) for n in self.nodes]}
         Path(path).write_text(json.dumps(state, indent=2))
@@ -432,18 +481,20 @@ class Twin:
         twin = cls(state["size"], Path(state["workdir"]), prefix=state["prefix"], base_port=state["base_port"],
                    shared_scratch=state["shared_scratch"], scratch_path=state["scratch_path"],
                    admin_user=state["admin_user"], image=state["image"],
-                   node_public_ip=state.get("node_public_ip", True))
+                   node_public_ip=state.get("node_public_ip", True), listing_lag=state.get("listing_lag"))
         twin._subnet, twin._next_host, twin._next_slot = state["subnet"], state["next_host"], state["next_slot"]
         twin.nodes = [TwinNode(**n) for n in state["nodes"]]
         return twin
 
     # --- the inventory's view ---------------------------------------------------------------
-    def list_nodes(self) -> list[dict[str, Any]]:
-        """What ``AmlCompute.list_nodes()`` returns (azureml-core: camelCase dicts)."""
+    def list_nodes(self, now: float | None = None) -> list[dict[str, Any]]:
+        """What ``AmlCompute.list_nodes()`` returns (azureml-core: camelCase dicts) at ``now``: a lost
+        node keeps its old state for ``listing_lag`` seconds, as AmlCompute keeps a dead VM listed."""
         public = self.node_public_ip
+        now = time.time() if now is None else now
         return [{"nodeId": n.node_id, "port": n.port if public else None,
                  "publicIpAddress": self.public_address if public else None,
-                 "privateIpAddress": n.private_ip, "nodeState": n.state, "runId": None}
+                 "privateIpAddress": n.private_ip, "nodeState": n.listed_state(now, self.listing_lag), "runId": None}
                 for n in self.nodes]
 
     def write_nodes_file(self, path: Path) -> Path:
@@ -493,7 +544,7 @@ class Twin:
         environment and the ``probe_files`` it sees (``JobRun.environments``, ``JobRun.files``)."""
         job = _job_shape(spec)
         # AzureML places a job on usable nodes only (not on one preempted, unusable or leaving).
-        nodes = [n for n in self.ranked() if n.state in ("idle", "running")][: job["node_count"]]
+        nodes = [n for n in self.ranked() if n.usable][: job["node_count"]]
         if len(nodes) < job["node_count"]:
             raise RuntimeError(f"job wants {job['node_count']} nodes; the twin has {len(self.nodes)}")
         head = nodes[0]
