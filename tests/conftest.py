@@ -69,6 +69,23 @@ if "ANSIBLE_TEST_ANSIBLE_LIB_ROOT" in os.environ:
 # Ansible run from tests uses the project's configuration, whatever the cwd.
 os.environ.setdefault("ANSIBLE_CONFIG", str(ROOT / "ansible.cfg"))
 
+# Hypothesis: every run draws the same inputs (docs/testing.md, "Property tests"). The profile
+# "ci" is loaded here, before any test module is imported, so a test's own @settings(...) only
+# changes what it names (max_examples, health checks) and inherits the rest. A failure it finds
+# is printed with its reproduction blob and kept as an explicit @example. No deadline: a test's
+# outcome never hangs on the machine's load. `pytest --hypothesis-profile=explore` draws afresh
+# (a new seed each run) on a developer's machine; whatever it finds becomes an @example.
+# The workload venv has no Hypothesis (and no property tests).
+try:
+    from hypothesis import settings as _hypothesis_settings
+except ImportError:  # pragma: no cover - the workload tier
+    _hypothesis_settings = None
+if _hypothesis_settings is not None:
+    _hypothesis_settings.register_profile("ci", derandomize=True, database=None, print_blob=True, deadline=None)
+    _hypothesis_settings.register_profile("explore", derandomize=False, database=None, print_blob=True,
+                                          deadline=None)
+    _hypothesis_settings.load_profile("ci")
+
 
 def pytest_configure(config):
     """The markers, here rather than in pyproject.toml: `ansible-test units` runs pytest with an
