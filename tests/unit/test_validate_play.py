@@ -148,3 +148,24 @@ def test_good_inputs_pass_and_an_unknown_vm_size_is_a_warning(tmp_path):
     out = " ".join((res.stdout + res.stderr).split())
     assert res.returncode == 0, out[-3000:]
     assert "aml_cluster_vm_size 'Standard_ND192isr_H300_v9' is not one of the VM sizes this collection knows" in out
+
+
+def test_a_mistyped_variable_is_named_with_its_file_and_the_right_name(tmp_path):
+    """Issue 49 item 3 (red on 2.2.0): `stage_dri` in group_vars was ignored and the stage wrote
+    under the role's default folder; `submit_proces_count_per_node` ran with the default. The
+    first stops the run (it decides where data is written), the second is a warning; both name
+    the file that set them and the variable meant."""
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "all.yml").write_text("submit_proces_count_per_node: 2\n")
+    warned = run_validate(tmp_path, _two_nodes())
+    out = " ".join((warned.stdout + warned.stderr).split())
+    assert warned.returncode == 0, out[-3000:]
+    assert "submit_proces_count_per_node is no variable of any role (set in " in out, out[-3000:]
+    assert "group_vars/all.yml) and is ignored: did you mean submit_process_count_per_node?" in out
+    (tmp_path / "group_vars" / "all.yml").write_text("submit_proces_count_per_node: 2\nstage_dri: /data/stage\n")
+    bad = run_validate(tmp_path, _two_nodes())
+    out = " ".join((bad.stdout + bad.stderr).split())
+    assert bad.returncode != 0
+    assert ("stage_dri is no variable of any role (set in " in out
+            and "group_vars/all.yml), so the role would use its default stage_dir, which decides where data is "
+                "written or what is trusted: did you mean stage_dir? Rename it" in out), out[-3000:]
