@@ -77,7 +77,7 @@ from .azcopy_files import (
 )
 from .azcopy_lock import WORKDIR_PREFIX, Held, LockBusy, holder_refusal, stage_lock
 from .azcopy_model import TIME_LIMIT_MARGIN, Rates, time_limit
-from .azcopy_paths import UnsafePath, check_all, folder_problem, inside, shown_problems
+from .azcopy_paths import UnsafePath, check_all, folder_problem, inside, occupied, shown_problems
 from .azcopy_progress import Cancel, JobResult, ProgressSeries, explain_failure, job_transfers, log_failures, run_azcopy
 
 STALL_S = 60.0
@@ -174,6 +174,13 @@ def check_names(*, stage_dir: str, node: str, expected: Sequence[ExpectedFile] |
     problems.update(check_all([n for n in dict.fromkeys(staged) if n not in problems], stage_dir))
     if problems:
         raise StageError(name_refusal(node, stage_dir, problems))
+    taken = occupied(stage_dir, dict.fromkeys(staged if expected else list(blobs or ())))
+    if taken:
+        raise StageError(
+            f"{node}: {len(taken)} file(s) of the plan cannot be written in {stage_dir}, which holds something else "
+            f"under their name: {shown_problems(taken)}. Nothing was fetched or removed: remove or move that folder "
+            "(or file) out of the stage folder, which the stage never removes itself, or rename the blob, then stage "
+            "again.")
 
 
 def present_strays(stage_dir: str, handoff: Mapping[str, Sequence[str]] | None,
