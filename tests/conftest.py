@@ -15,8 +15,13 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
+import shutil
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 MODULE_UTILS = ROOT / "plugins" / "module_utils"
@@ -66,8 +71,12 @@ if "ANSIBLE_TEST_ANSIBLE_LIB_ROOT" in os.environ:
         os.environ.pop(_name, None)
     os.environ["ANSIBLE_INVENTORY_UNPARSED_FAILED"] = "true"
 
-# Ansible run from tests uses the project's configuration, whatever the cwd.
+# Ansible run from tests uses the project's configuration, whatever the cwd, but a fact cache of
+# the run's own: facts the tests' throw-away inventories gather (n0, gpu-0, localhost) never land in
+# the project's .cache/facts, where the operator's next run (gathering = smart) would take them.
 os.environ.setdefault("ANSIBLE_CONFIG", str(ROOT / "ansible.cfg"))
+TEST_FACTS = tempfile.mkdtemp(prefix="amlhpc-test-facts-")
+os.environ.setdefault("ANSIBLE_CACHE_PLUGIN_CONNECTION", TEST_FACTS)
 
 # Hypothesis: every run draws the same inputs (docs/testing.md, "Property tests"). The profile
 # "ci" is loaded here, before any test module is imported, so a test's own @settings(...) only
@@ -91,3 +100,104 @@ def pytest_configure(config):
     """The markers, here rather than in pyproject.toml: `ansible-test units` runs pytest with an
     ini file of its own (and --strict-markers)."""
     config.addinivalue_line("markers", "slow: takes more than a few seconds")
+
+
+# No test touches the operator's files (docs/testing.md, "Tests leave the project's files alone").
+# The project's outputs/ and .cache/ are snapshot (name, size, mtime of every entry, links not
+# followed) before the first test and after each one; a test that changed them is named, and the
+# run fails at its end with the paths. Left out, as Ansible's and the tiers' own working space,
+# not the operator's: .cache/collections (the link above), .cache/ansible-local (Ansible's
+# local_tmp, made and removed by every Ansible process), .cache/ansible-home (Ansible's home:
+# Galaxy's cache, collections `make setup` installs), .cache/cp (ssh's control sockets) and
+# .cache/sanity (the copy `make test-sanity` works in, which may run beside this tier).
+WATCHED = ("outputs", ".cache")
+NOT_WATCHED = frozenset({".cache/collections", ".cache/ansible-local", ".cache/ansible-home", ".cache/cp",
+                         ".cache/sanity"})
+
+
+def project_files_snapshot(root: Path = ROOT) -> dict[str, tuple]:
+    """{path relative to root: (kind, size, mtime_ns)} for everything under the watched folders."""
+    snap: dict[str, tuple] = {}
+    for top in WATCHED:
+        for folder, dirs, files in os.walk(root / top):
+            rel_folder = Path(folder).relative_to(root).as_posix()
+            dirs[:] = [d for d in dirs if f"{rel_folder}/{d}" not in NOT_WATCHED]
+            for name in dirs + files:
+                rel = f"{rel_folder}/{name}"
+                if rel in NOT_WATCHED:
+                    continue
+                try:
+                    st = os.lstat(root / rel)
+                except FileNotFoundError:  # removed while walked: its absence shows on the next snapshot
+                    continue
+                kind = "link" if os.path.islink(root / rel) else "dir" if name in dirs else "file"
+                snap[rel] = (kind, 0 if kind == "dir" else st.st_size, st.st_mtime_ns)
+        if (root / top).is_dir():
+            snap[top] = ("dir", 0, 0)  # the folder itself made by a test counts; its mtime is its entries'
+    return snap
+
+
+def project_files_changes(before: dict[str, tuple], after: dict[str, tuple]) -> list[str]:
+    """One line per path made, removed or changed between two snapshots, sorted."""
+    lines = [f"made {p}" for p in after.keys() - before.keys()]
+    lines += [f"removed {p}" for p in before.keys() - after.keys()]
+    lines += [f"changed {p}" for p in before.keys() & after.keys()
+              if before[p] != after[p] and not before[p][0] == after[p][0] == "dir"]
+    return sorted(lines, key=lambda line: line.split(" ", 1)[1])
+
+
+_PROJECT_FILES: dict[str, Any] = {"last": None, "by_test": {}, "reporter": None}
+
+
+def pytest_sessionstart(session):
+    _PROJECT_FILES["reporter"] = session.config.pluginmanager.get_plugin("terminalreporter")
+    _PROJECT_FILES["last"] = project_files_snapshot()
+    _PROJECT_FILES["first"] = _PROJECT_FILES["last"]
+
+
+def pytest_runtest_teardown(item, nextitem):
+    now = project_files_snapshot()
+    changes = project_files_changes(_PROJECT_FILES["last"], now)
+    if changes:
+        _PROJECT_FILES["by_test"][item.nodeid] = changes
+    _PROJECT_FILES["last"] = now
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    """Said at once too (outside the test's output capture), so that a run cut short says it."""
+    changes = _PROJECT_FILES["by_test"].get(nodeid)
+    reporter = _PROJECT_FILES.get("reporter")
+    if changes and reporter is not None:
+        reporter.write_line(f"\n{nodeid} changed the project's files: {', '.join(changes[:5])}"
+                            + (" ..." if len(changes) > 5 else ""), yellow=True)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(TEST_FACTS, ignore_errors=True)
+    if _PROJECT_FILES.get("first") is None:
+        return
+    changes = project_files_changes(_PROJECT_FILES["first"], project_files_snapshot())
+    if not changes and not _PROJECT_FILES["by_test"]:
+        return
+    lines = ["", "Tests changed the project's outputs/ or .cache/ (each test writes under its own tmp_path):"]
+    for nodeid, test_changes in _PROJECT_FILES["by_test"].items():
+        lines.append(f"  {nodeid}:")
+        lines += [f"    {line}" for line in test_changes[:20]] + ([f"    ... {len(test_changes) - 20} more"]
+                                                                  if len(test_changes) > 20 else [])
+    if changes:
+        lines.append("  over the whole run: " + ", ".join(changes[:20]) + (" ..." if len(changes) > 20 else ""))
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line("\n".join(lines), red=True)
+    else:
+        sys.stderr.write("\n".join(lines) + "\n")
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    """A project folder of the test's own (tests/project_copy.py): run playbooks with
+    ``cwd=project, env=project_env(project)`` and nothing lands in the checkout's outputs/ or .cache/."""
+    from project_copy import make_project_copy
+
+    return make_project_copy(tmp_path / "project")
