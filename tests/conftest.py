@@ -110,41 +110,7 @@ def pytest_configure(config):
 # local_tmp, made and removed by every Ansible process), .cache/ansible-home (Ansible's home:
 # Galaxy's cache, collections `make setup` installs), .cache/cp (ssh's control sockets) and
 # .cache/sanity (the copy `make test-sanity` works in, which may run beside this tier).
-WATCHED = ("outputs", ".cache")
-NOT_WATCHED = frozenset({".cache/collections", ".cache/ansible-local", ".cache/ansible-home", ".cache/cp",
-                         ".cache/sanity"})
-
-
-def project_files_snapshot(root: Path = ROOT) -> dict[str, tuple]:
-    """{path relative to root: (kind, size, mtime_ns)} for everything under the watched folders."""
-    snap: dict[str, tuple] = {}
-    for top in WATCHED:
-        for folder, dirs, files in os.walk(root / top):
-            rel_folder = Path(folder).relative_to(root).as_posix()
-            dirs[:] = [d for d in dirs if f"{rel_folder}/{d}" not in NOT_WATCHED]
-            for name in dirs + files:
-                rel = f"{rel_folder}/{name}"
-                if rel in NOT_WATCHED:
-                    continue
-                try:
-                    st = os.lstat(root / rel)
-                except FileNotFoundError:  # removed while walked: its absence shows on the next snapshot
-                    continue
-                kind = "link" if os.path.islink(root / rel) else "dir" if name in dirs else "file"
-                snap[rel] = (kind, 0 if kind == "dir" else st.st_size, st.st_mtime_ns)
-        if (root / top).is_dir():
-            snap[top] = ("dir", 0, 0)  # the folder itself made by a test counts; its mtime is its entries'
-    return snap
-
-
-def project_files_changes(before: dict[str, tuple], after: dict[str, tuple]) -> list[str]:
-    """One line per path made, removed or changed between two snapshots, sorted."""
-    lines = [f"made {p}" for p in after.keys() - before.keys()]
-    lines += [f"removed {p}" for p in before.keys() - after.keys()]
-    lines += [f"changed {p}" for p in before.keys() & after.keys()
-              if before[p] != after[p] and not before[p][0] == after[p][0] == "dir"]
-    return sorted(lines, key=lambda line: line.split(" ", 1)[1])
-
+from project_copy import project_files_changes, project_files_snapshot  # noqa: E402
 
 _PROJECT_FILES: dict[str, Any] = {"last": None, "by_test": {}, "reporter": None}
 
