@@ -8,7 +8,6 @@ on the local profile, at -vvv, with a visibly fake SAS, against causes that fail
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 from pathlib import Path
@@ -48,8 +47,8 @@ def test_a_failing_stage_plan_shows_its_reason_and_not_the_sas(project):
 
 def test_a_failing_submit_shows_its_reason_and_not_the_secret(project, tmp_path):
     res = play(project, "playbooks/submit.yml", {"submit_train_args": {"token": f"sp=r&sig={SIG}"},
-                                        "submit_output_dir": str(tmp_path / "out"),
-                                        "submit_data_dir": str(tmp_path)})
+                                                 "submit_output_dir": str(tmp_path / "out"),
+                                                 "submit_data_dir": str(tmp_path)})
     out = res.stdout + res.stderr
     assert res.returncode != 0
     assert "has been hidden" not in out, res.stdout[-3000:]
@@ -60,8 +59,8 @@ def test_a_failing_submit_shows_its_reason_and_not_the_secret(project, tmp_path)
 def test_the_old_aml_job_sas_name_keeps_the_secret_out_of_the_log(project, tmp_path):
     # The deprecation path copies aml_job_sas into submit_sas: named, never shown.
     res = play(project, "playbooks/submit.yml", {"aml_job_sas": SAS, "aml_job_account": "mydata",
-                                        "aml_job_train_args": {"token": f"sp=r&sig={SIG}"},
-                                        "aml_job_output_dir": str(tmp_path / "out")})
+                                                 "aml_job_train_args": {"token": f"sp=r&sig={SIG}"},
+                                                 "aml_job_output_dir": str(tmp_path / "out")})
     out = res.stdout + res.stderr
     assert res.returncode != 0
     assert "aml_job_sas -> submit_sas" in res.stdout, res.stdout[-3000:]

@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from ansible_cli import ansible_cli
+from project_copy import make_project_copy, project_env
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOK = str(ROOT / "playbooks" / "validate.yml")
@@ -22,13 +23,15 @@ def run_validate(tmp_path: Path, hosts: dict) -> subprocess.CompletedProcess:
         hv.setdefault("ansible_python_interpreter", sys.executable)
     path = tmp_path / "inv.yml"
     path.write_text(yaml.safe_dump(inv))
-    return subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(path), PLAYBOOK], cwd=ROOT,
+    # In a project of the test's own: a refusal's report page lands there, not in the checkout's outputs/.
+    project = make_project_copy(tmp_path / "project")
+    return subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(path), PLAYBOOK], cwd=project, env=project_env(project),
                           capture_output=True, text=True, timeout=120, check=False)
 
 
-def test_local_default_inventory_passes():
-    res = subprocess.run([ANSIBLE_PLAYBOOK, PLAYBOOK], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120, check=False)
+def test_local_default_inventory_passes(project):
+    res = subprocess.run([ANSIBLE_PLAYBOOK, PLAYBOOK], cwd=project, env=project_env(project), capture_output=True,
+                         text=True, timeout=120, check=False)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "inventory OK: 1 node(s) in cluster(s) local" in res.stdout
 
@@ -122,12 +125,13 @@ SENTENCES = [
 ]
 
 
-def test_bad_inputs_are_refused_in_check_mode_before_anything_changes(tmp_path):
+def test_bad_inputs_are_refused_in_check_mode_before_anything_changes(tmp_path, project):
     """The whole run, in check mode, on the local default: every bad input at once, one sentence
     each, from the first play that checks variables: no cluster, node, prepare or stage phase ran."""
     extra = tmp_path / "bad.yml"
     extra.write_text(yaml.safe_dump(BAD))
-    res = subprocess.run([ANSIBLE_PLAYBOOK, "site.yml", "--check", "-e", f"@{extra}"], cwd=ROOT, capture_output=True,
+    res = subprocess.run([ANSIBLE_PLAYBOOK, "site.yml", "--check", "-e", f"@{extra}"], cwd=project,
+                         env=project_env(project), capture_output=True,
                          text=True, timeout=300, check=False)
     out = " ".join((res.stdout + res.stderr).split())
     assert res.returncode != 0, out[-3000:]
@@ -139,12 +143,13 @@ def test_bad_inputs_are_refused_in_check_mode_before_anything_changes(tmp_path):
     assert "argument_spec_data" not in out and "Validation of arguments failed" not in out  # no spec dump
 
 
-def test_good_inputs_pass_and_an_unknown_vm_size_is_a_warning(tmp_path):
+def test_good_inputs_pass_and_an_unknown_vm_size_is_a_warning(tmp_path, project):
     extra = tmp_path / "ok.yml"
     extra.write_text(yaml.safe_dump({"aml_cluster_vm_size": "Standard_ND192isr_H300_v9", "stage_cap_mbps": 0,
                                      "healthcheck_on_failure": "exclude", "healthcheck_spare_nodes": 0}))
     res = subprocess.run([ANSIBLE_PLAYBOOK, "playbooks/validate_variables.yml", "--check", "-e", f"@{extra}", "-e",
-                          "aml_cluster_manage=true"], cwd=ROOT, capture_output=True, text=True, timeout=180, check=False)
+                          "aml_cluster_manage=true"], cwd=project, env=project_env(project), capture_output=True,
+                         text=True, timeout=180, check=False)
     out = " ".join((res.stdout + res.stderr).split())
     assert res.returncode == 0, out[-3000:]
     assert "aml_cluster_vm_size 'Standard_ND192isr_H300_v9' is not one of the VM sizes this collection knows" in out

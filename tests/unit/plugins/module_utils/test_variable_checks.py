@@ -192,7 +192,8 @@ def test_the_inventory_plugin_s_host_vars_are_those_its_documentation_lists():
 
 def test_the_shipped_inventories_and_plays_set_no_unknown_name():
     names = set()
-    for path in list((ROOT / "inventory").rglob("group_vars/**/*.yml")) + list((ROOT / "inventory").rglob("host_vars/**/*.yml")):
+    inventory = ROOT / "inventory"
+    for path in list(inventory.rglob("group_vars/**/*.yml")) + list(inventory.rglob("host_vars/**/*.yml")):
         names |= set(yaml.safe_load(path.read_text()) or {})
     known = set(INVENTORY_HOST_VARS)
     for path in list((ROOT / "roles").glob("*/tasks/*.yml")) + list((ROOT / "playbooks").rglob("*.yml")):
@@ -215,7 +216,7 @@ def test_a_known_name_never_warns(name):
     assert _findings([name]) == {"problems": [], "warnings": []}
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(name=st.sampled_from(KNOWN), data=st.data())
 def test_any_one_edit_typo_of_a_known_name_is_caught_and_the_name_suggested(name, data):
     typo = _one_edit(name, data)
