@@ -15,8 +15,13 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
+import shutil
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 MODULE_UTILS = ROOT / "plugins" / "module_utils"
@@ -66,11 +71,105 @@ if "ANSIBLE_TEST_ANSIBLE_LIB_ROOT" in os.environ:
         os.environ.pop(_name, None)
     os.environ["ANSIBLE_INVENTORY_UNPARSED_FAILED"] = "true"
 
-# Ansible run from tests uses the project's configuration, whatever the cwd.
+# Ansible run from tests uses the project's configuration, whatever the cwd, but a fact cache of
+# the run's own: facts the tests' throw-away inventories gather (n0, gpu-0, localhost) never land in
+# the project's .cache/facts, where the operator's next run (gathering = smart) would take them.
 os.environ.setdefault("ANSIBLE_CONFIG", str(ROOT / "ansible.cfg"))
+TEST_FACTS = tempfile.mkdtemp(prefix="amlhpc-test-facts-")
+os.environ.setdefault("ANSIBLE_CACHE_PLUGIN_CONNECTION", TEST_FACTS)
+
+# Hypothesis: every run draws the same inputs (docs/testing.md, "Property tests"). The profile
+# "ci" is loaded here, before any test module is imported, so a test's own @settings(...) only
+# changes what it names (max_examples, health checks) and inherits the rest. A failure it finds
+# is printed with its reproduction blob and kept as an explicit @example. No deadline: a test's
+# outcome never hangs on the machine's load. `pytest --hypothesis-profile=explore` draws afresh
+# (a new seed each run) on a developer's machine; whatever it finds becomes an @example.
+# The workload venv has no Hypothesis (and no property tests).
+try:
+    from hypothesis import settings as _hypothesis_settings
+except ImportError:  # pragma: no cover - the workload tier
+    _hypothesis_settings = None
+if _hypothesis_settings is not None:
+    _hypothesis_settings.register_profile("ci", derandomize=True, database=None, print_blob=True, deadline=None)
+    _hypothesis_settings.register_profile("explore", derandomize=False, database=None, print_blob=True,
+                                          deadline=None)
+    _hypothesis_settings.load_profile("ci")
 
 
 def pytest_configure(config):
     """The markers, here rather than in pyproject.toml: `ansible-test units` runs pytest with an
     ini file of its own (and --strict-markers)."""
     config.addinivalue_line("markers", "slow: takes more than a few seconds")
+
+
+# No test touches the operator's files (docs/testing.md, "Tests leave the project's files alone").
+# The project's outputs/ and .cache/ are snapshot (name, size, mtime of every entry, links not
+# followed) before the first test and after each one; a test that changed them is named, and the
+# run fails at its end with the paths. Left out, as Ansible's and the tiers' own working space,
+# not the operator's: .cache/collections (the link above), .cache/ansible-local (Ansible's
+# local_tmp, made and removed by every Ansible process), .cache/ansible-home (Ansible's home:
+# Galaxy's cache, collections `make setup` installs), .cache/cp (ssh's control sockets) and
+# .cache/sanity (the copy `make test-sanity` works in, which may run beside this tier).
+from project_copy import project_files_changes, project_files_snapshot  # noqa: E402
+
+_PROJECT_FILES: dict[str, Any] = {"last": None, "by_test": {}, "reporter": None}
+
+
+def pytest_collection_finish(session):
+    """The snapshot before the first test. Not yet for the integration tier, whose tests run the
+    local default in the checkout itself (tests/integration; issue 49 item 4 is theirs next)."""
+    if any(Path(str(item.fspath)).is_relative_to(ROOT / "tests" / "integration") for item in session.items):
+        return
+    _PROJECT_FILES["reporter"] = session.config.pluginmanager.get_plugin("terminalreporter")
+    _PROJECT_FILES["last"] = project_files_snapshot()
+    _PROJECT_FILES["first"] = _PROJECT_FILES["last"]
+
+
+def pytest_runtest_teardown(item, nextitem):
+    if _PROJECT_FILES.get("first") is None:
+        return
+    now = project_files_snapshot()
+    changes = project_files_changes(_PROJECT_FILES["last"], now)
+    if changes:
+        _PROJECT_FILES["by_test"][item.nodeid] = changes
+    _PROJECT_FILES["last"] = now
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    """Said at once too (outside the test's output capture), so that a run cut short says it."""
+    changes = _PROJECT_FILES["by_test"].get(nodeid)
+    reporter = _PROJECT_FILES.get("reporter")
+    if changes and reporter is not None:
+        reporter.write_line(f"\n{nodeid} changed the project's files: {', '.join(changes[:5])}"
+                            + (" ..." if len(changes) > 5 else ""), yellow=True)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(TEST_FACTS, ignore_errors=True)
+    if _PROJECT_FILES.get("first") is None:
+        return
+    changes = project_files_changes(_PROJECT_FILES["first"], project_files_snapshot())
+    if not changes and not _PROJECT_FILES["by_test"]:
+        return
+    lines = ["", "Tests changed the project's outputs/ or .cache/ (each test writes under its own tmp_path):"]
+    for nodeid, test_changes in _PROJECT_FILES["by_test"].items():
+        lines.append(f"  {nodeid}:")
+        lines += [f"    {line}" for line in test_changes[:20]] + ([f"    ... {len(test_changes) - 20} more"]
+                                                                  if len(test_changes) > 20 else [])
+    if changes:
+        lines.append("  over the whole run: " + ", ".join(changes[:20]) + (" ..." if len(changes) > 20 else ""))
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line("\n".join(lines), red=True)
+    else:
+        sys.stderr.write("\n".join(lines) + "\n")
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    """A project folder of the test's own (tests/project_copy.py): run playbooks with
+    ``cwd=project, env=project_env(project)`` and nothing lands in the checkout's outputs/ or .cache/."""
+    from project_copy import make_project_copy
+
+    return make_project_copy(tmp_path / "project")

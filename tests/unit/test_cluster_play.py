@@ -5,17 +5,32 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from ansible_cli import ansible_cli
 from ansible_compat import squashed
+from project_copy import make_project_copy, project_env
 
 ROOT = Path(__file__).resolve().parents[2]
 ANSIBLE_PLAYBOOK = ansible_cli("ansible-playbook")
 
 
+PROJECT = ROOT
+
+
+@pytest.fixture(autouse=True)
+def _own_project(tmp_path, monkeypatch):
+    """Each test runs the plays in a project of its own: a refusal's report page and the
+    inventory's pins land there, not in the checkout's outputs/ and .cache/."""
+    monkeypatch.setattr(sys.modules[__name__], "PROJECT", make_project_copy(tmp_path / "project"))
+
+
 def play(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([ANSIBLE_PLAYBOOK, *argv], cwd=ROOT, capture_output=True, text=True, timeout=180, check=False)
+    return subprocess.run([ANSIBLE_PLAYBOOK, *argv], cwd=PROJECT, env=project_env(PROJECT), capture_output=True,
+                          text=True, timeout=180, check=False)
 
 
 def test_the_local_default_leaves_the_cluster_alone():
@@ -98,10 +113,9 @@ def test_the_role_manages_the_cluster_through_azure_ai_ml_by_default(tmp_path):
     """azureml-core (SDK v1) is out of support since 2026-06-30: with aml_cluster_sdk not set,
     the cluster play and the teardown ask aml_compute_cluster for azure-ai-ml. A service
     principal without its secret stops the module before it connects to anything."""
-    import os
     key = tmp_path / "id.pub"
     key.write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFAKE amlhpc@controller\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AZURE_")}
+    env = {k: v for k, v in project_env(PROJECT).items() if not k.startswith("AZURE_")}
     env.update(ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_CALLBACKS_ENABLED="ansible.builtin.junit",
                JUNIT_OUTPUT_DIR=str(tmp_path / "junit"), ANSIBLE_INJECT_INVOCATION="true")
     extra = ["-e", "aml_cluster_manage=true", "-e", "aml_cluster_name=gpu", "-e", "aml_cluster_resource_group=rg-hpc",
@@ -109,7 +123,7 @@ def test_the_role_manages_the_cluster_through_azure_ai_ml_by_default(tmp_path):
              "-e", "aml_cluster_auth_source=service_principal", "-e", "aml_cluster_client_id=app"]
     for playbook, task in (("playbooks/cluster.yml", "at a fixed size with SSH access"),
                            ("playbooks/cluster_teardown.yml", "Scale the cluster to 0")):
-        res = subprocess.run([ANSIBLE_PLAYBOOK, playbook, "--check", "-vvv", *extra], cwd=ROOT, env=env,
+        res = subprocess.run([ANSIBLE_PLAYBOOK, playbook, "--check", "-vvv", *extra], cwd=PROJECT, env=env,
                              capture_output=True, text=True, timeout=180, check=False)
         assert res.returncode != 0, res.stdout[-3000:]
         result = _module_run(res, task)

@@ -9,7 +9,6 @@ the filters, the gate, and the shared-mount benchmark writing and reading files.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import pytest
 import yaml
 
 from ansible_cli import ansible_cli
+from project_copy import make_project_copy, project_env
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOK = str(ROOT / "playbooks" / "healthcheck.yml")
@@ -113,8 +113,10 @@ def cluster(tmp_path):
 
 
 def run(inv: Path, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="default")
-    return subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), PLAYBOOK, *args], cwd=ROOT, env=env,
+    # In a project of the test's own (beside its inventory): a stopped run's report page lands there.
+    project = make_project_copy(inv.parent / "project")
+    env = project_env(project, ANSIBLE_STDOUT_CALLBACK="default")
+    return subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), PLAYBOOK, *args], cwd=project, env=env,
                           capture_output=True, text=True, timeout=300, check=False)
 
 

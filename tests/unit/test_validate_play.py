@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from ansible_cli import ansible_cli
+from project_copy import make_project_copy, project_env
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOK = str(ROOT / "playbooks" / "validate.yml")
@@ -22,13 +23,15 @@ def run_validate(tmp_path: Path, hosts: dict) -> subprocess.CompletedProcess:
         hv.setdefault("ansible_python_interpreter", sys.executable)
     path = tmp_path / "inv.yml"
     path.write_text(yaml.safe_dump(inv))
-    return subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(path), PLAYBOOK], cwd=ROOT,
+    # In a project of the test's own: a refusal's report page lands there, not in the checkout's outputs/.
+    project = make_project_copy(tmp_path / "project")
+    return subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(path), PLAYBOOK], cwd=project, env=project_env(project),
                           capture_output=True, text=True, timeout=120, check=False)
 
 
-def test_local_default_inventory_passes():
-    res = subprocess.run([ANSIBLE_PLAYBOOK, PLAYBOOK], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120, check=False)
+def test_local_default_inventory_passes(project):
+    res = subprocess.run([ANSIBLE_PLAYBOOK, PLAYBOOK], cwd=project, env=project_env(project), capture_output=True,
+                         text=True, timeout=120, check=False)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "inventory OK: 1 node(s) in cluster(s) local" in res.stdout
 
@@ -122,12 +125,13 @@ SENTENCES = [
 ]
 
 
-def test_bad_inputs_are_refused_in_check_mode_before_anything_changes(tmp_path):
+def test_bad_inputs_are_refused_in_check_mode_before_anything_changes(tmp_path, project):
     """The whole run, in check mode, on the local default: every bad input at once, one sentence
     each, from the first play that checks variables: no cluster, node, prepare or stage phase ran."""
     extra = tmp_path / "bad.yml"
     extra.write_text(yaml.safe_dump(BAD))
-    res = subprocess.run([ANSIBLE_PLAYBOOK, "site.yml", "--check", "-e", f"@{extra}"], cwd=ROOT, capture_output=True,
+    res = subprocess.run([ANSIBLE_PLAYBOOK, "site.yml", "--check", "-e", f"@{extra}"], cwd=project,
+                         env=project_env(project), capture_output=True,
                          text=True, timeout=300, check=False)
     out = " ".join((res.stdout + res.stderr).split())
     assert res.returncode != 0, out[-3000:]
@@ -139,12 +143,34 @@ def test_bad_inputs_are_refused_in_check_mode_before_anything_changes(tmp_path):
     assert "argument_spec_data" not in out and "Validation of arguments failed" not in out  # no spec dump
 
 
-def test_good_inputs_pass_and_an_unknown_vm_size_is_a_warning(tmp_path):
+def test_good_inputs_pass_and_an_unknown_vm_size_is_a_warning(tmp_path, project):
     extra = tmp_path / "ok.yml"
     extra.write_text(yaml.safe_dump({"aml_cluster_vm_size": "Standard_ND192isr_H300_v9", "stage_cap_mbps": 0,
                                      "healthcheck_on_failure": "exclude", "healthcheck_spare_nodes": 0}))
     res = subprocess.run([ANSIBLE_PLAYBOOK, "playbooks/validate_variables.yml", "--check", "-e", f"@{extra}", "-e",
-                          "aml_cluster_manage=true"], cwd=ROOT, capture_output=True, text=True, timeout=180, check=False)
+                          "aml_cluster_manage=true"], cwd=project, env=project_env(project), capture_output=True,
+                         text=True, timeout=180, check=False)
     out = " ".join((res.stdout + res.stderr).split())
     assert res.returncode == 0, out[-3000:]
     assert "aml_cluster_vm_size 'Standard_ND192isr_H300_v9' is not one of the VM sizes this collection knows" in out
+
+
+def test_a_mistyped_variable_is_named_with_its_file_and_the_right_name(tmp_path):
+    """Issue 49 item 3 (red on 2.2.0): `stage_dri` in group_vars was ignored and the stage wrote
+    under the role's default folder; `submit_proces_count_per_node` ran with the default. The
+    first stops the run (it decides where data is written), the second is a warning; both name
+    the file that set them and the variable meant."""
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "all.yml").write_text("submit_proces_count_per_node: 2\n")
+    warned = run_validate(tmp_path, _two_nodes())
+    out = " ".join((warned.stdout + warned.stderr).split())
+    assert warned.returncode == 0, out[-3000:]
+    assert "submit_proces_count_per_node is no variable of any role (set in " in out, out[-3000:]
+    assert "group_vars/all.yml) and is ignored: did you mean submit_process_count_per_node?" in out
+    (tmp_path / "group_vars" / "all.yml").write_text("submit_proces_count_per_node: 2\nstage_dri: /data/stage\n")
+    bad = run_validate(tmp_path, _two_nodes())
+    out = " ".join((bad.stdout + bad.stderr).split())
+    assert bad.returncode != 0
+    assert ("stage_dri is no variable of any role (set in " in out
+            and "group_vars/all.yml), so the role would use its default stage_dir, which decides where data is "
+                "written or what is trusted: did you mean stage_dir? Rename it" in out), out[-3000:]

@@ -147,6 +147,24 @@ def shown_problems(problems: dict[str, str], limit: int = 5) -> str:
     return "; ".join(items) + (f" and {more} more" if more > 0 else "")
 
 
+def occupied(root: str, names: Iterable[str]) -> dict[str, str]:
+    """``{name: why}`` for the file names of ``names`` that the folder ``root`` cannot take as
+    it is: a folder already there under that name, or a file where one of its folders goes."""
+    out: dict[str, str] = {}
+    for name in names:
+        path = os.path.join(root, name)
+        if os.path.isdir(path):
+            out[name] = f"{path} is a folder"
+            continue
+        parts = name.split("/")
+        for i in range(1, len(parts)):
+            folder = os.path.join(root, *parts[:i])
+            if os.path.lexists(folder) and not os.path.isdir(folder):
+                out[name] = f"{folder} is a file, where its folder goes"
+                break
+    return out
+
+
 def check_all(names: Sequence[str], root: str) -> dict[str, str]:
     """``{name: why}`` for the names of ``names`` that :func:`inside` refuses under ``root``."""
     out = {}

@@ -77,7 +77,7 @@ from .azcopy_files import (
 )
 from .azcopy_lock import WORKDIR_PREFIX, Held, LockBusy, holder_refusal, stage_lock
 from .azcopy_model import TIME_LIMIT_MARGIN, Rates, time_limit
-from .azcopy_paths import UnsafePath, check_all, folder_problem, inside, shown_problems
+from .azcopy_paths import UnsafePath, check_all, folder_problem, inside, occupied, shown_problems
 from .azcopy_progress import Cancel, JobResult, ProgressSeries, explain_failure, job_transfers, log_failures, run_azcopy
 
 STALL_S = 60.0
@@ -174,6 +174,13 @@ def check_names(*, stage_dir: str, node: str, expected: Sequence[ExpectedFile] |
     problems.update(check_all([n for n in dict.fromkeys(staged) if n not in problems], stage_dir))
     if problems:
         raise StageError(name_refusal(node, stage_dir, problems))
+    taken = occupied(stage_dir, dict.fromkeys(staged if expected else list(blobs or ())))
+    if taken:
+        raise StageError(
+            f"{node}: {len(taken)} file(s) of the plan cannot be written in {stage_dir}, which holds something else "
+            f"under their name: {shown_problems(taken)}. Nothing was fetched or removed: remove or move that folder "
+            "(or file) out of the stage folder, which the stage never removes itself, or rename the blob, then stage "
+            "again.")
 
 
 def present_strays(stage_dir: str, handoff: Mapping[str, Sequence[str]] | None,
@@ -264,6 +271,20 @@ def _name_failures(result: JobResult, *, azcopy: str, env: Mapping[str, str], so
                 os.unlink(dst)  # whatever azcopy wrote of it is not whole
 
 
+def _make_workdir(held: Held) -> str:
+    """azcopy's temporary folder (its job plans and logs, which carry the SAS): named in the lock
+    file before it exists, so that a stage killed at any moment after leaves a folder the next
+    stage removes (azcopy_lock.stage_lock), and made 0700 (owner only) from birth."""
+    while True:
+        workdir = os.path.join(tempfile.gettempdir(), f"{WORKDIR_PREFIX}{os.getpid()}-{os.urandom(6).hex()}")
+        held.note(workdir=workdir)
+        try:
+            os.mkdir(workdir, 0o700)  # the umask can only take bits away
+            return workdir
+        except FileExistsError:
+            continue
+
+
 def _run_copy(*, azcopy: str, source_url: str, sas: str, staging: str, include_pattern: str | None,
               blobs: Sequence[str] | None, decompress: bool, cap_mbps: float | None, env: Mapping[str, str],
               auth: str, auth_options: Mapping[str, str], limit: tuple[float, str], stall: float | None,
@@ -271,11 +292,9 @@ def _run_copy(*, azcopy: str, source_url: str, sas: str, staging: str, include_p
               on_progress: Callable[[dict[str, Any]], None], gzip_blobs: Container[str] = ()) -> Any:
     os.makedirs(staging, exist_ok=True)
     remove_partial(staging)
-    workdir = tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
-    held.note(workdir=workdir)  # so that a stage after a killed one removes it (azcopy_lock)
+    workdir = _make_workdir(held)
     secrets = [sas] + [v for k, v in auth_options.items() if k == "client_secret"]
     try:
-        os.chmod(workdir, 0o700)
         run_env = private_azcopy_env(with_auth_env(env, auth, **auth_options), workdir)
         list_file = None
         if blobs is not None:

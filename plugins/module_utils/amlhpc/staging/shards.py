@@ -199,6 +199,13 @@ def _check_listing(blobs: Sequence[Blob]) -> None:
             f"{len(bad)} blob name(s) below the prefix cannot be staged: {shown_problems(bad)}. Each would be "
             "written outside the stage folder or cannot be held by a Linux file system, so nothing was staged or "
             "removed: rename or remove those blobs, or choose a stage_prefix that leaves them out.")
+    raw = {name: why for name, why in listing_problems(b.name for b in blobs).items() if "folder" in why}
+    if raw:
+        raise ShardError(
+            f"{len(raw)} blob name(s) below the prefix are both a file and a folder: {shown_problems(raw)}; a file "
+            "system cannot hold a file and a folder under one name, and azcopy would never finish the stage. Nothing "
+            "was staged or removed: rename the file blob of each pair in the container (or move the blobs under it to "
+            "another folder), or choose a stage_prefix that leaves them out.")
     clash = listing_problems(staged_name(b) for b in blobs)
     if clash:
         raise ShardError(

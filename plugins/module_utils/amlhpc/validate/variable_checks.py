@@ -200,3 +200,101 @@ def variable_problems(values: Mapping[str, Any], specs: Mapping[str, Mapping[str
     problems += [problem] if problem else []
     warnings += [warning] if warning else []
     return {"problems": problems, "warnings": warnings}
+
+
+# --- Every variable name checked -------------------------------------------------------------
+# A name the run sets that no role's argument spec holds is ignored by every role: a typo
+# (``stage_dri``) leaves the role on its default. unknown_variable_findings() names each one with
+# the known name it is closest to (difflib); where that name decides where data is written or
+# what is trusted, the run stops, since the default would write elsewhere or trust otherwise.
+
+# Host variables the azureml_compute inventory plugin sets (its DOCUMENTATION's "Host vars"), which
+# share the aml_ prefix with the aml_cluster role's options and are no typo of them.
+INVENTORY_HOST_VARS = frozenset({
+    "aml_cluster", "aml_node_rank", "aml_private_ip", "aml_public_ip", "aml_public_port", "aml_node_id",
+    "aml_node_state", "aml_run_id", "aml_cluster_min_nodes", "aml_cluster_max_nodes", "aml_vm_size",
+    "aml_known_hosts_file", "aml_host_keys", "aml_host_key_refused"})
+
+# Known names whose typo stops the run: where data is written or read (a path, a folder, a file,
+# a mount point, a node file, a key ring), what is removed (``*_prune``), and what is trusted or
+# authenticates (SAS, auth, keys, known_hosts, every ssh_trust option).
+CONSEQUENTIAL = re.compile(r"(_dir|_path|_file|_mount_point|_nodefile|_keyring|_known_hosts|_prune)$"
+                           r"|(^|_)(sas|auth|trust|known_hosts|host_keys?|account_key)(_|$)|^ssh_trust_")
+# How close a name must be to a known one (difflib's ratio) to be taken for its typo; one edit in
+# a name of six characters or more is at least this close.
+CLOSE = 0.8
+
+
+def consequential(name: str, spec_type: str = "") -> bool:
+    """Whether a mistyped ``name`` would change where data is written or what is trusted."""
+    return spec_type == "path" or bool(CONSEQUENTIAL.search(name))
+
+
+def unknown_variable_findings(names: Iterable[str], specs: Mapping[str, Mapping[str, Any]],
+                              also_known: Iterable[str] = (), ignored: Iterable[str] = (),
+                              where: Mapping[str, Sequence[str]] | None = None) -> dict[str, list[str]]:
+    """``{"problems": [...], "warnings": [...]}`` for the variable names no role reads.
+
+    ``names``: every variable the run sets (the inventory's, the extra vars', the play's);
+    ``specs``: role -> its ``main`` options, every role of the collection; ``also_known``: names
+    the collection itself sets or the inventory plugin gives (facts, registered results,
+    :data:`INVENTORY_HOST_VARS`); ``ignored``: Ansible's own names (magic and connection
+    variables); ``where``: name -> the files that set it, where known.
+
+    A name is looked at when it has a role's prefix (``<role>_``) or is close to a known one;
+    names starting with ``_`` or ``ansible_`` are Ansible's or a role's own and are not. Each
+    unknown one is a warning naming the closest known name; it is a problem (the run stops)
+    when that name is :func:`consequential`."""
+    import difflib
+
+    types = {n: str(o.get("type") or "str") for options in specs.values() for n, o in options.items()
+             if isinstance(o, Mapping)}
+    known = set(types) | set(also_known)
+    skip = set(ignored)
+    prefixes = sorted((f"{role}_" for role in specs), key=len, reverse=True)
+    spec_names = sorted(types)
+    where = where or {}
+    problems: list[str] = []
+    warnings: list[str] = []
+    for name in sorted({str(n) for n in names}):
+        if name in known or name in skip or name.startswith(("_", "ansible_")):
+            continue
+        role = next((p[:-1] for p in prefixes if name.startswith(p)), None)
+        close = difflib.get_close_matches(name, spec_names, n=1, cutoff=CLOSE)
+        if role is None and not close:
+            continue
+        files = list(where.get(name) or [])
+        place = (f"set in {', '.join(files)}" if files else
+                 "set where no group_vars or host_vars file beside the inventory or the playbooks says: "
+                 "look in the extra vars (-e), the inventory file and the play's vars")
+        spec_file = f"roles/{role}/meta/argument_specs.yml" if role else "the roles' meta/argument_specs.yml"
+        if close and consequential(close[0], types.get(close[0], "")):
+            problems.append(f"{name} is no variable of any role ({place}), so the role would use its default "
+                            f"{close[0]}, which decides where data is written or what is trusted: did you mean "
+                            f"{close[0]}? Rename it")
+        elif close:
+            warnings.append(f"{name} is no variable of any role ({place}) and is ignored: did you mean {close[0]}? "
+                            f"Rename it; the run goes on with {close[0]}'s value as set elsewhere or its default")
+        else:
+            warnings.append(f"{name} has role {role}'s prefix but is no variable of it ({place}) and is ignored: "
+                            f"{spec_file} lists what the role reads; rename or remove it")
+    return {"problems": problems, "warnings": warnings}
+
+
+def names_set_in(data: Any) -> set[str]:
+    """The variable names a task file, play or vars file of the collection sets: what it
+    registers, its ``set_fact`` keys, its ``vars`` keys and loop variables, at any depth."""
+    out: set[str] = set()
+    if isinstance(data, Mapping):
+        for key, value in data.items():
+            if key == "register" and isinstance(value, str):
+                out.add(value)
+            elif key in ("set_fact", "ansible.builtin.set_fact", "vars") and isinstance(value, Mapping):
+                out.update(str(k) for k in value if k != "cacheable")
+            elif key == "loop_var" and isinstance(value, str):
+                out.add(value)
+            out |= names_set_in(value)
+    elif isinstance(data, list):
+        for item in data:
+            out |= names_set_in(item)
+    return out

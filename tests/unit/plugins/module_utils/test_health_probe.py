@@ -83,17 +83,24 @@ def test_the_command_gives_the_modules_result(tools, tmp_path, check_mode):
     assert got["changed"] is False and got["facts"]["healthcheck_gpu_count"] == 8
 
 
-def test_the_mount_test_runs_on_the_node_and_cleans_up(tools, tmp_path):
+@pytest.mark.parametrize("floor", ["ND96asr_v4", "this machine's own"])
+def test_the_mount_test_runs_on_the_node_and_cleans_up(tools, tmp_path, floor):
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     p = params(tool_dirs=[str(tools)], fs_path=str(scratch), fs_files=2, fs_file_size_mb=1, fs_parallel=2)
+    if floor != "ND96asr_v4":  # a floor amid this machine's read speeds: two live reads may fall either side
+        p = params(**{**p, "thresholds": {"default": {"fs_read_mbps": 200, "fs_write_mbps": 1}}})
     got = read_outcome(p, shell(probe_command(sys.executable, p, False, sources())), False)
     bench = got["facts"]["healthcheck_fs_bench_run"]
     assert bench["files"] == 2 and bench["write_mbps"] > 0 and bench["read_mbps"] > 0, bench
     assert {c["check"] for c in got["checks"]} >= {"fs_write", "fs_read"}
     assert list(scratch.iterdir()) == []
-    # the same checks and statuses as the module's way (the figures differ run to run)
-    statuses = [(c["check"], c["status"]) for c in module_way(p)["checks"]]
+    # The same checks and statuses as the module's way, judged on the figures this run recorded:
+    # a second live read would differ, and fall on the other side of a floor under load (issue 49).
+    raw = probe({**p, "fs_path": ""}, False)  # the module's own probe, every tool but the mount test
+    raw.update(fs_isdir=True, fs_bench=bench)
+    limits = health.thresholds_for(p["vm_size"], p["thresholds"])
+    statuses = [(c["check"], c["status"]) for c in module_result(p, raw, limits, False, False)["checks"]]
     assert [(c["check"], c["status"]) for c in got["checks"]] == statuses
 
 

@@ -250,3 +250,49 @@ def test_a_holder_that_does_not_end_is_named_with_what_to_do(tmp_path):
                     "since 2026-11-27T01:02:03Z) and did not end within 60 s: wait for it to end, or stop it (kill "
                     "that pid; its azcopy ends with it), then rerun, which resumes where it stopped. If that host is "
                     "gone for good, remove /mnt/scratch/cosmoflow/.amlhpc-staged/0.lock.")
+
+
+class KilledAtBirth(BaseException):
+    """What a ``kill -9`` right after a folder is made leaves: nothing after that line runs."""
+
+
+def test_the_azcopy_folder_is_0700_from_birth_and_recorded_before_it_exists(tmp_path, monkeypatch):
+    """Issue 49 item 6 (red on 2.2.0): the stage's azcopy folder (/tmp/amlhpc-azcopy-*, the job
+    plans that carry the SAS) survived a ``kill -9`` and the rerun: it was made before the lock
+    file named it, so a stage killed in between left a folder no later stage knew of. Killed the
+    moment the folder exists, the lock file already names it (the next stage removes it), and it
+    was made 0700 whatever the umask."""
+    from amlhpc.staging import azcopy_sync
+    from amlhpc.staging.azcopy_lock import WORKDIR_PREFIX
+
+    lock_file(tmp_path)
+    seen = {}
+    real_mkdir = os.mkdir
+
+    def mkdir(path, mode=0o777, **kw):
+        real_mkdir(path, mode, **kw)
+        if os.path.basename(str(path)).startswith(WORKDIR_PREFIX):
+            seen["path"], seen["mode"] = str(path), os.stat(path).st_mode & 0o777
+            raise KilledAtBirth()
+
+    old_umask = os.umask(0)
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    try:
+        with stage_lock(str(tmp_path), 0, wait=0) as held:
+            with pytest.raises(KilledAtBirth):
+                azcopy_sync._run_copy(
+                    azcopy=str(tmp_path / "no-azcopy"), source_url="https://a.blob.core.windows.net/c", sas="",
+                    staging=str(tmp_path / "staging"), include_pattern=None, blobs=["a"], decompress=False,
+                    cap_mbps=None, env={}, auth="sas", auth_options={}, limit=(10.0, "test"), stall=None,
+                    cancel=None, held=held, node="n0", on_progress=lambda _p: None)
+    finally:
+        monkeypatch.undo()
+        os.umask(old_umask)
+    try:
+        assert seen["mode"] == 0o700
+        recorded = json.loads(lock_file(tmp_path).read_text())
+        assert recorded.get("workdir") == seen["path"], recorded
+    finally:
+        import shutil
+
+        shutil.rmtree(seen.get("path", str(tmp_path / "none")), ignore_errors=True)

@@ -62,3 +62,22 @@ def test_the_stage_never_removes_a_file_outside_its_folder(tmp_path):
     assert f"{victim}.gz" in str(err.value)
     assert_unchanged(files)
     assert os.listdir(tmp_path / "stage") in ([], [".amlhpc-staged"])
+
+
+def test_a_folder_where_a_planned_file_goes_is_refused_with_the_fix(tmp_path):
+    """Issue 49 item 6 (red on 2.2.0): a blob whose file name is a folder in the stage folder
+    (an earlier data set's, a user's) ended in a raw ``[Errno 21] Is a directory`` on every run.
+    Refused before anything is fetched or removed, naming the folder and the fix; the folder
+    and what it holds stay."""
+    stage = tmp_path / "stage"
+    (stage / "train" / "u_a1_000.tfrecord").mkdir(parents=True)
+    (stage / "train" / "u_a1_000.tfrecord" / "keep.txt").write_text("the user's")
+    expected = [ExpectedFile("train/u_a1_000.tfrecord.gz", 5, True), ExpectedFile("train/u_a1_001.tfrecord", 5, False)]
+    with pytest.raises(StageError) as err:
+        stage_shard(azcopy="/nonexistent/azcopy", source_url="http://127.0.0.1:1/a/c", stage_dir=str(stage),
+                    rank=0, blobs=[e.blob for e in expected], expected=expected, prune=True, shared=False)
+    text = str(err.value)
+    assert "train/u_a1_000.tfrecord" in text and "is a folder" in text, text
+    assert "Errno" not in text and "azcopy was not found" not in text, text
+    assert "remove or move that folder" in text, text
+    assert (stage / "train" / "u_a1_000.tfrecord" / "keep.txt").read_text() == "the user's"

@@ -60,9 +60,12 @@ def test_a_name_that_passes_stays_strictly_inside_any_folder(name):
 
 @given(prefix=st.sampled_from(["", "v07", "v07/", "a/b"]), names=st.lists(ANY_NAME, max_size=8, unique=True))
 @example(prefix="v07", names=["/etc/passwd_000.tfrecord.gz"])
+@example(prefix="v", names=["d.gz", "d.gz/e.gz"])  # issue 49: a file and a folder under one raw name
+@example(prefix="v", names=["d", "d/e.gz"])
 def test_the_plan_takes_only_names_that_stay_inside(prefix, names):
     """Whatever the container lists below any prefix: the planner refuses the listing, or
-    every name it plans is one a stage may write (and no two land on one file)."""
+    every name it plans is one a stage may write (and no two land on one file, and no name is
+    both a file and a folder, as listed or as staged)."""
     listed = [f"{prefix.rstrip('/')}/{n}" if prefix else n for n in names]
     blobs = [blob_from(n, 100, "gzip" if n.endswith(".gz") else "", {}, prefix) for n in listed]
     try:
@@ -72,6 +75,8 @@ def test_the_plan_takes_only_names_that_stay_inside(prefix, names):
     planned = [b.name for s in shards for b in s.blobs]
     assert all(name_problem(n) is None for n in planned), planned
     assert not listing_problems([n[:-3] if n.endswith(".gz") else n for n in planned])
+    for shown in (planned, [n[:-3] if n.endswith(".gz") else n for n in planned]):
+        assert not [(a, b) for a in shown for b in shown if b.startswith(a + "/")], shown
 
 
 # --- the sentinel tree ---------------------------------------------------------------------------

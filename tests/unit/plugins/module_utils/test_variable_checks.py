@@ -8,15 +8,19 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from amlhpc.validate.variable_checks import (
     UNSET,
+    INVENTORY_HOST_VARS,
     cluster_name_problem,
+    consequential,
+    names_set_in,
     path_problem,
     roles_to_check,
     spec_problems,
+    unknown_variable_findings,
     variable_problems,
     vm_size_problem,
 )
@@ -108,3 +112,129 @@ def test_every_path_variable_must_be_absolute(data):
 def test_vm_size_names(size, problem, warning):
     got = vm_size_problem(size)
     assert (got[0] is not None, got[1] is not None) == (problem, warning)
+
+
+# --- Every variable name checked (issue 49 item 3) ---------------------------------------------
+
+KNOWN = sorted({n for options in SPECS.values() for n in options})
+TYPES = {n: o.get("type", "str") for options in SPECS.values() for n, o in options.items()}
+
+
+def _one_edit(name: str, data) -> str:
+    """``name`` with one edit a hand makes: a letter dropped, doubled, swapped with the next, or
+    replaced, or one added."""
+    i = data.draw(st.integers(0, len(name) - 1))
+    kind = data.draw(st.sampled_from(["drop", "double", "swap", "replace", "insert"]))
+    letter = data.draw(st.sampled_from(string.ascii_lowercase + "_"))
+    if kind == "drop":
+        return name[:i] + name[i + 1:]
+    if kind == "double":
+        return name[:i] + name[i] + name[i:]
+    if kind == "swap" and i + 1 < len(name):
+        return name[:i] + name[i + 1] + name[i] + name[i + 2:]
+    if kind == "replace":
+        return name[:i] + letter + name[i + 1:]
+    return name[:i] + letter + name[i:]
+
+
+def _within_one_edit(a: str, b: str) -> bool:
+    """The oracle, apart from difflib: a and b differ by at most one drop, insert, replace or swap."""
+    if a == b:
+        return True
+    if abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        return len(diff) == 1 or (len(diff) == 2 and diff[1] == diff[0] + 1
+                                  and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]])
+    short, long_ = sorted((a, b), key=len)
+    return any(long_[:i] + long_[i + 1:] == short for i in range(len(long_)))
+
+
+def _findings(names, where=None):
+    return unknown_variable_findings(names, SPECS, INVENTORY_HOST_VARS, where=where)
+
+
+def test_the_issue_s_typos_are_named_with_the_fix():
+    out = _findings(["stage_dri", "submit_proces_count_per_node"],
+                    where={"stage_dri": ["inventory/mine/group_vars/all.yml"]})
+    assert out["problems"] == [
+        "stage_dri is no variable of any role (set in inventory/mine/group_vars/all.yml), so the role would use its "
+        "default stage_dir, which decides where data is written or what is trusted: did you mean stage_dir? Rename it"]
+    assert len(out["warnings"]) == 1
+    assert "submit_proces_count_per_node is no variable of any role" in out["warnings"][0]
+    assert "did you mean submit_process_count_per_node?" in out["warnings"][0]
+    assert "look in the extra vars (-e)" in out["warnings"][0]
+
+
+def test_a_role_prefix_without_a_close_name_is_a_warning_naming_the_spec():
+    out = _findings(["stage_something_else_entirely"])
+    assert out["problems"] == []
+    assert out["warnings"] == [
+        "stage_something_else_entirely has role stage's prefix but is no variable of it (set where no group_vars or "
+        "host_vars file beside the inventory or the playbooks says: look in the extra vars (-e), the inventory file "
+        "and the play's vars) and is ignored: roles/stage/meta/argument_specs.yml lists what the role reads; rename "
+        "or remove it"]
+
+
+def test_ansible_s_names_and_the_inventory_plugin_s_host_vars_are_no_typo():
+    names = ["inventory_hostname", "groups", "group_names", "hostvars", "playbook_dir", "omit", "ansible_host",
+             "ansible_ssh_common_args", "_validate_switches", *INVENTORY_HOST_VARS]
+    assert _findings(names) == {"problems": [], "warnings": []}
+
+
+def test_the_inventory_plugin_s_host_vars_are_those_its_documentation_lists():
+    doc = (ROOT / "plugins" / "inventory" / "azureml_compute.py").read_text()
+    block = doc[doc.index("Host vars:"):doc.index("A port that arrives")]
+    import re
+    assert set(re.findall(r"C\((aml_[a-z_]+)\)", block)) == INVENTORY_HOST_VARS
+
+
+def test_the_shipped_inventories_and_plays_set_no_unknown_name():
+    names = set()
+    inventory = ROOT / "inventory"
+    for path in list(inventory.rglob("group_vars/**/*.yml")) + list(inventory.rglob("host_vars/**/*.yml")):
+        names |= set(yaml.safe_load(path.read_text()) or {})
+    known = set(INVENTORY_HOST_VARS)
+    for path in list((ROOT / "roles").glob("*/tasks/*.yml")) + list((ROOT / "playbooks").rglob("*.yml")):
+        known |= names_set_in(yaml.safe_load(path.read_text()))
+    for path in list((ROOT / "roles").glob("*/defaults/*.yml")) + list((ROOT / "roles").glob("*/vars/*.yml")):
+        known |= set(yaml.safe_load(path.read_text()) or {})
+    assert unknown_variable_findings(names | known, SPECS, known) == {"problems": [], "warnings": []}
+
+
+def test_the_names_a_play_sets_are_found_at_any_depth():
+    play = [{"hosts": "x", "vars": {"a_var": 1}, "tasks": [
+        {"block": [{"ansible.builtin.set_fact": {"b_fact": 1, "cacheable": True}, "register": "c_reg"}]},
+        {"ansible.builtin.debug": None, "loop_control": {"loop_var": "d_item"}, "vars": {"e_var": 2}}]}]
+    assert names_set_in(play) == {"a_var", "b_fact", "c_reg", "d_item", "e_var"}
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(KNOWN))
+def test_a_known_name_never_warns(name):
+    assert _findings([name]) == {"problems": [], "warnings": []}
+
+
+@settings(max_examples=500, deadline=None)
+@given(name=st.sampled_from(KNOWN), data=st.data())
+def test_any_one_edit_typo_of_a_known_name_is_caught_and_the_name_suggested(name, data):
+    typo = _one_edit(name, data)
+    assume(typo not in KNOWN and typo not in INVENTORY_HOST_VARS and not typo.startswith(("_", "ansible_")))
+    # Where two known names are one edit from the typo, either is a right guess.
+    candidates = [k for k in KNOWN if _within_one_edit(typo, k)]
+    out = _findings([typo])
+    found = out["problems"] + out["warnings"]
+    assert len(found) == 1, (typo, out)
+    assert any(f"did you mean {k}?" in found[0] for k in candidates), (typo, candidates, found)
+    suggested = next(k for k in candidates if f"did you mean {k}?" in found[0])
+    assert bool(out["problems"]) == consequential(suggested, TYPES.get(suggested, "")), (typo, out)
+
+
+def test_what_a_typo_stops_the_run_for():
+    for name in ("stage_dir", "stage_azcopy_path", "submit_checkpoint_sas_file", "stage_sas", "stage_auth",
+                 "ssh_trust_verify", "ssh_trust_known_hosts", "stage_prune", "prepare_dataset_account_key",
+                 "beeond_mount_point"):
+        assert consequential(name, TYPES.get(name, "")), name
+    for name in ("submit_process_count_per_node", "healthcheck_spare_nodes", "stage_stall_seconds", "nccl_enabled"):
+        assert not consequential(name, TYPES.get(name, "")), name
