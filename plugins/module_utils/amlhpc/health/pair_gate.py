@@ -286,8 +286,8 @@ def advance(state: Mapping[str, Any], figures: Mapping[str, Mapping[str, Any]]) 
 
     ``figures[client]`` is ``{"value": float|None, "values": [float], "error": str}`` of the pair
     the client ran (its best reading counts; a pair whose client left no figure fails with "no
-    result"). The rounds so far make the reference (:func:`reference` over :func:`basis`; round 1
-    is judged against itself); what the figures say about each node is worked out again from
+    result"). Round 1 is judged against its own readings, a later round against its control pairs
+    where there are enough, else its own pairs (:func:`reference`); what the figures say about each node is worked out again from
     every round (:func:`evidence`)."""
     # A new state: the rounds so far are kept as they were (never changed once judged), the
     # rest is worked out afresh below.
@@ -321,19 +321,6 @@ def advance(state: Mapping[str, Any], figures: Mapping[str, Mapping[str, Any]]) 
     new["next"], new["next_readings"], new["done"] = pairs, new.get("readings", READINGS), not pairs
     new["undecided"] = (ev["suspects"] + ev["untested"]) if not pairs else []
     return new
-
-
-def basis(rounds: Iterable[Mapping[str, Any]]) -> list[float]:
-    """The readings the reference is made of: every reading of round 1 (all the pairs, a sample of
-    the fabric with at most the bad nodes' share of faults in it) and of every later pair that
-    passed. Later pairs that failed stay out: those rounds are chosen around suspects, and their
-    readings would drag the statistic toward the very faults being tested for."""
-    out: list[float] = []
-    for i, r in enumerate(rounds):
-        for m in r["pairs"]:
-            if i == 0 or m["status"] == health.PASS:
-                out += [float(v) for v in (m.get("values") or ([m["value"]] if m["value"] is not None else []))]
-    return out
 
 
 def _tests(state: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -566,17 +553,6 @@ def report_lines(state: Mapping[str, Any], max_pairs: int = 16) -> list[str]:
     counted = (f"{len(passed)} pair(s) passed, {min(passed):.2f} to {max(passed):.2f} {unit}" if passed
                else "no pair passed")
     return [f"healthcheck {line}" for line in (lines[0], counted, *kept, lines[-1])]
-
-
-def simulate(nodes: list[str], bandwidth: Any, tool: str = "iperf3", **kw: Any) -> dict[str, Any]:
-    """Run the gate against ``bandwidth(a, b) -> float | None``, called once per reading (tests and bench)."""
-    state = start(nodes, tool, **kw)
-    while not state["done"]:
-        k = state["next_readings"]
-        figures = {b: {"values": [v for v in (bandwidth(a, b) for _i in range(k)) if v is not None], "error": ""}
-                   for a, b in state["next"]}
-        state = advance(state, figures)
-    return state
 
 
 # --------------------------------------------------------------------------------------
