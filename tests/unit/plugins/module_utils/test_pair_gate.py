@@ -57,7 +57,12 @@ def test_one_bad_node_is_named_in_a_fixed_number_of_rounds(n):
 def test_a_healthy_cluster_passes_in_one_round_or_two_when_odd(n):
     state = simulate(names(n), lambda a, b: GOOD + (hash((a, b)) % 7) / 10)
     assert failing(state) == []
-    assert len(state["rounds"]) == (1 if n % 2 == 0 else 2)
+    # Up to 16 nodes with no floor, an odd cluster takes a third round: until a pair inside
+    # every possible healthy majority is measured, the readings cannot tell (issue 50).
+    assert len(state["rounds"]) == (1 if n % 2 == 0 else 3 if n <= pair_gate.CANNOT_TELL_MAX_NODES else 2)
+    if n % 2:
+        floored = simulate(names(n), lambda a, b: GOOD, minimum=1.0)
+        assert failing(floored) == [] and len(floored["rounds"]) == 2
     assert all(c["status"] == "pass" for c in verdicts(state).values())
     tested = {x for r in state["rounds"] for m in r["pairs"] for x in (m["a"], m["b"])}
     assert tested == set(names(n))
