@@ -93,6 +93,18 @@ def pair_minimum(vm_size: str | None, tool: str, overrides: Mapping[str, Any] | 
     return None if value in (None, "") else float(value)
 
 
+def floor_warning(vm_size: str | None, tool: str, overrides: Mapping[str, Any] | None = None) -> str:
+    """One sentence where ``vm_size`` is not in :data:`PAIR_THRESHOLDS` and no override sets a
+    floor of ``tool`` for it (ND MI300X v5, ND GB200 v6 and the NC sizes have no published
+    two-node figure the table could cite), else "". No size known (the twin): ""."""
+    key = (vm_size or "").strip().lower()
+    if not key or key in PAIR_THRESHOLDS or pair_minimum(vm_size, tool, overrides) is not None:
+        return ""
+    return (f"no {tool} pair floor is known for {vm_size.strip()} (the table has "
+            f"{', '.join(sorted(PAIR_THRESHOLDS))}): only the pairs' relative rule judges, and where it "
+            f"cannot tell the gate says so; set healthcheck_pair_thresholds: {{{vm_size.strip()}: {{{tool}: <figure>}}}}")
+
+
 def choose_tool(found: Mapping[str, Mapping[str, Any]], preferred: str = "auto") -> tuple[str, str]:
     """``(tool, reason)`` from what each node has (``found[node]``: ``{"nccl": bool,
     "ib_write_bw": bool, "iperf3": bool}``); ``("", reason)`` when no tool is on every node."""
@@ -122,8 +134,10 @@ CONTROL_PAIRS = 16    # at most this many pairs of idle known-good nodes measure
 
 
 def start(nodes: Iterable[str], tool: str, *, minimum: float | None = None, relative: float = RELATIVE,
-          max_rounds: int = MAX_ROUNDS, readings: int = READINGS, confirm: int = CONFIRM) -> dict[str, Any]:
-    """The gate before round 1: its first round's pairs planned (inventory order, one reading each)."""
+          max_rounds: int = MAX_ROUNDS, readings: int = READINGS, confirm: int = CONFIRM,
+          warnings: Iterable[str] = ()) -> dict[str, Any]:
+    """The gate before round 1: its first round's pairs planned (inventory order, one reading
+    each); ``warnings`` (:func:`floor_warning`) head its summary."""
     order = list(dict.fromkeys(nodes))
     pairs = [[order[i], order[i + 1]] for i in range(0, len(order) - 1, 2)]
     return {"tool": tool, "unit": UNITS.get(tool, ""), "nodes": order, "minimum": minimum,
@@ -131,7 +145,7 @@ def start(nodes: Iterable[str], tool: str, *, minimum: float | None = None, rela
             "confirm": max(2, int(confirm)), "reference": None, "spread": None, "threshold": None,
             "rounds": [], "good": [], "suspects": [], "untested": order[len(pairs) * 2:] if len(order) > 1 else [],
             "blamed": {}, "undecided": [], "links": [], "cleared": [], "next": pairs, "next_readings": 1,
-            "done": not pairs}
+            "done": not pairs, "warnings": [w for w in warnings if w]}
 
 
 def skipped_state(nodes: Iterable[str], reason: str) -> dict[str, Any]:
@@ -650,6 +664,7 @@ def summary(state: Mapping[str, Any]) -> list[str]:
     lines = [f"pair gate: {state.get('tool')} over {len(state.get('nodes') or [])} node(s), "
              f"{len(state.get('rounds') or [])} round(s)"
              + (f", median {state['reference']:.2f} {unit}" if state.get("reference") else "")]
+    lines += [f"warning: {w}" for w in state.get("warnings") or []]
     for r in state.get("rounds") or []:
         for m in r["pairs"]:
             figure = "no figure" if m["value"] is None else f"{fig(m['value'])} {unit}"
@@ -686,7 +701,7 @@ def report_lines(state: Mapping[str, Any], max_pairs: int = 16) -> list[str]:
     passed = [m["value"] for m in pairs if m["status"] == health.PASS]
     unit = state.get("unit", "")
     kept = [line for line in lines[1:-1] if " FAIL" in line or " LOW" in line
-            or line.startswith(("retested:", "undecided:"))]
+            or line.startswith(("retested:", "undecided:", "warning:"))]
     counted = (f"{len(passed)} pair(s) passed, {min(passed):.2f} to {max(passed):.2f} {unit}" if passed
                else "no pair passed")
     return [f"healthcheck {line}" for line in (lines[0], counted, *kept, lines[-1])]
