@@ -344,8 +344,8 @@ def level_reference(rounds: Iterable[Mapping[str, Any]], relative: float,
     more names the slow end. The fabric's level is the highest figure ``v`` that more than half
     of the nodes can have reached: ``v`` is shown (within the cut, ``relative`` lowered by the
     repeated readings' own spread) by more than half of the nodes whose readings say anything
-    about themselves, and the nodes it proves slow (below the cut beside a node that reached it)
-    are fewer than half. A node whose every pair was with a node proven slow says nothing about
+    about themselves, and the nodes it proves slow (never at the cut, and below it beside a node
+    that reached it) are fewer than half. A node whose every pair was with a node proven slow says nothing about
     itself (its best figure is its partner's). :func:`reference` is then taken over every reading
     of every pair of two nodes not proven slow, in every round."""
     tests = [m for r in rounds for m in r["pairs"] if m.get("value")]
@@ -368,7 +368,7 @@ def level_reference(rounds: Iterable[Mapping[str, Any]], relative: float,
     def slow_at(level: float) -> tuple[set[str], int]:
         cut = factor * level
         slow = {x for m in tests if m["value"] < cut
-                for x, other in ((m["a"], m["b"]), (m["b"], m["a"])) if best[other] >= cut}
+                for x, other in ((m["a"], m["b"]), (m["b"], m["a"])) if best[other] >= cut > best[x]}
         mute = sum(1 for n in best if n not in slow and partners[n] <= slow)
         return slow, len(best) - len(slow) - mute
 
