@@ -191,7 +191,7 @@ def small_cell(model: dict, name: str, n: int, k: int, factor: float, args: argp
         got["undecided"] += unsure
         got["rounds"] = max(got["rounds"], len(state["rounds"]))
     return {"model": name, "n": n, "bad": k, "factor": factor, "runs": args.runs, **got,
-            "decidable": n >= 3 and 2 * k < n}
+            "decidable": n >= 3 and 2 * k < n and k > 0}
 
 
 def gate_run(model: dict, n: int, bad: dict[int, float], dip: float, rng: random.Random) -> dict:
@@ -227,8 +227,8 @@ def small(args: argparse.Namespace) -> int:
     out = []
     for name in args.models.split(","):
         for n in range(2, 17):
-            for k in range(1, n // 2 + 1):
-                for factor in (0.35, 0.5):
+            for k in range(0, n // 2 + 1):
+                for factor in ((0.35, 0.5) if k else (1.0,)):
                     row = small_cell(SMALL_MODELS[name], name, n, k, factor, args)
                     out.append(row)
                     pct = {key: 100 * row[key] / row["runs"] for key in ("exact", "healthy_named", "bad_passed",

@@ -133,3 +133,17 @@ def test_a_size_without_a_floor_is_warned_about_by_name():
     assert pair_gate.floor_warning("Standard_ND96isr_MI300X_v5", "ib_write_bw",
                                    {"default": {"ib_write_bw": 300}}) == ""
     assert pair_gate.floor_warning("", "iperf3") == ""  # no size known (the twin): nothing to name
+
+
+@pytest.mark.parametrize("n, bad", [(5, {0, 2}), (7, {0, 2, 4}), (9, {0, 1, 2, 3}), (12, {0, 2, 4, 6, 8})])
+def test_fixed_seed_cells_of_the_small_sweep(n, bad):
+    # A few cells of bench/pair_gate_noise_bench.py --small (1 % noise per node and per reading,
+    # no floor, bad nodes at 0.35x placed apart or together), seeded: every run exact.
+    nodes = names(n)
+    slow = {nodes[i] for i in bad}
+    for seed in range(10):
+        rng = random.Random(seed)
+        speed = {x: rng.lognormvariate(0, 0.01) * (BAD if x in slow else 1.0) for x in nodes}
+        state = simulate(nodes, lambda a, b, s=speed, r=rng: min(s[a], s[b]) * LEVEL * r.lognormvariate(0, 0.01))
+        assert failing(state) == sorted(slow) and named(state) == sorted(slow), (seed, pair_gate.summary(state))
+        assert len(state["rounds"]) <= 4
