@@ -231,8 +231,8 @@ def small(args: argparse.Namespace) -> int:
                 for factor in ((0.35, 0.5) if k else (1.0,)):
                     row = small_cell(SMALL_MODELS[name], name, n, k, factor, args)
                     out.append(row)
-                    pct = {key: 100 * row[key] / row["runs"] for key in ("exact", "healthy_named", "bad_passed",
-                                                                          "undecided")}
+                    keys = ("exact", "healthy_named", "bad_passed", "undecided")
+                    pct = {key: 100 * row[key] / row["runs"] for key in keys}
                     print(f"{name:<7} {n:>3} {k:>3} {factor:>5} {pct['exact']:>6.1f}% {pct['healthy_named']:>13.1f}% "
                           f"{pct['bad_passed']:>10.1f}% {pct['undecided']:>9.1f}% {row['rounds']:>6}"
                           + ("" if n >= 3 and 2 * k < n else "  (tie or one pair: the readings cannot decide)"),

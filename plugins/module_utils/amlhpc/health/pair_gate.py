@@ -102,7 +102,8 @@ def floor_warning(vm_size: str | None, tool: str, overrides: Mapping[str, Any] |
         return ""
     return (f"no {tool} pair floor is known for {vm_size.strip()} (the table has "
             f"{', '.join(sorted(PAIR_THRESHOLDS))}): only the pairs' relative rule judges, and where it "
-            f"cannot tell the gate says so; set healthcheck_pair_thresholds: {{{vm_size.strip()}: {{{tool}: <figure>}}}}")
+            f"cannot tell the gate says so; set healthcheck_pair_thresholds: "
+            f"{{{vm_size.strip()}: {{{tool}: <figure>}}}}")
 
 
 def choose_tool(found: Mapping[str, Mapping[str, Any]], preferred: str = "auto") -> tuple[str, str]:
