@@ -38,6 +38,13 @@ U(0.1, 0.9) in ``--dip`` of the readings; a pair's figure is its slower node's):
     .venv/bin/python bench/pair_gate_noise_bench.py [--runs 1000] [--runs-512 3000] [--sizes 4,5,8,16,32,64,128,256,512]
         [--models nd-a100-nccl,nd-h100-ibwb,nd-h100-nccl,twin,twin-floor,twin-iid] [--dip 0.02] [--json out.json]
         [--compare <a checkout of another version, e.g. git worktree add /tmp/v210 2.1.0>]
+    .venv/bin/python bench/pair_gate_noise_bench.py --small [--runs 60] [--runs-512 100] [--models steady,twin]
+
+``--small`` (issue 50): N = 2 ... 16 with 1 ... N/2 nodes at 0.35x and at 0.5x, placed one per
+round-1 pair, packed into the fewest pairs, or at random in turn, no floor; per cell the share
+of runs that are exact (the bad nodes fail, nobody else, nothing undecided), that name a healthy
+node, that pass a bad node silently (no "cannot tell"), that end undecided or "cannot tell",
+and the most rounds; then healthy 512-node clusters with the dips.
 """
 
 from __future__ import annotations
@@ -147,6 +154,102 @@ def measure(model: dict, name: str, n: int, args: argparse.Namespace, gate) -> d
             "half_named": found["half"], "quarter_named": found["quarter"], "n8_named": many, "max_rounds": rounds}
 
 
+SMALL_MODELS = {
+    # A steady fabric with no floor (iperf3 on a size without one, or healthcheck_pair_relative
+    # alone): 1 % per node and per reading, as the ND models above.
+    "steady": {"tool": "iperf3", "nominal": 10.0, "floor": None, "node": 0.01, "read": 0.01},
+    "twin": MODELS["twin"],
+}
+PLACEMENTS = ("apart", "together", "random")
+
+
+def placed(n: int, k: int, how: str, rng: random.Random) -> set[int]:
+    """``k`` bad nodes placed adversarially: one in each round-1 pair (``apart``: the first
+    nodes of pairs 1, 2, ...; round 1 then reads a bad node in k pairs), in as few round-1
+    pairs as they fill (``together``), or anywhere (``random``)."""
+    if how == "apart":
+        return {2 * i for i in range(k)}
+    if how == "together":
+        return set(range(k))
+    return set(rng.sample(range(n), k))
+
+
+def small_cell(model: dict, name: str, n: int, k: int, factor: float, args: argparse.Namespace) -> dict:
+    """One cell of the small-N sweep: ``runs`` gates of ``n`` nodes with ``k`` bad at ``factor``."""
+    rng = random.Random(f"{args.seed}-{name}-{n}-{k}-{factor}")
+    got = {"exact": 0, "healthy_named": 0, "bad_passed": 0, "undecided": 0, "rounds": 0}
+    for run in range(args.runs):
+        bad = placed(n, k, PLACEMENTS[run % len(PLACEMENTS)], rng)
+        state = gate_run(model, n, dict.fromkeys(bad, factor), args.dip, rng)
+        checks = {int(node[1:]): c[0] for node, c in pair_gate.node_checks(state).items()}
+        named = {int(node[1:]) for node in state.get("blamed") or {}}
+        unsure = bool(state.get("cannot_tell") or state.get("undecided"))
+        failing = {i for i, c in checks.items() if c["status"] == "fail"}
+        got["exact"] += failing == bad and not unsure
+        got["healthy_named"] += bool(named - bad)
+        got["bad_passed"] += any(checks[i]["status"] == "pass" for i in bad) and not state.get("cannot_tell")
+        got["undecided"] += unsure
+        got["rounds"] = max(got["rounds"], len(state["rounds"]))
+    return {"model": name, "n": n, "bad": k, "factor": factor, "runs": args.runs, **got,
+            "decidable": n >= 3 and 2 * k < n and k > 0}
+
+
+def gate_run(model: dict, n: int, bad: dict[int, float], dip: float, rng: random.Random) -> dict:
+    """:func:`run_gate`'s gate, its whole state."""
+    holder: dict = {}
+
+    class Keep:  # the gate's functions, keeping the last state
+        def __getattr__(self, attr):
+            return getattr(pair_gate, attr)
+
+        @staticmethod
+        def advance(state, figures):
+            holder["state"] = pair_gate.advance(state, figures)
+            return holder["state"]
+
+        @staticmethod
+        def start(*a, **kw):
+            holder["state"] = pair_gate.start(*a, **kw)
+            return holder["state"]
+
+    run_gate(model, n, bad, dip, rng, Keep())
+    return holder["state"]
+
+
+def small(args: argparse.Namespace) -> int:
+    """The small-N sweep (``--small``): N = 2 ... 16, 1 ... N/2 bad nodes at 0.35x and 0.5x, and
+    healthy 512-node clusters with dips."""
+    started, cpu0 = time.time(), time.process_time()
+    print(f"CPU: {cpumeter.cpu_name()}; dips: {100 * args.dip:g} % of readings x U(0.1, 0.9); "
+          f"{args.runs} runs per cell, bad nodes placed {'/'.join(PLACEMENTS)} in turn")
+    print(f"{'model':<7} {'N':>3} {'bad':>3} {'x':>5} {'exact':>7} {'healthy named':>14} {'bad passed':>11} "
+          f"{'undecided':>10} {'rounds':>6}")
+    out = []
+    for name in args.models.split(","):
+        for n in range(2, 17):
+            for k in range(0, n // 2 + 1):
+                for factor in ((0.35, 0.5) if k else (1.0,)):
+                    row = small_cell(SMALL_MODELS[name], name, n, k, factor, args)
+                    out.append(row)
+                    keys = ("exact", "healthy_named", "bad_passed", "undecided")
+                    pct = {key: 100 * row[key] / row["runs"] for key in keys}
+                    print(f"{name:<7} {n:>3} {k:>3} {factor:>5} {pct['exact']:>6.1f}% {pct['healthy_named']:>13.1f}% "
+                          f"{pct['bad_passed']:>10.1f}% {pct['undecided']:>9.1f}% {row['rounds']:>6}"
+                          + ("" if n >= 3 and 2 * k < n else "  (tie or one pair: the readings cannot decide)"),
+                          flush=True)
+    rng = random.Random(f"{args.seed}-512")
+    false = 0
+    for _run in range(args.runs_512):
+        state = gate_run(SMALL_MODELS["steady"], 512, {}, args.dip, rng)
+        false += any(c[0]["status"] == "fail" for c in pair_gate.node_checks(state).values())
+    print(f"steady  512 healthy, {args.runs_512} runs: a healthy node failed in {rate(false, args.runs_512)}")
+    print(f"{time.time() - started:.0f} s wall, {time.process_time() - cpu0:.0f} s CPU")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"cpu": cpumeter.cpu_name(), "dip": args.dip, "rows": out,
+                                               "n512_false": false, "n512_runs": args.runs_512}, indent=1))
+    return 0
+
+
 def rate(hits: int, runs: int) -> str:
     """A share with its 95 % upper bound where no run hit (3 / runs, the rule of three)."""
     if hits == 0:
@@ -165,7 +268,13 @@ def main() -> int:
     parser.add_argument("--json", default="")
     parser.add_argument("--compare", default="", help="another checkout (e.g. a worktree of 2.1.0): its gate "
                                                       "runs the same runs, printed below each row")
+    parser.add_argument("--small", action="store_true", help="the small-N sweep: N = 2 ... 16 with 1 ... N/2 bad "
+                        "nodes placed adversarially (models: steady, twin)")
     args = parser.parse_args()
+    if args.small:
+        if args.models == ",".join(MODELS):
+            args.models = ",".join(SMALL_MODELS)
+        return small(args)
     gates = [("this", pair_gate)] + ([("compare", load_gate(args.compare))] if args.compare else [])
     sizes = [int(s) for s in args.sizes.split(",")]
     started, cpu0 = time.time(), time.process_time()

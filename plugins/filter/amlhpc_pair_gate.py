@@ -26,12 +26,13 @@ def start(hostvars: Any, hosts: list[str], settings: dict[str, Any]) -> dict[str
         return gate.skipped_state(hosts, reason)
     try:
         minimum = gate.pair_minimum(settings.get("vm_size"), tool, settings.get("thresholds"))
+        warning = gate.floor_warning(settings.get("vm_size"), tool, settings.get("thresholds"))
     except ValueError as exc:
         from ansible.errors import AnsibleFilterError
         raise AnsibleFilterError(str(exc)) from exc
     state = gate.start(hosts, tool, minimum=minimum, relative=float(settings.get("relative", gate.RELATIVE)),
                        max_rounds=int(settings.get("max_rounds", gate.MAX_ROUNDS)),
-                       readings=int(settings.get("readings", gate.READINGS)))
+                       readings=int(settings.get("readings", gate.READINGS)), warnings=[warning])
     state["tool_reason"] = reason
     return gate.with_roles(state, _addresses(hostvars, hosts), int(settings.get("port", 5300)))
 

@@ -6,7 +6,8 @@ the node changes and the node needs no capability:
 
 * :func:`slow_link` - ``tc qdisc ... root tbf rate 10mbit``: the port delivers at a fraction of
   its rate (what a link trained down to a lower speed or a flapping cable looks like). This
-  machine's kernel has no ``netem``; ``tbf`` needs none.
+  machine's kernel has no ``netem``; ``tbf`` needs none. The bucket's burst is sized to the rate
+  (:func:`tbf_argv`): a fixed 32 kbit one capped every rate at 0.6-0.8 Gb/s.
 * :func:`lossy_link` - an ``iptables`` rule with the ``statistic`` match that drops a share of
   the packets the node sends (``-m physdev --physdev-in <veth>``: the bridge hands bridged
   packets to iptables, ``br_netfilter``), in Docker's ``DOCKER-USER`` chain.
@@ -23,6 +24,7 @@ deleted by its exact text). :func:`host_veth` finds the host-side end from the n
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 import subprocess
 from collections.abc import Iterator
@@ -44,11 +46,32 @@ def host_veth(twin: Any, node: Any) -> str:
     return match.group(1)
 
 
+TBF_HZ = 100               # the slowest kernel tick tbf may refill at (CONFIG_HZ is 100 to 1000)
+TBF_MIN_BURST = 16 * 1024  # bytes: above one MTU-sized packet with room, for low rates
+_RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps|tbps)?$", re.I)
+_BITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
+         "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9, "tbps": 8e12}
+
+
+def tbf_argv(veth: str, rate: str) -> list[str]:
+    """The ``tc`` command that limits ``veth`` to ``rate`` (tc's units: ``10mbit``, ``5gbit``,
+    ``125mbps``, a bare number of bits per second). tbf's rule: the bucket refills once per
+    kernel tick, so its burst must hold at least rate / HZ bytes or the rate is never reached;
+    the burst is that at :data:`TBF_HZ`, at least :data:`TBF_MIN_BURST`."""
+    match = _RATE.match(str(rate).strip())
+    if not match:
+        raise ValueError(f"rate '{rate}' is not one tc reads: give a number and a unit like 10mbit, 5gbit or 125mbps")
+    bits = float(match.group(1)) * _BITS[(match.group(2) or "bit").lower()]
+    burst = max(math.ceil(bits / 8 / TBF_HZ), TBF_MIN_BURST)
+    return ["tc", "qdisc", "add", "dev", veth, "root", "tbf", "rate", str(rate), "burst", f"{burst}b",
+            "latency", "400ms"]
+
+
 @contextlib.contextmanager
 def slow_link(twin: Any, node: Any, rate: str = "10mbit") -> Iterator[str]:
     """Limit what reaches ``node`` to ``rate`` (token bucket on its host-side veth)."""
     veth = host_veth(twin, node)
-    add = _run("tc", "qdisc", "add", "dev", veth, "root", "tbf", "rate", rate, "burst", "32kbit", "latency", "400ms")
+    add = _run(*tbf_argv(veth, rate))
     if add.returncode != 0:
         raise RuntimeError(f"tc could not slow {veth}: {add.stderr.strip()}")
     try:

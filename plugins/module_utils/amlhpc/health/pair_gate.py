@@ -23,11 +23,15 @@ One reading decides nothing:
   ``max_rounds`` (:data:`MAX_ROUNDS`) is **undecided**, fails, and one sentence says that too
   few known-good nodes were left; the summary's verdict lists every failing node.
 
-Each pair is judged against the VM size's floor (:data:`PAIR_THRESHOLDS`) and against a
-statistic of every pair figure so far (:func:`reference`): ``relative`` x the median, lowered
-where the figures' own robust spread (the MAD of their logarithms) says that is within their
-noise. At small N (fewer than :data:`SPREAD_MIN_FIGURES` figures) the floor and the
-confirmation carry the verdict. Up to N/8 bad nodes are named in at most 4 rounds
+Each pair is judged against the VM size's floor (:data:`PAIR_THRESHOLDS`) and against one
+reference of every round so far (:func:`level_reference`: the level more than half the nodes
+can have reached, as a fault only slows; then :func:`reference`'s ``relative`` x the median,
+lowered where the figures' own robust spread says that is within their noise). Every round
+judges the earlier ones again, so a node that passed beside a bad partner is not good for
+good. With no floor, up to :data:`CANNOT_TELL_MAX_NODES` nodes, the gate runs until a pair
+inside every possible healthy majority is measured; where it cannot (one pair, or
+``max_rounds`` spent) it says so and what to set (:func:`cannot_tell`) and the nodes fail as
+undecided. Up to N/8 bad nodes are named in at most 4 rounds
 (``tests/unit/plugins/module_utils/test_pair_gate_confirm.py``); the false-blame and
 detection rates under a noise model made of recorded figures are ``bench/pair_gate_noise_bench.py``'s.
 
@@ -89,6 +93,19 @@ def pair_minimum(vm_size: str | None, tool: str, overrides: Mapping[str, Any] | 
     return None if value in (None, "") else float(value)
 
 
+def floor_warning(vm_size: str | None, tool: str, overrides: Mapping[str, Any] | None = None) -> str:
+    """One sentence where ``vm_size`` is not in :data:`PAIR_THRESHOLDS` and no override sets a
+    floor of ``tool`` for it (ND MI300X v5, ND GB200 v6 and the NC sizes have no published
+    two-node figure the table could cite), else "". No size known (the twin): ""."""
+    key = (vm_size or "").strip().lower()
+    if not key or key in PAIR_THRESHOLDS or pair_minimum(vm_size, tool, overrides) is not None:
+        return ""
+    return (f"no {tool} pair floor is known for {vm_size.strip()} (the table has "
+            f"{', '.join(sorted(PAIR_THRESHOLDS))}): only the pairs' relative rule judges, and where it "
+            f"cannot tell the gate says so; set healthcheck_pair_thresholds: "
+            f"{{{vm_size.strip()}: {{{tool}: <figure>}}}}")
+
+
 def choose_tool(found: Mapping[str, Mapping[str, Any]], preferred: str = "auto") -> tuple[str, str]:
     """``(tool, reason)`` from what each node has (``found[node]``: ``{"nccl": bool,
     "ib_write_bw": bool, "iperf3": bool}``); ``("", reason)`` when no tool is on every node."""
@@ -118,8 +135,10 @@ CONTROL_PAIRS = 16    # at most this many pairs of idle known-good nodes measure
 
 
 def start(nodes: Iterable[str], tool: str, *, minimum: float | None = None, relative: float = RELATIVE,
-          max_rounds: int = MAX_ROUNDS, readings: int = READINGS, confirm: int = CONFIRM) -> dict[str, Any]:
-    """The gate before round 1: its first round's pairs planned (inventory order, one reading each)."""
+          max_rounds: int = MAX_ROUNDS, readings: int = READINGS, confirm: int = CONFIRM,
+          warnings: Iterable[str] = ()) -> dict[str, Any]:
+    """The gate before round 1: its first round's pairs planned (inventory order, one reading
+    each); ``warnings`` (:func:`floor_warning`) head its summary."""
     order = list(dict.fromkeys(nodes))
     pairs = [[order[i], order[i + 1]] for i in range(0, len(order) - 1, 2)]
     return {"tool": tool, "unit": UNITS.get(tool, ""), "nodes": order, "minimum": minimum,
@@ -127,7 +146,7 @@ def start(nodes: Iterable[str], tool: str, *, minimum: float | None = None, rela
             "confirm": max(2, int(confirm)), "reference": None, "spread": None, "threshold": None,
             "rounds": [], "good": [], "suspects": [], "untested": order[len(pairs) * 2:] if len(order) > 1 else [],
             "blamed": {}, "undecided": [], "links": [], "cleared": [], "next": pairs, "next_readings": 1,
-            "done": not pairs}
+            "done": not pairs, "warnings": [w for w in warnings if w]}
 
 
 def skipped_state(nodes: Iterable[str], reason: str) -> dict[str, Any]:
@@ -282,16 +301,14 @@ def _readings(got: Mapping[str, Any]) -> list[float]:
 
 
 def advance(state: Mapping[str, Any], figures: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Judge the round just run and plan the next one.
+    """Judge the round just run, judge every earlier round again, and plan the next one.
 
     ``figures[client]`` is ``{"value": float|None, "values": [float], "error": str}`` of the pair
     the client ran (its best reading counts; a pair whose client left no figure fails with "no
-    result"). The rounds so far make the reference (:func:`reference` over :func:`basis`; round 1
-    is judged against itself); what the figures say about each node is worked out again from
-    every round (:func:`evidence`)."""
-    # A new state: the rounds so far are kept as they were (never changed once judged), the
-    # rest is worked out afresh below.
-    new = {**state, "rounds": list(state["rounds"])}
+    result"). Every pair of every round is judged against one reference, that of all the rounds
+    so far (:func:`level_reference`), so a verdict moves when the reference does; what the
+    figures say about each node is worked out again from every round (:func:`evidence`)."""
+    new = {**state, "rounds": [{**r, "pairs": [dict(m) for m in r["pairs"]]} for r in state["rounds"]]}
     number = len(new["rounds"]) + 1
     measured = []
     for a, b in new["next"]:
@@ -300,19 +317,12 @@ def advance(state: Mapping[str, Any], figures: Mapping[str, Mapping[str, Any]]) 
         measured.append({"a": a, "b": b, "value": max(values) if values else None, "values": values,
                          "readings": len(values),
                          "error": str(got.get("error") or ("" if got else f"no result from {b}"))})
-    repeats = [m.get("values") or [] for r in new["rounds"] for m in r["pairs"]] + [m["values"] for m in measured]
-    good_before = set(new.get("good") or [])
-    controls = [v for m in measured if m["a"] in good_before and m["b"] in good_before for v in m["values"]]
-    # Round 1 is a sample of the fabric; a later round is judged against what it measured itself
-    # (the fabric's level moves between rounds: the twin's rounds ranged from 0.58 to 4.9 Gb/s): its
-    # control pairs between known-good nodes where there are enough, else all its pairs (their
-    # median; the spread then comes from the repeated readings alone).
-    clean = not new["rounds"] or len(controls) >= SPREAD_MIN_FIGURES
-    figures = controls if new["rounds"] and clean else [v for m in measured for v in m["values"]]
-    ref = reference(figures, new["relative"], repeats, clean=clean)
-    for m in measured:
-        m["status"], m["reason"] = judge(m["value"], m["error"], new["minimum"], ref, new["relative"], new["unit"])
-    new["rounds"].append({"round": number, "pairs": measured, "reference": ref})
+    new["rounds"].append({"round": number, "pairs": measured, "reference": None})
+    ref = level_reference(new["rounds"], new["relative"], new["minimum"])
+    for r in new["rounds"]:
+        for m in r["pairs"]:
+            m["status"], m["reason"] = judge(m["value"], m["error"], new["minimum"], ref, new["relative"], new["unit"])
+    new["rounds"][-1]["reference"] = ref
     new["reference"], new["spread"], new["threshold"] = ref["median"], ref["spread"], ref["threshold"]
     ev = evidence(new)
     new.update({"good": ev["good"], "suspects": ev["suspects"], "untested": ev["untested"], "blamed": ev["blamed"],
@@ -320,20 +330,123 @@ def advance(state: Mapping[str, Any], figures: Mapping[str, Mapping[str, Any]]) 
     pairs = [] if number >= new["max_rounds"] else plan(new, ev)
     new["next"], new["next_readings"], new["done"] = pairs, new.get("readings", READINGS), not pairs
     new["undecided"] = (ev["suspects"] + ev["untested"]) if not pairs else []
+    new["cannot_tell"] = cannot_tell(new) if not pairs else ""
+    if new["cannot_tell"]:
+        new["undecided"] = [n for n in new["nodes"] if n not in new["blamed"]]
     return new
 
 
-def basis(rounds: Iterable[Mapping[str, Any]]) -> list[float]:
-    """The readings the reference is made of: every reading of round 1 (all the pairs, a sample of
-    the fabric with at most the bad nodes' share of faults in it) and of every later pair that
-    passed. Later pairs that failed stay out: those rounds are chosen around suspects, and their
-    readings would drag the statistic toward the very faults being tested for."""
-    out: list[float] = []
-    for i, r in enumerate(rounds):
-        for m in r["pairs"]:
-            if i == 0 or m["status"] == health.PASS:
-                out += [float(v) for v in (m.get("values") or ([m["value"]] if m["value"] is not None else []))]
-    return out
+def level_reference(rounds: Iterable[Mapping[str, Any]], relative: float,
+                    minimum: float | None = None) -> dict[str, Any]:
+    """The one reference every pair of every round is judged against, from all the rounds so far.
+
+    A fault only slows a node, and a pair reads its slower end, so a node's best pair figure is
+    a lower bound of what it can do, and a pair that reads low beside a partner that has shown
+    more names the slow end. The fabric's level is the highest figure ``v`` that more than half
+    of the nodes can have reached: ``v`` is shown (within the cut, ``relative`` lowered by the
+    repeated readings' own spread) by more than half of the nodes whose readings say anything
+    about themselves, and the nodes it proves slow (never at the cut, and below it beside a node
+    that reached it) are fewer than half. A node whose every pair was with a node proven slow says nothing about
+    itself (its best figure is its partner's). :func:`reference` is then taken over every reading
+    of every pair of two nodes not proven slow, in every round."""
+    tests = [m for r in rounds for m in r["pairs"] if m.get("value")]
+    repeats = [list(m.get("values") or []) for r in rounds for m in r["pairs"]]
+    best: dict[str, float] = {}
+    for m in tests:
+        for node in (m["a"], m["b"]):
+            best[node] = max(best.get(node, 0.0), float(m["value"]))
+    if not best:
+        return reference([], relative, repeats)
+    factor = reference([1.0], relative, repeats, clean=False)["factor"] or relative or 0.0
+    ordered = sorted(set(best.values()), reverse=True)
+    upper = sorted(best.values())[len(best) // 2]
+
+    partners: dict[str, set[str]] = {}
+    for m in tests:
+        partners.setdefault(m["a"], set()).add(m["b"])
+        partners.setdefault(m["b"], set()).add(m["a"])
+
+    def slow_at(level: float) -> tuple[set[str], int]:
+        cut = factor * level
+        slow = {x for m in tests if m["value"] < cut
+                for x, other in ((m["a"], m["b"]), (m["b"], m["a"])) if best[other] >= cut > best[x]}
+        mute = sum(1 for n in best if n not in slow and partners[n] <= slow)
+        return slow, len(best) - len(slow) - mute
+
+    slow: set[str] = set()
+    for level in ordered:
+        if level < upper:
+            break
+        shown = sum(value >= factor * level for value in best.values())
+        if shown < 2:
+            continue
+        slow, telling = slow_at(level)
+        if 2 * shown > telling and 2 * len(slow) < len(best):
+            break
+    else:
+        slow, _telling = slow_at(upper)
+    if minimum is not None:
+        slow |= {n for n, value in best.items() if value < float(minimum)}
+    sample = [float(v) for m in tests if m["a"] not in slow and m["b"] not in slow
+              for v in (m.get("values") or [m["value"]])]
+    ref = reference(sample, relative, repeats)
+    # Nodes in doubt: below the cut of the highest figure two nodes have shown, which the level
+    # did not take (a minority reached it). A pair beside one of those nodes tells.
+    top = next((v for v in ordered if sum(value >= factor * v for value in best.values()) >= 2), ordered[0])
+    ref["top"] = sorted(n for n, value in best.items() if value >= factor * top)
+    ref["doubt"] = sorted(n for n, value in best.items() if value < factor * top and n not in slow
+                          and any(m["value"] < factor * top for m in tests if n in (m["a"], m["b"])))
+    return ref
+
+
+CANNOT_TELL_MAX_NODES = 16  # up to here the gate checks that its readings can tell a fault from the level
+
+
+def _can_hide(state: Mapping[str, Any]) -> bool:
+    """Whether a majority of the nodes (more than half) could be healthy without one pair of
+    them measured: then every reading may be a bad node's, and the readings cannot tell a
+    fault from the fabric's level (exactly, up to :data:`CANNOT_TELL_MAX_NODES` nodes)."""
+    if len(state["nodes"]) > CANNOT_TELL_MAX_NODES:
+        return False
+    nodes = [n for n in state["nodes"] if n not in (state.get("blamed") or {})]  # named: decided
+    bit = {n: 1 << i for i, n in enumerate(nodes)}
+    near = dict.fromkeys(nodes, 0)
+    for m in _tests(state):
+        if m.get("value") and m["a"] in bit and m["b"] in bit:
+            near[m["a"]] |= bit[m["b"]]
+            near[m["b"]] |= bit[m["a"]]
+    adjacent = [near[n] for n in nodes]
+    return _largest_unmeasured(adjacent, (1 << len(nodes)) - 1, {}) > len(state["nodes"]) // 2
+
+
+def _largest_unmeasured(adjacent: list[int], mask: int, memo: dict[int, int]) -> int:
+    """The most nodes of ``mask`` (a bit set) no two of which met: a maximum independent set."""
+    if not mask:
+        return 0
+    if mask not in memo:
+        v = (mask & -mask).bit_length() - 1
+        rest = mask & ~(1 << v)
+        took = 1 + _largest_unmeasured(adjacent, rest & ~adjacent[v], memo)
+        memo[mask] = took if not rest & adjacent[v] else max(took, _largest_unmeasured(adjacent, rest, memo))
+    return memo[mask]
+
+
+def cannot_tell(state: Mapping[str, Any]) -> str:
+    """The sentence that says the readings could not tell a fault from the fabric's level and
+    what to set, or "" where they could: with no floor, one pair (two nodes) or a set of more
+    than half the nodes with no pair of them measured (:func:`_can_hide`)."""
+    if state.get("minimum") is not None or len(state.get("nodes") or []) < 2:
+        return ""
+    tool = state.get("tool", "")
+    if len(state["nodes"]) == 2:
+        why = "one pair is judged against itself and cannot tell a slow node from the fabric's level"
+    elif _can_hide(state):
+        why = (f"after {len(state.get('rounds') or [])} round(s) more than half the nodes have no measured pair "
+               "among themselves, so the readings cannot tell a slow node from the fabric's level")
+    else:
+        return ""
+    return (f"{why}: set a floor (healthcheck_pair_thresholds: {{default: {{{tool}: <figure>}}}}), add a "
+            "known-good node or test more nodes")
 
 
 def _tests(state: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -426,8 +539,13 @@ def plan(state: Mapping[str, Any], ev: Mapping[str, Any]) -> list[list[str]]:
         if a not in busy and b not in busy:
             pairs.append([a, b])
             busy |= {a, b}
-    goods = list(ev["good"])
+    ref = (state.get("rounds") or [{}])[-1].get("reference") or {}
+    top = [n for n in ref.get("top") or [] if n in ev["good"]]
+    goods = top + [g for g in ev["good"] if g not in top]
     waiting = sorted(ev["suspects"], key=lambda n: (-len(ev["good_failures"].get(n, [])), order[n])) + ev["untested"]
+    if state.get("minimum") is None:  # with a floor the floor judges; without, a node in doubt meets the top
+        waiting += [n for n in ref.get("doubt") or [] if n not in waiting and n not in ev["blamed"]
+                    and any(frozenset((n, t)) not in met for t in top)]
     left = []
     for node in waiting:
         partner = next((g for g in goods if g not in busy and frozenset((g, node)) not in met), None)
@@ -442,13 +560,29 @@ def plan(state: Mapping[str, Any], ev: Mapping[str, Any]) -> list[list[str]]:
         if other is not None:
             left.remove(other)
             pairs.append([node, other])
+            busy |= {node, other}
+    blamed = set(ev["blamed"])
+    if _can_hide(state) and state.get("minimum") is None:
+        # The readings cannot yet tell a fault from the level: every idle node meets one it has
+        # not met, so that a pair of healthy nodes is measured wherever they are.
+        idle = [n for n in state["nodes"] if n not in busy and n not in blamed]
+        while idle:
+            node = idle.pop(0)
+            other = next((x for x in idle if frozenset((node, x)) not in met), None)
+            if other is not None:
+                idle.remove(other)
+                pairs.append([node, other])
+        return pairs
     if not pairs:
         return pairs
     # Control pairs: known-good nodes left idle measure the fabric as it is now, beside the
-    # suspects (a fabric slower in this round than in round 1 then blames no one).
+    # suspects, each with one it has not met where it can.
     idle = [g for g in goods if g not in busy][:2 * CONTROL_PAIRS]
-    for i in range(0, len(idle) - 1, 2):
-        pairs.append([idle[i], idle[i + 1]])
+    while len(idle) > 1:
+        node = idle.pop(0)
+        other = next((x for x in idle if frozenset((node, x)) not in met), idle[0])
+        idle.remove(other)
+        pairs.append([node, other])
     return pairs
 
 
@@ -491,7 +625,9 @@ def node_checks(state: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
             last = next((m for m in reversed(_tests(state)) if node in (m["a"], m["b"])
                          and m["status"] != health.PASS), None)
             why = f" (its last pair: {last['reason']})" if last else ""
-            if len(state["nodes"]) == 2:
+            if state.get("cannot_tell"):
+                reason = f"undecided: {state['cannot_tell']}"
+            elif len(state["nodes"]) == 2:
                 reason = f"the only pair failed{why} and no third node can tell which end is slow"
             elif not partners:
                 reason = (f"undecided after {rounds} round(s): no known-good partner was free to test it with; too "
@@ -529,6 +665,7 @@ def summary(state: Mapping[str, Any]) -> list[str]:
     lines = [f"pair gate: {state.get('tool')} over {len(state.get('nodes') or [])} node(s), "
              f"{len(state.get('rounds') or [])} round(s)"
              + (f", median {state['reference']:.2f} {unit}" if state.get("reference") else "")]
+    lines += [f"warning: {w}" for w in state.get("warnings") or []]
     for r in state.get("rounds") or []:
         for m in r["pairs"]:
             figure = "no figure" if m["value"] is None else f"{fig(m['value'])} {unit}"
@@ -542,11 +679,14 @@ def summary(state: Mapping[str, Any]) -> list[str]:
     kinds = {"node": "node", "links": "node"}
     said = [f"{node} ({kinds.get(b['kind']) or 'link to ' + b['partners'][0]})" for node, b in sorted(blamed.items())]
     said += [f"{node} (undecided)" for node in undecided]
-    if undecided:
+    if undecided and not state.get("cannot_tell"):
         lines.append(f"undecided: {', '.join(undecided)}: too few known-good nodes were left to decide "
                      f"within {len(state.get('rounds') or [])} round(s)")
     if not state.get("done", True):  # between rounds: nothing is decided for the nodes still open
         lines.append(f"verdict so far: {'; '.join(said) or 'nobody named'}; round {len(state.get('rounds') or []) + 1} next")
+        return lines
+    if state.get("cannot_tell"):
+        lines.append(f"verdict: cannot tell: {state['cannot_tell']} ({'; '.join(said)})")
         return lines
     lines.append("verdict: " + ("; ".join(said) if said else "every node passed"))
     return lines
@@ -562,21 +702,10 @@ def report_lines(state: Mapping[str, Any], max_pairs: int = 16) -> list[str]:
     passed = [m["value"] for m in pairs if m["status"] == health.PASS]
     unit = state.get("unit", "")
     kept = [line for line in lines[1:-1] if " FAIL" in line or " LOW" in line
-            or line.startswith(("retested:", "undecided:"))]
+            or line.startswith(("retested:", "undecided:", "warning:"))]
     counted = (f"{len(passed)} pair(s) passed, {min(passed):.2f} to {max(passed):.2f} {unit}" if passed
                else "no pair passed")
     return [f"healthcheck {line}" for line in (lines[0], counted, *kept, lines[-1])]
-
-
-def simulate(nodes: list[str], bandwidth: Any, tool: str = "iperf3", **kw: Any) -> dict[str, Any]:
-    """Run the gate against ``bandwidth(a, b) -> float | None``, called once per reading (tests and bench)."""
-    state = start(nodes, tool, **kw)
-    while not state["done"]:
-        k = state["next_readings"]
-        figures = {b: {"values": [v for v in (bandwidth(a, b) for _i in range(k)) if v is not None], "error": ""}
-                   for a, b in state["next"]}
-        state = advance(state, figures)
-    return state
 
 
 # --------------------------------------------------------------------------------------

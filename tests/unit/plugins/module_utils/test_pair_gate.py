@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from amlhpc.health import pair_gate
+from gate_sim import simulate
 
 FIX = Path(__file__).parent / "fixtures"
 GOOD, SLOW = 10.0, 0.05
@@ -40,7 +41,7 @@ def failing(state):
 def test_one_bad_node_is_named_in_a_fixed_number_of_rounds(n):
     nodes = names(n)
     for bad in sorted({nodes[0], nodes[n // 2], nodes[-1]}):
-        state = pair_gate.simulate(nodes, node_fault({bad}))
+        state = simulate(nodes, node_fault({bad}))
         assert failing(state) == [bad], (n, bad, pair_gate.summary(state))
         assert state["blamed"][bad]["kind"] == "node"
         # Round 1, then its known-good partners: 2 rounds where its round-1 partner passes with
@@ -54,9 +55,14 @@ def test_one_bad_node_is_named_in_a_fixed_number_of_rounds(n):
 
 @pytest.mark.parametrize("n", [4, 5, 8, 33, 512])
 def test_a_healthy_cluster_passes_in_one_round_or_two_when_odd(n):
-    state = pair_gate.simulate(names(n), lambda a, b: GOOD + (hash((a, b)) % 7) / 10)
+    state = simulate(names(n), lambda a, b: GOOD + (hash((a, b)) % 7) / 10)
     assert failing(state) == []
-    assert len(state["rounds"]) == (1 if n % 2 == 0 else 2)
+    # Up to 16 nodes with no floor, an odd cluster takes a third round: until a pair inside
+    # every possible healthy majority is measured, the readings cannot tell (issue 50).
+    assert len(state["rounds"]) == (1 if n % 2 == 0 else 3 if n <= pair_gate.CANNOT_TELL_MAX_NODES else 2)
+    if n % 2:
+        floored = simulate(names(n), lambda a, b: GOOD, minimum=1.0)
+        assert failing(floored) == [] and len(floored["rounds"]) == 2
     assert all(c["status"] == "pass" for c in verdicts(state).values())
     tested = {x for r in state["rounds"] for m in r["pairs"] for x in (m["a"], m["b"])}
     assert tested == set(names(n))
@@ -64,7 +70,7 @@ def test_a_healthy_cluster_passes_in_one_round_or_two_when_odd(n):
 
 def test_a_slow_link_between_two_good_nodes_is_named_as_the_link():
     nodes = names(8)
-    state = pair_gate.simulate(nodes, lambda a, b: SLOW if {a, b} == {"n002", "n003"} else GOOD)
+    state = simulate(nodes, lambda a, b: SLOW if {a, b} == {"n002", "n003"} else GOOD)
     assert failing(state) == ["n003"]
     assert state["blamed"]["n003"]["kind"] == "link"
     assert len(state["rounds"]) == 3  # the pair fails, both pass elsewhere, the pair fails again
@@ -76,7 +82,7 @@ def test_a_slow_link_between_two_good_nodes_is_named_as_the_link():
 def test_several_bad_nodes_among_many():
     nodes = names(512)
     bad = {nodes[i] for i in (3, 100, 101, 250, 511)}
-    state = pair_gate.simulate(nodes, node_fault(bad))
+    state = simulate(nodes, node_fault(bad))
     assert failing(state) == sorted(bad)
     assert len(state["rounds"]) <= 3
 
@@ -107,12 +113,12 @@ def test_floor_and_median_rule():
     status, reason = pair_gate.judge(0.2, "", None, noisy, 0.7, "Gb/s")
     assert status == "pass" or "robust spreads" in reason
     # An absolute floor (an ND size's) fails a cluster that is uniformly slow.
-    state = pair_gate.simulate(names(8), lambda a, b: 150.0, tool="ib_write_bw", minimum=185.0)
+    state = simulate(names(8), lambda a, b: 150.0, tool="ib_write_bw", minimum=185.0)
     assert failing(state) == names(8)
 
 
 def test_two_nodes_cannot_tell_which_end_is_slow():
-    state = pair_gate.simulate(names(2), lambda a, b: SLOW, minimum=1.0)
+    state = simulate(names(2), lambda a, b: SLOW, minimum=1.0)
     assert failing(state) == names(2)
     assert "no third node" in verdicts(state)["n000"]["reason"]
     single = pair_gate.start(["n000"], "iperf3")
@@ -129,7 +135,7 @@ def test_roles_one_per_node_per_round():
 
 
 def test_summary_prints_rounds_pairs_and_figures():
-    state = pair_gate.simulate(names(4), node_fault({"n002"}))
+    state = simulate(names(4), node_fault({"n002"}))
     lines = pair_gate.summary(state)
     assert lines[0].startswith("pair gate: iperf3 over 4 node(s), 2 round(s)")
     assert "round 1: n002 <-> n003: 0.05 Gb/s FAIL" in "\n".join(lines)
@@ -199,7 +205,7 @@ def test_only_the_gates_own_server_on_that_port_counts_as_stale():
 def test_the_run_report_has_the_gate_section():
     from amlhpc.report import report
 
-    state = pair_gate.with_roles(pair_gate.simulate(names(4), node_fault({"n002"})), {}, 5300)
+    state = pair_gate.with_roles(simulate(names(4), node_fault({"n002"})), {}, 5300)
     lines = report.run_report([{"inventory_hostname": n, "healthcheck_pair_gate": state} for n in names(4)], {})
     section = [line for line in lines if line.startswith("healthcheck pair gate") or line.startswith("healthcheck round")
                or line.startswith("healthcheck verdict")]
@@ -207,7 +213,7 @@ def test_the_run_report_has_the_gate_section():
     assert "healthcheck round 2: n000 <-> n002: 0.05 Gb/s FAIL" in section[3]
     assert section[-1] == "healthcheck verdict: n002 (node)"
     # At scale the passing pairs are counted, every failing one listed.
-    big = pair_gate.with_roles(pair_gate.simulate(names(512), node_fault({"n100"})), {}, 5300)
+    big = pair_gate.with_roles(simulate(names(512), node_fault({"n100"})), {}, 5300)
     lines = pair_gate.report_lines(big)
     # round 1's 255 passing pairs, then n101 with a known-good partner and 16 control pairs
     assert lines[1] == "healthcheck 272 pair(s) passed, 10.00 to 10.00 Gb/s"

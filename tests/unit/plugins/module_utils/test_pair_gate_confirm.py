@@ -5,7 +5,7 @@ The figures replayed here are the issue's (a healthy 5-node twin whose round-1 p
 Gb/s against 0.5 x 1.37) and the twin's recorded readings
 (``fixtures/pair_gate/twin_iperf3_readings.json``, written by ``bench/twin_pair_figures.py``:
 iperf3 between healthy twin nodes on this machine's shared cores). Every test drives the gate's
-own functions (``start``/``advance``/``simulate``), as the role does.
+own functions (``start``/``advance``, through ``tests/gate_sim.py``), as the role does.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from amlhpc.health import pair_gate
+from gate_sim import simulate
 
 FIX = Path(__file__).parent / "fixtures" / "pair_gate"
 TWIN = json.loads((FIX / "twin_iperf3_readings.json").read_text())["readings"]
@@ -58,7 +59,7 @@ def test_one_low_reading_is_retested_and_cleared_not_blamed():
 
 def test_a_node_is_named_only_after_two_distinct_known_good_partners():
     slow = {"n002"}
-    state = pair_gate.simulate(names(8), lambda a, b: 0.05 if {a, b} & slow else 10.0)
+    state = simulate(names(8), lambda a, b: 0.05 if {a, b} & slow else 10.0)
     blamed = state["blamed"]["n002"]
     assert blamed["kind"] == "node"
     # Two distinct partners, each known good (n003, its round-1 partner, passed with another node).
@@ -71,7 +72,7 @@ def test_a_node_is_named_only_after_two_distinct_known_good_partners():
 
 def test_a_link_needs_the_same_pair_to_fail_again():
     # n002 <-> n003 is slow every time: named as the link, after a retest of that pair.
-    state = pair_gate.simulate(names(8), lambda a, b: 0.05 if {a, b} == {"n002", "n003"} else 10.0)
+    state = simulate(names(8), lambda a, b: 0.05 if {a, b} == {"n002", "n003"} else 10.0)
     assert failing(state) == ["n003"] and state["blamed"]["n003"]["kind"] == "link"
     tests = [m for r in state["rounds"] for m in r["pairs"] if {m["a"], m["b"]} == {"n002", "n003"}]
     assert len(tests) == 2 and all(m["status"] == "fail" for m in tests)
@@ -90,7 +91,7 @@ def test_the_issue_replay_healthy_twin_figures_blame_nobody():
     # 2.1.0: a healthy node blamed in about 28 % of runs at N = 5 and 86 % at N = 64 with the
     # twin's figures and the defaults. Seeded, so the test is exact.
     for n, runs in ((5, 300), (64, 100)):
-        blamed = sum(bool(failing(pair_gate.simulate(names(n), twin_noise(seed)))) for seed in range(runs))
+        blamed = sum(bool(failing(simulate(names(n), twin_noise(seed)))) for seed in range(runs))
         assert blamed == 0, (n, blamed, runs)
 
 
@@ -98,7 +99,7 @@ def test_two_bad_nodes_in_different_first_round_pairs_are_both_named():
     # The issue's 5-node run: one slow node and one lossy one in different round-1 pairs, a
     # floor as the twin tests set it. 2.1.0: all five "undecided" under "every link passed".
     for bad in ({"h-1": 0.009, "h-2": 0.0008}, {"h-0": 0.009, "h-3": 0.0008}, {"h-1": 0.009, "h-3": 0.0008}):
-        state = pair_gate.simulate([f"h-{i}" for i in range(5)],
+        state = simulate([f"h-{i}" for i in range(5)],
                                    lambda a, b, bad=bad: min(bad.get(a, 2.0), bad.get(b, 2.0)), minimum=0.05)
         assert failing(state) == sorted(bad), (bad, pair_gate.summary(state))
         assert all(state["blamed"][n]["kind"] == "node" for n in bad)
@@ -109,7 +110,7 @@ def test_two_bad_nodes_in_different_first_round_pairs_are_both_named():
 def test_too_few_good_nodes_says_so_and_the_summary_agrees():
     # Four nodes, three bad: no known-good pair of partners is left for anyone.
     bad = {"n000", "n001", "n002"}
-    state = pair_gate.simulate(names(4), lambda a, b: 0.01 if {a, b} & bad else 2.0, minimum=0.05)
+    state = simulate(names(4), lambda a, b: 0.01 if {a, b} & bad else 2.0, minimum=0.05)
     checks = pair_gate.node_checks(state)
     undecided = [n for n, c in checks.items() if c[0]["status"] == "fail" and "undecided" in c[0]["reason"]]
     assert undecided, pair_gate.summary(state)
@@ -135,7 +136,7 @@ def test_up_to_n_over_8_bad_nodes_named_in_at_most_4_rounds(cluster):
     n, bad, speed, worse = cluster
     nodes = names(n)
     rate = {nodes[i]: speed[i] * (worse[i] if i in bad else 1.0) for i in range(n)}
-    state = pair_gate.simulate(nodes, lambda a, b: min(rate[a], rate[b]))
+    state = simulate(nodes, lambda a, b: min(rate[a], rate[b]))
     assert failing(state) == sorted(nodes[i] for i in bad), pair_gate.summary(state)
     assert len(state["rounds"]) <= 4
     for r in state["rounds"]:
@@ -148,7 +149,7 @@ def test_up_to_n_over_8_bad_nodes_named_in_at_most_4_rounds(cluster):
        st.floats(min_value=0.0, max_value=1.0))
 def test_the_summary_never_contradicts_the_checks(n, rng, low_share):
     nodes = names(n)
-    state = pair_gate.simulate(nodes, lambda a, b: rng.choice([0.001, 0.02, 1.0, 5.0]) if rng.random() < low_share
+    state = simulate(nodes, lambda a, b: rng.choice([0.001, 0.02, 1.0, 5.0]) if rng.random() < low_share
                                else 5.0, minimum=0.05)
     lines = pair_gate.summary(state)
     fails = failing(state)
