@@ -33,6 +33,7 @@ from ..azure.aml_nodes import (
     subnet_parts,
     workspace_not_found,
 )
+from ..validate.azure_ids import workspace_problems
 
 
 def token_scope(resource: str) -> str:
@@ -483,6 +484,10 @@ def connect(source: str, subscription_id: str | None, resource_group: str | None
     if missing:
         raise AmlNodesError(f"{who or f'source {source!r}'} needs {', '.join(missing)} (subscription_id may also "
                             "come from AZURE_SUBSCRIPTION_ID)")
+    # Names Azure would refuse, refused before any call (the SDKs send them as given).
+    problems = workspace_problems(who or f"source {source!r}", subscription_id, resource_group, workspace_name)
+    if problems:
+        raise AmlNodesError("; ".join(problems))
     if source not in CLIENTS:
         raise AmlNodesError(f"source must be one of {', '.join(CLIENTS)} or nodes_file, not {source!r}")
     return CLIENTS[source](subscription_id, resource_group, workspace_name, auth, who=who, alternative=alternative)

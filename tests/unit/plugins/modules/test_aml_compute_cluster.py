@@ -496,3 +496,27 @@ def test_the_wait_asks_each_node_on_its_private_ip(capsys, monkeypatch, world, s
         stop.set()
         for s in socks:
             s.close()
+
+
+@pytest.mark.parametrize("sdk", SDKS)
+@pytest.mark.parametrize("option,value,segment", [
+    ("subnet", "/subscriptions/hpc-sub/resourceGroups/rg-net/providers/Microsoft.Network/virtualNetworks/vnet/"
+               "subnets/nodes", "'hpc-sub'"),
+    ("identity_resource_id", f"/subscriptions/{SUB}/resourceGroups/rg./providers/Microsoft.ManagedIdentity/"
+                             "userAssignedIdentities/reader", "'rg.'"),
+    ("identity_resource_id", f"/subscriptions/{SUB}/resourceGroups/rg/providers/Microsoft.ManagedIdentities/"
+                             "userAssignedIdentities/reader", "'Microsoft.ManagedIdentities'"),
+    ("subscription_id", "hpc-sub", "'hpc-sub'"),
+    ("resource_group", "rg hpc!", "'rg hpc!'"),
+])
+def test_ids_azure_would_refuse_are_refused_before_any_call(capsys, monkeypatch, world, sdk, option, value, segment):
+    """Issue 51, item 4: an id Azure would refuse (or an SDK would mangle) fails the task before
+    any call, one sentence naming the option, the segment and the fix."""
+    install(monkeypatch, world, sdk)
+    extra = {option: value}
+    if option == "subnet":
+        extra.update(node_public_ip=False, remote_login_port_public_access="Disabled")
+    out = run(capsys, args(sdk, **extra))
+    assert out.get("failed") is True, out
+    assert option in out["msg"] and segment in out["msg"] and "az " in out["msg"], out["msg"]
+    assert sum(world.calls.values()) == 0, world.calls
