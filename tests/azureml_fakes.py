@@ -214,6 +214,10 @@ class World:
     patches: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     # name -> the bodies of the PUT requests that replaced an existing cluster
     puts: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # route -> the answers it gives before its own, in order ("job": the job GET, "details": run
+    # history's run details, "storage": the workspace storage behind jobs.download): an HTTP
+    # status (its body and headers as Azure sends them, fault_answer), "reset" or "timeout".
+    faults: dict[str, list[Any]] = field(default_factory=dict)
     # name -> a v2 job: {"statuses": [...], "at": index, "error": {...} | None, "artifacts": {path: text}}
     jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -495,6 +499,28 @@ def install_v1(monkeypatch, world: World) -> None:
 # SDK v2
 
 
+# The error bodies Azure sends: the resource manager's and run history's JSON, the storage's XML.
+STORAGE_403 = ('<?xml version="1.0" encoding="utf-8"?><Error><Code>AuthorizationFailure</Code><Message>This request '
+               'is not authorized to perform this operation.\nRequestId:0d2c4e1a-601e-0007-4f3a-1f1b2c000000\n'
+               'Time:2026-11-28T22:00:00.0000000Z</Message></Error>')
+FAULT_CODES = {403: "AuthorizationFailed", 404: "ResourceNotFound", 409: "Conflict", 429: "TooManyRequests",
+               500: "InternalServerError", 502: "BadGateway", 503: "ServiceUnavailable", 504: "GatewayTimeout"}
+
+
+def fault_answer(status: int, storage: bool = False) -> tuple[dict[str, str], bytes]:
+    """(headers, body) of an error answer as Azure sends it: a 429 or 5xx carries Retry-After
+    (0 here, so the SDK's retries do not sleep), the storage answers XML with x-ms-error-code."""
+    headers = {"x-ms-request-id": "0d2c4e1a-601e-0007-4f3a-1f1b2c000000"}
+    if status == 429 or status >= 500:
+        headers["Retry-After"] = "0"
+    if storage:
+        headers.update({"Content-Type": "application/xml", "x-ms-error-code": "AuthorizationFailure"})
+        return headers, STORAGE_403.encode()
+    headers["Content-Type"] = "application/json"
+    code = FAULT_CODES.get(status, "Error")
+    return headers, json.dumps({"error": {"code": code, "message": f"The service answered {status} {code}."}}).encode()
+
+
 def fake_transport(world: World):
     """An azure-core HTTP transport that answers azure-ai-ml's REST calls from ``world``."""
     import requests
@@ -515,6 +541,33 @@ def fake_transport(world: World):
     def not_found(request, what: str):
         return respond(request, 404, {"error": {"code": "ResourceNotFound", "message": f"The Resource '{what}' "
                                                 "under resource group 'rg-hpc' was not found."}})
+
+    def fault(request, route: str):
+        """The next scripted answer of ``route`` (None: answer as the service does)."""
+        queue = world.faults.get(route)
+        if not queue:
+            return None
+        answer = queue.pop(0)
+        if answer is None:  # this one answered as the service does
+            return None
+        world.calls[f"fault {route} {answer}"] += 1
+        if answer == "reset":
+            from azure.core.exceptions import ServiceResponseError
+            raise ServiceResponseError("('Connection aborted.', ConnectionResetError(104, 'Connection reset by peer'))")
+        if answer == "timeout":
+            from azure.core.exceptions import ServiceResponseTimeoutError
+            raise ServiceResponseTimeoutError("HTTPSConnectionPool(host='eastus.api.azureml.ms', port=443): "
+                                              "Read timed out. (read timeout=300)")
+        headers, body = fault_answer(answer)
+        r = requests.Response()
+        r.status_code = answer
+        r._content = body
+        r.raw = io.BytesIO(body)
+        r.headers.update(headers)
+        r.url = request.url
+        response = RestRequestsTransportResponse(request=request, internal_response=r)
+        response.read()
+        return response
 
     class Transport(HttpTransport):
         def __enter__(self):
@@ -591,12 +644,18 @@ def fake_transport(world: World):
                 # A job of World.jobs; any other name is free (azure-ai-ml's jobs.get raises
                 # ResourceNotFoundError).
                 world.calls["v2 GET job"] += 1
+                scripted = fault(request, "job")
+                if scripted is not None:
+                    return scripted
                 if job.group(1) not in world.jobs:
                     return not_found(request, f"jobs/{job.group(1)}")
                 return respond(request, 200, job_payload(job.group(1), world.job_status(job.group(1))))
             details = re.search(r"/history/v1\.0/.*/runs/([^/?]+)/details$", path)
             if details and url.startswith(API) and method == "GET":
                 world.calls["v2 GET run details"] += 1
+                scripted = fault(request, "details")
+                if scripted is not None:
+                    return scripted
                 name = details.group(1)
                 if name not in world.jobs:
                     return not_found(request, f"runs/{name}")
@@ -664,6 +723,9 @@ def install_v2(monkeypatch, world: World) -> None:
             world.calls["v2 MLClient"] += 1
             world.credentials.append(credential)
             kwargs["transport"] = fake_transport(world)
+            # azure-core's public retry setting: the SDK retries as it does against Azure, without
+            # sleeping between tries (a Retry-After of 0 reads as none, and a reset has no answer).
+            kwargs.setdefault("retry_backoff_factor", 0)
             super().__init__(fake_credential(world, credential), subscription_id, resource_group_name, workspace_name,
                              **kwargs)
             self.jobs.download = fake_download(world, self.jobs)
@@ -720,6 +782,24 @@ def fake_download(world: World, jobs: Any):
     def download(name: str, *, download_path: Any = ".", output_name: Any = None, all: bool = False) -> None:
         world.calls["v2 download"] += 1
         status = jobs.get(name).status
+        queue = world.faults.get("storage")
+        if queue:
+            # azure-storage-blob (which does not take the client's transport) raises this for the
+            # storage's answer: a 403 as a storage firewall sends it.
+            answer = queue.pop(0)
+            world.calls[f"fault storage {answer}"] += 1
+        else:
+            answer = None
+        if answer is not None:
+            from azure.core.exceptions import HttpResponseError, ServiceResponseError
+            if answer in ("reset", "timeout"):
+                raise ServiceResponseError("('Connection aborted.', ConnectionResetError(104, 'Connection reset by "
+                                           "peer'))")
+            error = HttpResponseError(message="This request is not authorized to perform this operation.\n"
+                                              "RequestId:0d2c4e1a-601e-0007-4f3a-1f1b2c000000\n"
+                                              "ErrorCode:AuthorizationFailure")
+            error.status_code = answer
+            raise error
         if status not in RunHistoryConstants.TERMINAL_STATUSES:
             msg = f"This job is in state {status}. Download is allowed only in states " \
                   f"{RunHistoryConstants.TERMINAL_STATUSES}"
