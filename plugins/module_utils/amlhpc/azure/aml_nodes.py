@@ -453,8 +453,8 @@ def spec_problems(spec: ClusterSpec) -> list[str]:
     if spec.remote_login_port_public_access not in ("Enabled", "Disabled", "NotSpecified"):
         problems.append("remote_login_port_public_access must be Enabled, Disabled or NotSpecified")
     # Ids Azure would refuse (azureml-core would rebuild a subnet id from its names, mangled).
-    for option, value, kind in (("subnet", spec.subnet, SUBNET), ("identity_resource_id", spec.identity_resource_id,
-                                                                   USER_IDENTITY)):
+    ids = (("subnet", spec.subnet, SUBNET), ("identity_resource_id", spec.identity_resource_id, USER_IDENTITY))
+    for option, value, kind in ids:
         problem = resource_id_problem(option, value, kind) if value else None
         if problem:
             problems.append(f"cluster '{spec.name}': {problem}")

@@ -452,9 +452,9 @@ class AzureAiMlClient(AmlClient):
     # NotSpecified SSH access sent as Disabled, properties of newer API versions).
 
     def _compute_url(self, name: str) -> str:
-        return (f"{self.auth.cloud_info.resource_manager}/subscriptions/{self.subscription_id}/resourceGroups/{self.resource_group}/providers/"
-                f"Microsoft.MachineLearningServices/workspaces/{self.workspace_name}/computes/{name}"
-                f"?api-version={ARM_API_VERSION}")
+        return (f"{self.auth.cloud_info.resource_manager}/subscriptions/{self.subscription_id}/"
+                f"resourceGroups/{self.resource_group}/providers/Microsoft.MachineLearningServices/"
+                f"workspaces/{self.workspace_name}/computes/{name}?api-version={ARM_API_VERSION}")
 
     def _pipeline(self) -> Any:
         """An azure-core pipeline to the cloud's resource manager: the credential's token,

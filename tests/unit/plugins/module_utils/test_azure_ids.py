@@ -81,7 +81,7 @@ def broken_ids(draw):
 
 @settings(derandomize=True, max_examples=200, deadline=None)
 @given(broken_ids())
-@example((SUBNET, f"/subscriptions/sub-hpc/resourceGroups/rg/providers/Microsoft.Network/virtualNetworks/v/subnets/s",
+@example((SUBNET, "/subscriptions/sub-hpc/resourceGroups/rg/providers/Microsoft.Network/virtualNetworks/v/subnets/s",
           "sub-hpc"))
 def test_a_broken_segment_is_refused_and_named(drawn):
     kind, rid, bad = drawn
@@ -103,9 +103,8 @@ def test_a_subscription_that_is_not_a_guid_is_named_with_its_fix():
 def test_wrong_shape_and_provider_are_named():
     ident = f"/subscriptions/{SUB}/resourceGroups/rg/providers/Microsoft.ManagedIdentity/userAssignedIdentities/id"
     assert resource_id_problem("identity_resource_id", ident, USER_IDENTITY) is None
-    assert "should be Microsoft.Network" in resource_id_problem("subnet", ident.replace("userAssignedIdentities",
-                                                                                        "virtualNetworks") + "/subnets/s",
-                                                                SUBNET)
+    in_identity = ident.replace("userAssignedIdentities", "virtualNetworks") + "/subnets/s"
+    assert "should be Microsoft.Network" in resource_id_problem("subnet", in_identity, SUBNET)
     assert "segments where" in resource_id_problem("subnet", ident, SUBNET)
     assert "starts with '/'" in resource_id_problem("identity_resource_id", ident[1:], USER_IDENTITY)
 

@@ -546,8 +546,8 @@ EVERY = {"subnet": EVERY_PROPERTY["inner"]["subnet"]["id"], "node_public_ip": Fa
 
 
 @pytest.mark.parametrize("sdk", SDKS)
-def test_a_scale_an_identity_and_a_teardown_keep_every_property_the_service_returned(capsys, monkeypatch, world,
-                                                                                      sdk):
+def test_a_scale_an_identity_and_a_teardown_keep_every_property_the_service_returned(
+        capsys, monkeypatch, world, sdk):
     """Issue 51, item 2: an update sends only what changes (or the whole cluster as the service
     returned it): a custom image, node-level metrics, an isolated network, NotSpecified SSH
     access, a description, tags and a property today's REST models do not know all stay."""

@@ -840,7 +840,8 @@ def test_v2_a_completed_run_whose_download_fails_says_a_rerun_downloads_it(v2_wo
     out = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml"))
     assert out["failed"] is True, out
     assert out["msg"].startswith(f"run cf-4x8 ended Completed ({LINK}"), out["msg"]
-    assert "could not be downloaded to" in out["msg"] and "not authorized" in out["msg"] and "(403)" in out["msg"], out["msg"]
+    msg = out["msg"]
+    assert "could not be downloaded to" in msg and "not authorized" in msg and "(403)" in msg, msg
     assert out["msg"].endswith("running the task again downloads them (nothing is submitted again)."), out["msg"]
     assert not (tmp_path / "dl" / ".amlhpc-job.json").exists()
     again = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml"))
