@@ -108,6 +108,31 @@ def compute_payload(name: str, vm_size: str = "STANDARD_ND96ASR_V4", min_nodes: 
     }
 
 
+GALLERY_IMAGE = (f"/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute/galleries/hpc/images/"
+                 "ubuntu-hpc/versions/1.0.0")
+# The properties of an AmlCompute's GET that an update is not asked to change, each set to a value
+# other than its default: a custom image, node-level metrics, an isolated network, a description,
+# local auth off, tags, and one the REST models of today do not know (as a newer API version adds them).
+EVERY_PROPERTY = {
+    "inner": {"virtualMachineImage": {"id": GALLERY_IMAGE}, "isolatedNetwork": True,
+              "propertyBag": {"enableNodeLevelMetrics": True}, "osType": "Linux",
+              "remoteLoginPortPublicAccess": "NotSpecified", "enableNodePublicIp": False,
+              "subnet": {"id": f"/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Network/virtualNetworks/"
+                               "vnet-hpc/subnets/nodes"},
+              "enableOSPatching": True, "futureSetting": {"kept": "as returned"}},
+    "outer": {"description": "CosmoFlow nodes", "disableLocalAuth": True, "resourceId": None},
+    "tags": {"team": "hpc", "cost-centre": "42"},
+}
+
+
+def with_every_property(compute: dict[str, Any]) -> dict[str, Any]:
+    """``compute`` (a GET payload) with every property of EVERY_PROPERTY set."""
+    compute["properties"]["properties"].update(json.loads(json.dumps(EVERY_PROPERTY["inner"])))
+    compute["properties"].update(EVERY_PROPERTY["outer"])
+    compute["tags"] = dict(EVERY_PROPERTY["tags"])
+    return compute
+
+
 def rest_enum(value: str, members: tuple[str, ...]) -> str:
     """``value`` as the REST enum spells it (ARM matches enum values without regard to case);
     a value that is none of ``members`` is refused, as ARM refuses it (400)."""
@@ -155,6 +180,11 @@ def run_details_payload(name: str, status: str, error: dict[str, Any] | None) ->
             "startTimeUtc": "2026-11-01T10:06:00.000Z", "properties": {}}
 
 
+# What AmlCompute's GET carries that no request sets: the service's own state.
+READ_ONLY = ("allocationState", "allocationStateTransitionTime", "errors", "currentNodeCount", "targetNodeCount",
+             "nodeStateCounts")
+
+
 @dataclass
 class World:
     """A workspace with clusters; both fakes read and change it."""
@@ -180,6 +210,14 @@ class World:
     _releasing: dict[str, list[int]] = field(default_factory=dict)
     # name -> the properties.properties of each request that created or changed it, as the SDK serialised them
     sent: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # name -> the bodies of the PATCH requests that changed it, as the SDK or the module sent them
+    patches: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # name -> the bodies of the PUT requests that replaced an existing cluster
+    puts: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # route -> the answers it gives before its own, in order ("job": the job GET, "details": run
+    # history's run details, "storage": the workspace storage behind jobs.download): an HTTP
+    # status (its body and headers as Azure sends them, fault_answer), "reset" or "timeout".
+    faults: dict[str, list[Any]] = field(default_factory=dict)
     # name -> a v2 job: {"statuses": [...], "at": index, "error": {...} | None, "artifacts": {path: text}}
     jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -278,6 +316,20 @@ class World:
             else:
                 users[rid] = value
         self.put_identity(name, {"type": block["type"], "userAssignedIdentities": users})
+
+    def put_whole(self, name: str, body: dict[str, Any]) -> None:
+        """A PUT of an existing cluster (azure-ai-ml's begin_update): as ARM does, the resource
+        becomes what was sent; only what the service itself keeps (its read-only state) stays."""
+        self.puts.setdefault(name, []).append(json.loads(json.dumps(body)))
+        compute = self.clusters[name]["compute"]
+        props = compute["properties"]
+        inner = props["properties"]
+        kept = {k: inner.get(k) for k in READ_ONLY}
+        sent = body.get("properties") or {}
+        for key in ("description", "disableLocalAuth", "resourceId"):
+            props[key] = sent.get(key)
+        props["properties"] = {**(sent.get("properties") or {}), **kept}
+        compute["tags"] = body.get("tags") or {}
 
     def put_identity(self, name: str, block: dict[str, Any] | None) -> None:
         """A PUT of the whole resource (azure-ai-ml's begin_update): its identity replaces the old."""
@@ -447,6 +499,28 @@ def install_v1(monkeypatch, world: World) -> None:
 # SDK v2
 
 
+# The error bodies Azure sends: the resource manager's and run history's JSON, the storage's XML.
+STORAGE_403 = ('<?xml version="1.0" encoding="utf-8"?><Error><Code>AuthorizationFailure</Code><Message>This request '
+               'is not authorized to perform this operation.\nRequestId:0d2c4e1a-601e-0007-4f3a-1f1b2c000000\n'
+               'Time:2026-11-28T22:00:00.0000000Z</Message></Error>')
+FAULT_CODES = {403: "AuthorizationFailed", 404: "ResourceNotFound", 409: "Conflict", 429: "TooManyRequests",
+               500: "InternalServerError", 502: "BadGateway", 503: "ServiceUnavailable", 504: "GatewayTimeout"}
+
+
+def fault_answer(status: int, storage: bool = False) -> tuple[dict[str, str], bytes]:
+    """(headers, body) of an error answer as Azure sends it: a 429 or 5xx carries Retry-After
+    (0 here, so the SDK's retries do not sleep), the storage answers XML with x-ms-error-code."""
+    headers = {"x-ms-request-id": "0d2c4e1a-601e-0007-4f3a-1f1b2c000000"}
+    if status == 429 or status >= 500:
+        headers["Retry-After"] = "0"
+    if storage:
+        headers.update({"Content-Type": "application/xml", "x-ms-error-code": "AuthorizationFailure"})
+        return headers, STORAGE_403.encode()
+    headers["Content-Type"] = "application/json"
+    code = FAULT_CODES.get(status, "Error")
+    return headers, json.dumps({"error": {"code": code, "message": f"The service answered {status} {code}."}}).encode()
+
+
 def fake_transport(world: World):
     """An azure-core HTTP transport that answers azure-ai-ml's REST calls from ``world``."""
     import requests
@@ -467,6 +541,33 @@ def fake_transport(world: World):
     def not_found(request, what: str):
         return respond(request, 404, {"error": {"code": "ResourceNotFound", "message": f"The Resource '{what}' "
                                                 "under resource group 'rg-hpc' was not found."}})
+
+    def fault(request, route: str):
+        """The next scripted answer of ``route`` (None: answer as the service does)."""
+        queue = world.faults.get(route)
+        if not queue:
+            return None
+        answer = queue.pop(0)
+        if answer is None:  # this one answered as the service does
+            return None
+        world.calls[f"fault {route} {answer}"] += 1
+        if answer == "reset":
+            from azure.core.exceptions import ServiceResponseError
+            raise ServiceResponseError("('Connection aborted.', ConnectionResetError(104, 'Connection reset by peer'))")
+        if answer == "timeout":
+            from azure.core.exceptions import ServiceResponseTimeoutError
+            raise ServiceResponseTimeoutError("HTTPSConnectionPool(host='eastus.api.azureml.ms', port=443): "
+                                              "Read timed out. (read timeout=300)")
+        headers, body = fault_answer(answer)
+        r = requests.Response()
+        r.status_code = answer
+        r._content = body
+        r.raw = io.BytesIO(body)
+        r.headers.update(headers)
+        r.url = request.url
+        response = RestRequestsTransportResponse(request=request, internal_response=r)
+        response.read()
+        return response
 
     class Transport(HttpTransport):
         def __enter__(self):
@@ -512,6 +613,7 @@ def fake_transport(world: World):
                     scale = inner["scaleSettings"]
                     if name in world.clusters:
                         world.sent.setdefault(name, []).append(inner)
+                        world.put_whole(name, body)
                         world.set_scale(name, scale.get("minNodeCount", 0), scale["maxNodeCount"],
                                         scale.get("nodeIdleTimeBeforeScaleDown"))
                     else:
@@ -524,18 +626,36 @@ def fake_transport(world: World):
                     return respond(request, 200, world.clusters[name]["compute"])
                 if name not in world.clusters:
                     return not_found(request, f"computes/{name}")
+                if method == "PATCH":
+                    # ClusterUpdateParameters: the scale settings and/or the identity; nothing else changes
+                    # (ARM merges the user-assigned identities sent into those there).
+                    body = json.loads(request.content if isinstance(request.content, (str, bytes))
+                                      else request.body)
+                    world.patches.setdefault(name, []).append(body)
+                    scale = ((body.get("properties") or {}).get("properties") or {}).get("scaleSettings")
+                    if scale:
+                        world.set_scale(name, scale.get("minNodeCount", 0), scale["maxNodeCount"],
+                                        scale.get("nodeIdleTimeBeforeScaleDown"))
+                    if body.get("identity"):
+                        world.patch_identity(name, body["identity"])
                 return respond(request, 200, world.clusters[name]["compute"])
             job = re.search(r"/jobs/([^/?]+)$", path)
             if job and method == "GET":
                 # A job of World.jobs; any other name is free (azure-ai-ml's jobs.get raises
                 # ResourceNotFoundError).
                 world.calls["v2 GET job"] += 1
+                scripted = fault(request, "job")
+                if scripted is not None:
+                    return scripted
                 if job.group(1) not in world.jobs:
                     return not_found(request, f"jobs/{job.group(1)}")
                 return respond(request, 200, job_payload(job.group(1), world.job_status(job.group(1))))
             details = re.search(r"/history/v1\.0/.*/runs/([^/?]+)/details$", path)
             if details and url.startswith(API) and method == "GET":
                 world.calls["v2 GET run details"] += 1
+                scripted = fault(request, "details")
+                if scripted is not None:
+                    return scripted
                 name = details.group(1)
                 if name not in world.jobs:
                     return not_found(request, f"runs/{name}")
@@ -603,11 +723,51 @@ def install_v2(monkeypatch, world: World) -> None:
             world.calls["v2 MLClient"] += 1
             world.credentials.append(credential)
             kwargs["transport"] = fake_transport(world)
+            # azure-core's public retry setting: the SDK retries as it does against Azure, without
+            # sleeping between tries (a Retry-After of 0 reads as none, and a reset has no answer).
+            kwargs.setdefault("retry_backoff_factor", 0)
             super().__init__(fake_credential(world, credential), subscription_id, resource_group_name, workspace_name,
                              **kwargs)
             self.jobs.download = fake_download(world, self.jobs)
 
     monkeypatch.setattr(azure.ai.ml, "MLClient", FakeMLClient)
+    install_arm(monkeypatch, lambda: world)
+
+
+def install_arm(monkeypatch, world_of) -> None:
+    """The requests the code under test sends to the resource manager itself (aml_sdk's PATCH of
+    a cluster, through an azure-core ``PipelineClient``) answered from the world ``world_of()``
+    returns: azure-core's ``RequestsTransport`` sends a resource manager's requests to the fake
+    transport (any other host, such as the twin's Azurite, as it does), and its
+    ``BearerTokenCredentialPolicy`` gets a resource manager's tokens from the fake credential
+    (wrapping the one the code under test built). The SDK's own clients pass their transport and
+    use their own policy classes: they are not touched."""
+    from azure.core.pipeline import policies, transport
+
+    def is_arm(url: str) -> bool:
+        return url.split("/")[2] in ARM_HOSTS if "://" in url else False
+
+    real_policy = policies.BearerTokenCredentialPolicy
+    real_transport = transport.RequestsTransport
+
+    class TokenPolicy(real_policy):  # type: ignore[misc,valid-type]
+        def __init__(self, credential, *scopes, **kwargs):
+            if scopes and all(is_arm(s) for s in scopes):
+                credential = fake_credential(world_of(), credential)
+            super().__init__(credential, *scopes, **kwargs)
+
+    class Transport(real_transport):  # type: ignore[misc,valid-type]
+        def send(self, request, **kwargs):
+            if is_arm(request.url):
+                return fake_transport(world_of()).send(request, **kwargs)
+            return super().send(request, **kwargs)
+
+    monkeypatch.setattr(policies, "BearerTokenCredentialPolicy", TokenPolicy)
+    monkeypatch.setattr(transport, "RequestsTransport", Transport)
+
+
+# The resource managers of the clouds (azure_auth.CLOUDS).
+ARM_HOSTS = {"management.azure.com", "management.chinacloudapi.cn", "management.usgovcloudapi.net"}
 
 
 def fake_download(world: World, jobs: Any):
@@ -622,6 +782,24 @@ def fake_download(world: World, jobs: Any):
     def download(name: str, *, download_path: Any = ".", output_name: Any = None, all: bool = False) -> None:
         world.calls["v2 download"] += 1
         status = jobs.get(name).status
+        queue = world.faults.get("storage")
+        if queue:
+            # azure-storage-blob (which does not take the client's transport) raises this for the
+            # storage's answer: a 403 as a storage firewall sends it.
+            answer = queue.pop(0)
+            world.calls[f"fault storage {answer}"] += 1
+        else:
+            answer = None
+        if answer is not None:
+            from azure.core.exceptions import HttpResponseError, ServiceResponseError
+            if answer in ("reset", "timeout"):
+                raise ServiceResponseError("('Connection aborted.', ConnectionResetError(104, 'Connection reset by "
+                                           "peer'))")
+            error = HttpResponseError(message="This request is not authorized to perform this operation.\n"
+                                              "RequestId:0d2c4e1a-601e-0007-4f3a-1f1b2c000000\n"
+                                              "ErrorCode:AuthorizationFailure")
+            error.status_code = answer
+            raise error
         if status not in RunHistoryConstants.TERMINAL_STATUSES:
             msg = f"This job is in state {status}. Download is allowed only in states " \
                   f"{RunHistoryConstants.TERMINAL_STATUSES}"

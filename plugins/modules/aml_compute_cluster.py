@@ -314,12 +314,12 @@ def run(module: AnsibleModule) -> dict[str, Any]:
     name = p["name"]
     auth = resolve_auth(p["auth_source"], p, os.environ)
     client = connect(p["sdk"], subscription_from(p, os.environ), p["resource_group"], p["workspace_name"], auth)
-    current = client.cluster(name)
     result: dict[str, Any] = {"changed": False}
 
     if p["state"] == "scaled_to_zero":
         idle = p["idle_seconds_before_scaledown"]
         idle = TEARDOWN_IDLE_SECONDS if idle is None else idle
+        current = client.cluster(name)
         plan = plan_scale_to_zero(current, idle)
         want = 0
     else:
@@ -336,7 +336,8 @@ def run(module: AnsibleModule) -> dict[str, Any]:
                            subnet=p["subnet"], node_public_ip=p["node_public_ip"])
         problems = spec_problems(spec)
         if problems:
-            module.fail_json(msg="; ".join(problems))
+            module.fail_json(msg="; ".join(problems))  # before any call
+        current = client.cluster(name)
         plan = plan_cluster(spec, current, sdk=p["sdk"])
         want = spec.min_nodes
 

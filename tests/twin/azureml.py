@@ -27,7 +27,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from azureml_fakes import RG, SUB, WS, World, fake_credential, fake_transport, install_v1
+from azureml_fakes import RG, SUB, WS, World, fake_credential, fake_transport, install_arm, install_v1
 from twin.cluster import Twin
 
 
@@ -176,6 +176,7 @@ def twin_ml_client(real: type) -> type:
         def jobs(self) -> TwinJobs:
             return self._twin_jobs
 
+    install_arm(_SetAttr(), lambda: TwinWorld(os.environ["TWIN_AZUREML_STATE"]))
     return TwinMLClient
 
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from . import azure_auth
 from .autoscale import autoscale_refusal
+from ..validate.azure_ids import SUBNET, USER_IDENTITY, resource_id_problem
 # The auth plan's names, as before, for the plugins that import them from here.
 from .azure_auth import (  # noqa: F401  pylint: disable=unused-import
     AUTH_SOURCES,
@@ -451,10 +452,12 @@ def spec_problems(spec: ClusterSpec) -> list[str]:
                         "(it should start with ssh-ed25519, ssh-rsa or ecdsa-)")
     if spec.remote_login_port_public_access not in ("Enabled", "Disabled", "NotSpecified"):
         problems.append("remote_login_port_public_access must be Enabled, Disabled or NotSpecified")
-    if spec.subnet and not SUBNET_ID.fullmatch(spec.subnet):
-        problems.append(f"cluster '{spec.name}': subnet must be a subnet's resource id (/subscriptions/<s>/"
-                        "resourceGroups/<rg>/providers/Microsoft.Network/virtualNetworks/<vnet>/subnets/<name>), "
-                        f"not {spec.subnet!r}")
+    # Ids Azure would refuse (azureml-core would rebuild a subnet id from its names, mangled).
+    ids = (("subnet", spec.subnet, SUBNET), ("identity_resource_id", spec.identity_resource_id, USER_IDENTITY))
+    for option, value, kind in ids:
+        problem = resource_id_problem(option, value, kind) if value else None
+        if problem:
+            problems.append(f"cluster '{spec.name}': {problem}")
     if not spec.node_public_ip and not spec.subnet:
         problems.append(f"a cluster without node public IPs lives in a VNet: set the subnet of cluster '{spec.name}' "
                         "(subnet: its resource id), or keep node_public_ip true")
@@ -463,10 +466,6 @@ def spec_problems(spec: ClusterSpec) -> list[str]:
                         "remote_login_port_public_access: Disabled and reach the nodes on their private IPs "
                         "(use_private_ip)")
     return problems
-
-
-SUBNET_ID = re.compile(r"/subscriptions/[^/]+/resourceGroups/[^/]+/providers/Microsoft\.Network/virtualNetworks/"
-                       r"[^/]+/subnets/[^/]+", re.I)
 
 
 def subnet_parts(subnet: str) -> tuple[str, str, str, str]:

@@ -115,6 +115,14 @@ def settle(get_status: Callable[[], str], sleep: Callable[[float], Any], limit_s
 def service_error(text: str) -> str:
     """The service's error message out of an SDK's exception text (azure-ai-ml's JobException and
     azureml-core's ActivityFailedException carry the run's error as JSON after a heading)."""
+    head = re.match(r"\s*Exception\s*:\s*", text or "")
+    if head:  # azure-ai-ml's heading; after it, the run's error as JSON, or its note for a run without one
+        try:
+            value = json.loads(text[head.end():].strip() or "null")
+        except ValueError:
+            value = text[head.end():].strip()
+        if not value or (isinstance(value, str) and "error not set" in value.lower()):
+            return ""
     start = text.find("{")
     if start >= 0:
         try:
@@ -176,6 +184,8 @@ def failure_message(run_id: str, status: str, portal_url: str | None, error: str
     head = f"run {run_id} {'ended' if ended else 'is'} {status}" + (f" ({portal_url})" if portal_url else "")
     if error:
         head += f": {error}"
+    elif status == "Failed":
+        head += ": AzureML recorded no error for it (the failing node's log below and the studio tell why)"
     if status in FAILED:
         then = f"running the task again submits a new attempt ({next_attempt})"
     elif status == "NotResponding":
@@ -191,6 +201,69 @@ def failure_message(run_id: str, status: str, portal_url: str | None, error: str
     if log_name:
         message += f" Last lines of {log_name}:\n{tail}"
     return message
+
+
+def _http_status(exc: BaseException) -> int | None:
+    """The HTTP status an SDK exception carries (azure-core's ``status_code``, azureml-core's
+    ``response.status_code``), or None (a timeout, a reset connection)."""
+    for holder in (exc, getattr(exc, "response", None)):
+        code = getattr(holder, "status_code", None)
+        if isinstance(code, int):
+            return code
+    return None
+
+
+def watch_hint(exc: BaseException) -> str:
+    """What the operator can do about the error ``exc`` that stopped a watch ("" for none)."""
+    code = _http_status(exc)
+    text = str(getattr(exc, "message", None) or exc)
+    if code == 403 or "AuthorizationFailure" in text or "AuthorizationPermissionMismatch" in text:
+        return ("the workspace's storage or the workspace refused this machine (403): let it through the storage "
+                "account's firewall (or a private endpoint) and give the credential Storage Blob Data Reader on it")
+    if code == 429:
+        return "Azure is throttling this subscription's requests (429): wait a few minutes"
+    if code is not None and code >= 500:
+        return f"the service answered {code}: wait a few minutes"
+    if code == 409:
+        return "the job was being changed at the same time (409)"
+    if code is None:
+        return "the connection to Azure failed or timed out: check this machine's network"
+    return ""
+
+
+def lookup_failed(name: str, exc: BaseException) -> str:
+    """The one sentence for an error while asking the workspace for job ``name``'s runs."""
+    error = service_error(str(getattr(exc, "message", None) or exc)) or type(exc).__name__
+    hint = watch_hint(exc)
+    return (f"job {name}: the workspace could not be asked for its runs ({type(exc).__name__}: {error[:300]}): "
+            f"{hint + '; ' if hint else ''}nothing was submitted, and running the task again asks again.")
+
+
+def watch_failed(run_id: str, status: str, portal_url: str | None, exc: BaseException, next_attempt: str,
+                 downloading: str | None = None) -> str:
+    """The one sentence for an error that stopped the watch of run ``run_id`` (last known
+    ``status``), or its download to ``downloading``: the run, its status and link, the error,
+    whether it is still going, and what a rerun does."""
+    error = service_error(str(getattr(exc, "message", None) or exc)) or type(exc).__name__
+    error = f"{type(exc).__name__}: {error[:300]}"
+    link = f" ({portal_url})" if portal_url else ""
+    hint = watch_hint(exc)
+    if downloading:
+        head = (f"run {run_id} ended {status}{link}, but its outputs and logs could not be downloaded to "
+                f"{downloading} ({error})")
+        then = "running the task again downloads them (nothing is submitted again)"
+    elif _http_status(exc) == 404:
+        head = f"run {run_id}{link} is no longer in the workspace (last known status {status}; {error})"
+        then = "running the task again submits it anew"
+    else:
+        going = status in ACTIVE | SETTLING | HELD
+        head = (f"run {run_id}{link} could not be watched ({error}); its last known status is {status}"
+                + (", so it is still going in AzureML" if going else ""))
+        if status in FAILED:
+            then = f"running the task again submits a new attempt ({next_attempt})"
+        else:
+            then = "running the task again resumes watching this same run (nothing new is submitted)"
+    return f"{head}: {hint + '; ' if hint else ''}{then}."
 
 
 def check_result(verdict: dict[str, Any], status: str | None, run_id: str | None) -> dict[str, Any]:

@@ -16,7 +16,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .aml_sdk import AmlClient
+from .aml_sdk import AmlClient, is_auth_error
+from ..azure.aml_nodes import AmlNodesError
 from ..azure.job_runs import (
     COMPLETED,
     attempt_name,
@@ -27,6 +28,7 @@ from ..azure.job_runs import (
     service_error,
     settle,
     status_text,
+    watch_failed,
 )
 from ..azure.job_spec import JobRequest
 
@@ -105,8 +107,15 @@ def run_v1(client: AmlClient, p: Mapping[str, Any], check_mode: bool, spec: dict
             run = exp.submit(src, tags={"amlhpc_run": req.name, "amlhpc_attempt": str(verdict["attempt"])})
             run.display_name = verdict["run_name"]
             changed = True
-        error = wait_v1(run) if p["wait"] else ""
-        status = status_text(run.get_status())
+        nxt = attempt_name(req.name, verdict["attempt"] + 1)
+        last = statuses.get(verdict["run_name"]) or "NotStarted"  # as last seen (a new run: its first)
+        try:
+            error = wait_v1(run) if p["wait"] else ""
+            status = status_text(run.get_status())
+        except Exception as exc:  # any SDK or HTTP error: the run, its last status, its link, what to do
+            if is_auth_error(exc):
+                raise
+            raise AmlNodesError(watch_failed(run.id, last, run.get_portal_url(), exc, nxt)) from None
         result = {"changed": changed, "run_id": run.id, "status": status, "portal_url": run.get_portal_url(),
                   "msg": verdict["msg"], "next_attempt": attempt_name(req.name, verdict["attempt"] + 1)}
         if verdict["previous"]:
@@ -119,6 +128,9 @@ def run_v1(client: AmlClient, p: Mapping[str, Any], check_mode: bool, spec: dict
                 if status not in COMPLETED:  # the failing node's log tells why
                     run.get_all_logs(destination=os.path.join(p["download_dir"], "logs"))
             except Exception as exc:  # a run that did not complete is reported whatever the download did
+                if status in COMPLETED and not is_auth_error(exc):
+                    raise AmlNodesError(watch_failed(run.id, status, run.get_portal_url(), exc, nxt,
+                                                     downloading=p["download_dir"])) from None
                 if status in COMPLETED:
                     raise
                 result["download_error"] = f"{type(exc).__name__}: {service_error(str(exc))}"

@@ -25,7 +25,10 @@ from ..azure.job_runs import (
     service_error,
     settle,
     status_text,
+    lookup_failed,
+    watch_failed,
 )
+from ..azure.aml_nodes import AmlNodesError
 from ..azure.job_spec import JobRequest
 
 
@@ -64,7 +67,7 @@ def v2_attempts(jobs: Any, name: str) -> dict[str, Any]:
         attempt += 1
 
 
-def wait_v2(jobs: Any, name: str) -> tuple[Any, str]:
+def wait_v2(jobs: Any, name: str, seen: dict[str, Any] | None = None) -> tuple[Any, str]:
     """Stream job ``name``'s log until it ends (azure-ai-ml's ``jobs.stream``), then ask until
     it has left post-processing. Returns the job as it ended and the service's error: the SDK
     raises ``JobException`` (its message the run's error) for a failed job; it returns for every
@@ -76,7 +79,7 @@ def wait_v2(jobs: Any, name: str) -> tuple[Any, str]:
         jobs.stream(name)
     except JobException as exc:
         error = service_error(str(getattr(exc, "message", None) or exc))
-    latest: dict[str, Any] = {}
+    latest: dict[str, Any] = {} if seen is None else seen  # the job as last read, for an error's message
 
     def status() -> str:
         latest["job"] = jobs.get(name)
@@ -92,7 +95,12 @@ def run_v2(client: AmlClient, p: Mapping[str, Any], check_mode: bool, spec: dict
     when ``p['wait']``. ``prepare`` makes the source snapshot and the image's build context."""
     with quiet(log_path):
         jobs = client.client().jobs
-        found = v2_attempts(jobs, req.name)
+        try:
+            found = v2_attempts(jobs, req.name)
+        except Exception as exc:  # any SDK or HTTP error while looking the job up: nothing was submitted
+            if is_auth_error(exc):
+                raise
+            raise AmlNodesError(lookup_failed(req.name, exc)) from None
         verdict = decide(req.name, ((n, status_text(j.status)) for n, j in found.items()), p["force"])
         if check_mode:
             job = found.get(verdict["run_name"])
@@ -106,8 +114,17 @@ def run_v2(client: AmlClient, p: Mapping[str, Any], check_mode: bool, spec: dict
         else:
             job = found[verdict["run_name"]]
         error = ""
+        nxt = attempt_name(req.name, verdict["attempt"] + 1)
         if p["wait"]:
-            job, error = wait_v2(jobs, job.name)
+            seen = {"job": job}
+            try:
+                job, error = wait_v2(jobs, job.name, seen)
+            except Exception as exc:  # any SDK or HTTP error: the run, its last status, its link, what to do
+                if is_auth_error(exc):
+                    raise
+                last = seen["job"]
+                raise AmlNodesError(watch_failed(job.name, status_text(last.status), job.studio_url, exc,
+                                                 nxt)) from None
         status = status_text(job.status)
         result = {"changed": changed, "run_id": job.name, "status": status, "portal_url": job.studio_url,
                   "msg": verdict["msg"], "next_attempt": attempt_name(req.name, verdict["attempt"] + 1)}
@@ -121,6 +138,9 @@ def run_v2(client: AmlClient, p: Mapping[str, Any], check_mode: bool, spec: dict
             try:
                 jobs.download(job.name, download_path=p["download_dir"], all=True)
             except Exception as exc:  # a run that did not complete is reported whatever the download did
+                if status in COMPLETED and not is_auth_error(exc):
+                    raise AmlNodesError(watch_failed(job.name, status, job.studio_url, exc, nxt,
+                                                     downloading=p["download_dir"])) from None
                 if status in COMPLETED:
                     raise
                 result["download_error"] = f"{type(exc).__name__}: {service_error(str(exc))}"

@@ -18,6 +18,7 @@ SDK boundary (``azureml.core.Workspace``, ``azureml.core.compute.AmlCompute``,
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any
 
 from ..azure.aml_nodes import (
@@ -33,6 +34,7 @@ from ..azure.aml_nodes import (
     subnet_parts,
     workspace_not_found,
 )
+from ..validate.azure_ids import workspace_problems
 
 
 def token_scope(resource: str) -> str:
@@ -111,6 +113,18 @@ def _exc_text(exc: BaseException) -> str:
 V2_TIER = {"dedicated": "dedicated", "lowpriority": "low_priority"}
 
 
+# The ARM api-version of the PATCH requests aml_compute_cluster sends itself (ClusterUpdateParameters).
+ARM_API_VERSION = "2024-10-01"
+# provisioningState values after which an update has ended.
+ENDED = {"succeeded", "failed", "canceled"}
+
+
+def v2_public_access(value: str) -> bool | None:
+    """azure-ai-ml's ``ssh_public_access_enabled`` for a remote_login_port_public_access: None is
+    how the SDK sends ``NotSpecified`` (closed with a VNet, else open), which only creation sets."""
+    return None if value == "NotSpecified" else value == "Enabled"
+
+
 def _enum_text(value: Any) -> str | None:
     if value is None:
         return None
@@ -181,16 +195,6 @@ class AmlClient:
 
 # ---------------------------------------------------------------------------------------
 # SDK v1: azureml-core
-
-
-def _keep_subnet(entity: Any) -> Any:
-    """``entity`` (an AmlCompute read back) ready for ``begin_update``'s PUT of the whole cluster:
-    azure-ai-ml serialises its public ``subnet`` field, which only ``begin_create_or_update`` fills
-    in (from ``network_settings``); left empty, the PUT would send ``"subnet": {}``."""
-    subnet = getattr(getattr(entity, "network_settings", None), "subnet", None)
-    if subnet and not getattr(entity, "subnet", None):
-        entity.subnet = subnet
-    return entity
 
 
 def _v1_subnet(subnet: str) -> dict[str, str]:
@@ -352,9 +356,13 @@ class AzureAiMlClient(AmlClient):
         except ImportError:
             raise self._missing_sdk() from None
         self._client = None
+        self._cred = None
+        self._arm = None
 
     def _credential(self) -> Any:
-        return identity_credential(self.auth)
+        if self._cred is None:  # one credential for the SDK and the PATCH requests: one login
+            self._cred = identity_credential(self.auth)
+        return self._cred
 
     def client(self) -> Any:
         if self._client is None:
@@ -431,41 +439,92 @@ class AzureAiMlClient(AmlClient):
             **identity, enable_node_public_ip=spec.node_public_ip,
             name=spec.name, size=spec.vm_size, min_instances=spec.min_nodes, max_instances=spec.max_nodes,
             idle_time_before_scale_down=spec.idle_at_creation, tier=V2_TIER.get(spec.vm_priority, spec.vm_priority),
-            ssh_public_access_enabled=spec.remote_login_port_public_access == "Enabled",
+            ssh_public_access_enabled=v2_public_access(spec.remote_login_port_public_access),
             ssh_settings=AmlComputeSshSettings(admin_username=spec.admin_user, ssh_key_value=spec.ssh_public_key))
         try:
             self.client().compute.begin_create_or_update(entity).result(timeout=timeout_s)
         except Exception as exc:
             raise self._fail(exc, spec.name) from None
 
-    def scale(self, name: str, min_nodes: int, max_nodes: int, idle_seconds: int, timeout_s: int = 1800) -> None:
-        entity = self._entity(name)
-        if entity is None:
-            raise AmlNodesError(cluster_not_found(name, self.workspace_name))
-        entity.min_instances, entity.max_instances = min_nodes, max_nodes
-        entity.idle_time_before_scale_down = idle_seconds
+    # Updates: a PATCH of what changes (ARM's ClusterUpdateParameters), never begin_update's PUT
+    # of the whole cluster rebuilt from azure-ai-ml's entity, which drops every property the
+    # entity does not model (a custom image, node-level metrics, an isolated network, tags,
+    # NotSpecified SSH access sent as Disabled, properties of newer API versions).
+
+    def _compute_url(self, name: str) -> str:
+        return (f"{self.auth.cloud_info.resource_manager}/subscriptions/{self.subscription_id}/"
+                f"resourceGroups/{self.resource_group}/providers/Microsoft.MachineLearningServices/"
+                f"workspaces/{self.workspace_name}/computes/{name}?api-version={ARM_API_VERSION}")
+
+    def _pipeline(self) -> Any:
+        """An azure-core pipeline to the cloud's resource manager: the credential's token,
+        azure-core's retries (429 and 5xx, Retry-After honoured), its HTTP transport."""
+        if self._arm is None:
+            from azure.core import PipelineClient
+            from azure.core.pipeline import policies, transport
+            rm = self.auth.cloud_info.resource_manager
+            self._arm = PipelineClient(base_url=rm, transport=transport.RequestsTransport(), policies=[
+                policies.HeadersPolicy(), policies.UserAgentPolicy("amlhpc-azureml"), policies.RetryPolicy(),
+                policies.BearerTokenCredentialPolicy(self._credential(), token_scope(rm)),
+                policies.DistributedTracingPolicy()])
+        return self._arm
+
+    def _send(self, method: str, name: str, body: dict[str, Any] | None = None) -> tuple[dict[str, Any], Any]:
+        """One request on the cluster's resource; its JSON answer and the response. An error
+        answer raises azure-core's exception for it (``_fail`` tells them apart)."""
+        from azure.core.exceptions import (
+            ClientAuthenticationError,
+            HttpResponseError,
+            ResourceExistsError,
+            ResourceNotFoundError,
+            map_error,
+        )
+        from azure.core.rest import HttpRequest
+        response = self._pipeline().send_request(HttpRequest(method, self._compute_url(name), json=body))
+        if response.status_code >= 400:
+            map_error(response.status_code, response, {401: ClientAuthenticationError, 404: ResourceNotFoundError,
+                                                       409: ResourceExistsError})
+            raise HttpResponseError(response=response)
         try:
-            self.client().compute.begin_update(_keep_subnet(entity)).result(timeout=timeout_s)
+            return (response.json() if response.text() else {}), response
+        except ValueError:
+            return {}, response
+
+    def _patch(self, name: str, body: dict[str, Any], timeout_s: int) -> None:
+        """PATCH ``body`` onto cluster ``name`` and wait (at most ``timeout_s``) until it has
+        left Updating (ARM answers 200 when done, 202 while it works)."""
+        if self._entity(name) is None:
+            raise AmlNodesError(cluster_not_found(name, self.workspace_name))
+        deadline = time.monotonic() + max(1, timeout_s)
+        try:
+            answer, response = self._send("PATCH", name, body)
+            while response.status_code == 202 or (
+                    str((answer.get("properties") or {}).get("provisioningState", "Succeeded")).lower() not in ENDED):
+                if time.monotonic() >= deadline:
+                    raise AmlNodesError(f"cluster '{name}' was still updating after {timeout_s}s: see it in the "
+                                        "studio (Compute > Compute clusters), then run again")
+                retry = response.headers.get("Retry-After", "10")
+                time.sleep(min(30.0, max(0.0, float(retry)) if retry.isdigit() else 10.0))
+                answer, response = self._send("GET", name)
+        except AmlNodesError:
+            raise
         except Exception as exc:
             raise self._fail(exc, name) from None
 
+    def scale(self, name: str, min_nodes: int, max_nodes: int, idle_seconds: int, timeout_s: int = 1800) -> None:
+        self._patch(name, {"properties": {"properties": {"scaleSettings": {
+            "minNodeCount": min_nodes, "maxNodeCount": max_nodes,
+            "nodeIdleTimeBeforeScaleDown": f"PT{int(idle_seconds)}S"}}}}, timeout_s)
+
     def add_identity(self, name: str, resource_id: str, timeout_s: int = 1800) -> None:
-        from azure.ai.ml.entities import IdentityConfiguration, ManagedIdentityConfiguration
         entity = self._entity(name)
         if entity is None:
             raise AmlNodesError(cluster_not_found(name, self.workspace_name))
-        wanted = ManagedIdentityConfiguration(resource_id=resource_id)
-        identity = entity.identity
-        if identity is None:
-            entity.identity = IdentityConfiguration(type="user_assigned", user_assigned_identities=[wanted])
-        else:  # begin_update PUTs the whole resource: the identities there go with it
-            if "user_assigned" not in identity.type:
-                identity.type = f"{identity.type},user_assigned"  # system_assigned,user_assigned
-            identity.user_assigned_identities = [*(identity.user_assigned_identities or []), wanted]
-        try:
-            self.client().compute.begin_update(_keep_subnet(entity)).result(timeout=timeout_s)
-        except Exception as exc:
-            raise self._fail(exc, name) from None
+        # ARM merges the user-assigned identities a PATCH names into those there; the type keeps
+        # a system-assigned identity (and what was granted to it).
+        have = (getattr(getattr(entity, "identity", None), "type", None) or "").lower().replace("_", "")
+        kind = "SystemAssigned,UserAssigned" if "systemassigned" in have else "UserAssigned"
+        self._patch(name, {"identity": {"type": kind, "userAssignedIdentities": {resource_id: {}}}}, timeout_s)
 
 
 CLIENTS = {"azureml-core": AzuremlCoreClient, "azure-ai-ml": AzureAiMlClient}
@@ -483,6 +542,10 @@ def connect(source: str, subscription_id: str | None, resource_group: str | None
     if missing:
         raise AmlNodesError(f"{who or f'source {source!r}'} needs {', '.join(missing)} (subscription_id may also "
                             "come from AZURE_SUBSCRIPTION_ID)")
+    # Names Azure would refuse, refused before any call (the SDKs send them as given).
+    problems = workspace_problems(who or f"source {source!r}", subscription_id, resource_group, workspace_name)
+    if problems:
+        raise AmlNodesError("; ".join(problems))
     if source not in CLIENTS:
         raise AmlNodesError(f"source must be one of {', '.join(CLIENTS)} or nodes_file, not {source!r}")
     return CLIENTS[source](subscription_id, resource_group, workspace_name, auth, who=who, alternative=alternative)

@@ -11,7 +11,18 @@ import ansible.module_utils
 import pytest
 from ansible_compat import patch_module_args
 
-from azureml_fakes import FAKE_KEY, RG, SUB, WS, World, install_v1, install_v2, make_nodes
+from azureml_fakes import (
+    EVERY_PROPERTY,
+    FAKE_KEY,
+    RG,
+    SUB,
+    WS,
+    World,
+    install_v1,
+    install_v2,
+    make_nodes,
+    with_every_property,
+)
 
 ROOT = Path(__file__).resolve().parents[4]
 # What AnsiballZ does for a real run: the project's module_utils under ansible.module_utils.
@@ -496,3 +507,80 @@ def test_the_wait_asks_each_node_on_its_private_ip(capsys, monkeypatch, world, s
         stop.set()
         for s in socks:
             s.close()
+
+
+@pytest.mark.parametrize("sdk", SDKS)
+@pytest.mark.parametrize("option,value,segment", [
+    ("subnet", "/subscriptions/hpc-sub/resourceGroups/rg-net/providers/Microsoft.Network/virtualNetworks/vnet/"
+               "subnets/nodes", "'hpc-sub'"),
+    ("identity_resource_id", f"/subscriptions/{SUB}/resourceGroups/rg./providers/Microsoft.ManagedIdentity/"
+                             "userAssignedIdentities/reader", "'rg.'"),
+    ("identity_resource_id", f"/subscriptions/{SUB}/resourceGroups/rg/providers/Microsoft.ManagedIdentities/"
+                             "userAssignedIdentities/reader", "'Microsoft.ManagedIdentities'"),
+    ("subscription_id", "hpc-sub", "'hpc-sub'"),
+    ("resource_group", "rg hpc!", "'rg hpc!'"),
+])
+def test_ids_azure_would_refuse_are_refused_before_any_call(capsys, monkeypatch, world, sdk, option, value, segment):
+    """Issue 51, item 4: an id Azure would refuse (or an SDK would mangle) fails the task before
+    any call, one sentence naming the option, the segment and the fix."""
+    install(monkeypatch, world, sdk)
+    extra = {option: value}
+    if option == "subnet":
+        extra.update(node_public_ip=False, remote_login_port_public_access="Disabled")
+    out = run(capsys, args(sdk, **extra))
+    assert out.get("failed") is True, out
+    assert option in out["msg"] and segment in out["msg"] and "az " in out["msg"], out["msg"]
+    assert sum(world.calls.values()) == 0, world.calls
+
+
+def _kept(world, name: str) -> dict:
+    """What EVERY_PROPERTY set, as the cluster's GET now answers it."""
+    compute = world.clusters[name]["compute"]
+    props = compute["properties"]
+    return {"inner": {k: props["properties"].get(k) for k in EVERY_PROPERTY["inner"]},
+            "outer": {k: props.get(k) for k in EVERY_PROPERTY["outer"]}, "tags": compute.get("tags")}
+
+
+EVERY = {"subnet": EVERY_PROPERTY["inner"]["subnet"]["id"], "node_public_ip": False,
+         "remote_login_port_public_access": "NotSpecified", "beeond_enabled": False}
+
+
+@pytest.mark.parametrize("sdk", SDKS)
+def test_a_scale_an_identity_and_a_teardown_keep_every_property_the_service_returned(
+        capsys, monkeypatch, world, sdk):
+    """Issue 51, item 2: an update sends only what changes (or the whole cluster as the service
+    returned it): a custom image, node-level metrics, an isolated network, NotSpecified SSH
+    access, a description, tags and a property today's REST models do not know all stay."""
+    install(monkeypatch, world, sdk)
+    # azureml-core cannot add an identity beside a system-assigned one (refused apart): user-assigned only there.
+    kind = "SystemAssigned,UserAssigned" if sdk == "azure-ai-ml" else "UserAssigned"
+    world.add("gpu", make_nodes(2, nat=False), identity={"type": kind, "userAssignedIdentities": {_rid("a"): {}}})
+    with_every_property(world.clusters["gpu"]["compute"])
+    want = json.loads(json.dumps(EVERY_PROPERTY))
+
+    out = run(capsys, args(sdk, min_nodes=2, max_nodes=3, **EVERY))  # a scale
+    assert out["changed"] is True and out["action"] == "update", out
+    assert _kept(world, "gpu") == want
+    out = run(capsys, args(sdk, min_nodes=2, max_nodes=3, identity_resource_id=_rid("b"), **EVERY))
+    assert out["changed"] is True, out
+    assert _kept(world, "gpu") == want
+    identity = world.identity_of("gpu")
+    assert identity["type"].replace(" ", "") == kind
+    assert sorted(k.lower() for k in identity["userAssignedIdentities"]) == [_rid("a").lower(), _rid("b").lower()]
+    out = run(capsys, args(sdk, state="scaled_to_zero", **EVERY))  # a teardown
+    assert out["changed"] is True, out
+    assert _kept(world, "gpu") == want
+    scale = world.clusters["gpu"]["compute"]["properties"]["properties"]["scaleSettings"]
+    assert scale["minNodeCount"] == 0 and scale["maxNodeCount"] == 3
+    assert world.puts == {}, "an existing cluster is changed by PATCH, never PUT back whole"
+
+
+@pytest.mark.parametrize("sdk", SDKS)
+def test_not_specified_is_sent_as_not_specified(capsys, monkeypatch, world, sdk):
+    """Issue 51, item 2: NotSpecified ("closed with a VNet, else open", chosen only at creation)
+    goes out as NotSpecified, not as Disabled, through either SDK."""
+    install(monkeypatch, world, sdk)
+    out = run(capsys, args(sdk, remote_login_port_public_access="NotSpecified"))
+    assert out["changed"] is True and out["action"] == "create", out
+    assert world.sent["gpu"][0]["remoteLoginPortPublicAccess"] == "NotSpecified"
+    assert world.clusters["gpu"]["compute"]["properties"]["properties"]["remoteLoginPortPublicAccess"] == "NotSpecified"

@@ -13,6 +13,8 @@ from pathlib import Path
 import ansible.module_utils
 import pytest
 from ansible_compat import patch_module_args
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parents[4]
 if str(ROOT / "plugins" / "module_utils") not in ansible.module_utils.__path__:
@@ -775,3 +777,133 @@ def test_the_twins_failed_job_is_reported_as_the_sdks(tmp_path):
     jobs.download("cf", download_path=str(tmp_path / "dl"), all=True)
     found = node_logs(str(tmp_path / "dl" / "artifacts"))
     assert failing_log({n: Path(p).read_text() for n, p in found.items()}, said) == "user_logs/std_log_node_1.txt"
+
+
+# ---------------------------------------------------------------------------------------
+# Issue 51, item 1: every way a watch can end is a sentence (azure-ai-ml over the fake transport).
+
+LINK = "https://ml.azure.com/runs/cf-4x8?wsid="
+
+
+def test_v2_a_failed_run_without_an_error_object_names_what_is_known(v2_world, capsys, tmp_path):
+    v2_world.add_job("cf-4x8", ["Running", "Failed"], artifacts=NODE_LOGS)
+    out = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml"))
+    assert out["failed"] is True and out["status"] == "Failed", out
+    assert "Exception :" not in out["msg"], out["msg"]
+    assert out["msg"].startswith(f"run cf-4x8 ended Failed ({LINK}"), out["msg"]
+    assert "AzureML recorded no error for it" in out["msg"] and "Last lines of" in out["msg"], out["msg"]
+
+
+# route -> (its scripted answers, what the message says)
+WATCH_ERRORS = {
+    "403 on the run's details": ("details", [403], "refused this machine (403)"),
+    "429 past the SDK's retries": ("details", [429] * 8, "throttling"),
+    "503 past the SDK's retries": ("details", [503] * 8, "answered 503"),
+    "a reset connection": ("details", ["reset"] * 8, "connection to Azure failed"),
+    "a timeout": ("details", ["timeout"] * 8, "connection to Azure failed"),
+    "409": ("details", [409], "changed at the same time"),
+}
+
+
+@pytest.mark.parametrize("case", list(WATCH_ERRORS))
+def test_v2_an_error_while_watching_names_the_run_its_status_its_link_and_that_a_rerun_resumes(
+        case, v2_world, capsys, tmp_path):
+    route, answers, says = WATCH_ERRORS[case]
+    v2_world.add_job("cf-4x8", ["Running", "Completed"], artifacts=NODE_LOGS)
+    v2_world.faults[route] = list(answers)
+    out = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml"))
+    assert out["failed"] is True, out
+    msg = out["msg"]
+    assert msg.startswith(f"run cf-4x8 ({LINK}"), msg
+    assert "its last known status is Running, so it is still going in AzureML" in msg, msg
+    assert says in msg and msg.endswith("running the task again resumes watching this same run "
+                                        "(nothing new is submitted)."), msg
+    # The rerun: the same job is watched again (nothing submitted), and now it ends.
+    v2_world.faults.clear()
+    again = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml"))
+    assert not again.get("failed") and again["status"] == "Completed" and again["changed"] is False, again
+    assert again["run_id"] == "cf-4x8"
+
+
+def test_v2_a_job_that_vanished_while_watched_says_a_rerun_submits_it_anew(v2_world, capsys, tmp_path):
+    v2_world.add_job("cf-4x8", ["Running", "Completed"], artifacts=NODE_LOGS)
+    v2_world.faults["job"] = [None, None, 404]  # found (cf-4x8, and no cf-4x8-r2), then gone
+    out = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml"))
+    assert out["failed"] is True, out
+    assert out["msg"].startswith(f"run cf-4x8 ({LINK}") and "is no longer in the workspace" in out["msg"], out
+    assert out["msg"].endswith("running the task again submits it anew."), out["msg"]
+
+
+def test_v2_a_completed_run_whose_download_fails_says_a_rerun_downloads_it(v2_world, capsys, tmp_path):
+    v2_world.add_job("cf-4x8", ["Running", "Completed"], artifacts=NODE_LOGS)
+    v2_world.faults["storage"] = [403]
+    out = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml"))
+    assert out["failed"] is True, out
+    assert out["msg"].startswith(f"run cf-4x8 ended Completed ({LINK}"), out["msg"]
+    msg = out["msg"]
+    assert "could not be downloaded to" in msg and "not authorized" in msg and "(403)" in msg, msg
+    assert out["msg"].endswith("running the task again downloads them (nothing is submitted again)."), out["msg"]
+    assert not (tmp_path / "dl" / ".amlhpc-job.json").exists()
+    again = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml"))
+    assert not again.get("failed") and again["status"] == "Completed", again
+
+
+ANSWERS = st.sampled_from([None, None, 403, 404, 409, 429, 500, 502, 503, 504, "reset", "timeout"])
+
+
+@settings(derandomize=True, max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(job=st.lists(ANSWERS, max_size=6), details=st.lists(ANSWERS, max_size=6),
+       storage=st.lists(st.sampled_from([None, 403, "reset"]), max_size=1),
+       ending=st.sampled_from(["Completed", "Failed", "Canceled"]), error=st.sampled_from([None, RANK3_FAILED]))
+@example(job=[], details=[429] * 8, storage=[], ending="Completed", error=None)
+def test_v2_any_sequence_of_service_answers_ends_in_one_sentence(monkeypatch, tmp_path_factory, capsys, auth_env,
+                                                                 job, details, storage, ending, error):
+    """Whatever the service answers while the task looks the job up, watches and downloads it
+    (errors, retries, resets, timeouts), the task ends as the job did or fails in one sentence
+    that names the job and says what a rerun does; no exception escapes."""
+    tmp_path = tmp_path_factory.mktemp("watch")
+    with monkeypatch.context() as m:
+        world = World()
+        install_v2(m, world)
+        m.chdir(tmp_path)
+        world.add_job("cf-4x8", ["Running", ending], error=error, artifacts=NODE_LOGS)
+        world.faults.update(job=[None, *job], details=list(details), storage=list(storage))
+        out = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml"))
+    if not out.get("failed"):
+        assert out["status"] == "Completed" and out["run_id"] == "cf-4x8", out
+        return
+    msg = out["msg"]
+    assert "cf-4x8" in msg and "Exception :" not in msg and "Traceback" not in msg.split("Last lines of")[0], msg
+    assert "running the task again" in msg, msg
+    assert LINK in msg or "nothing was submitted" in msg, msg
+
+
+def test_v1_a_connection_reset_while_watching_names_the_run_and_a_rerun_resumes(v1, capsys, tmp_path, monkeypatch):
+    """azureml-core's HTTP session raises requests' ConnectionError on a reset: the task fails
+    naming the run, its last known status and link; the rerun watches the same run."""
+    import requests
+    monkeypatch.chdir(tmp_path)
+    resets = []
+
+    def reset(self):
+        resets.append(self.id)
+        raise requests.exceptions.ConnectionError("('Connection aborted.', ConnectionResetError(104, "
+                                                  "'Connection reset by peer'))")
+
+    monkeypatch.setattr(FakeRun, "get_details", reset)
+    out = run_module(capsys, module_args(tmp_path))
+    assert out["failed"] is True and resets, out
+    run_id = resets[0]
+    assert out["msg"].startswith(f"run {run_id} (https://ml.azure.com/runs/{run_id}) could not be watched "
+                                 "(ConnectionError: "), out["msg"]
+    assert "connection to Azure failed" in out["msg"], out["msg"]
+    assert out["msg"].endswith("running the task again resumes watching this same run (nothing new is submitted)."), out
+    monkeypatch.undo()
+    install_v1(monkeypatch, v1.world)
+    import azureml.core
+    monkeypatch.setattr(azureml.core, "Experiment", v1.experiment)
+    monkeypatch.chdir(tmp_path)
+    again = run_module(capsys, module_args(tmp_path))
+    assert not again.get("failed") and again["run_id"] == run_id and again["changed"] is False, again
+    assert len(v1.submitted) == 1
