@@ -362,6 +362,7 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azure.aml_no
     split_by_state,
     subscription_from,
 )
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.trust.host_key_checks import HOST_KEY_CHECKING_VARS
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.trust.known_hosts import (
     Endpoint,
     NodeRecord,
@@ -520,6 +521,12 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                     args = " ".join(a for a in (ssh_common_args(self._known_hosts_file()),
                                                 self.get_option("ssh_common_args")) if a)
                     self.inventory.set_variable(host.name, "ansible_ssh_common_args", args)
+                    # Host key checking off (the environment, ansible.cfg, group_vars) would put
+                    # StrictHostKeyChecking=no before the pins' =yes, and ssh takes the first
+                    # value: these host vars outrank those; the validate play refuses the ones
+                    # that outrank them (host_key_checks.host_key_problem).
+                    for name in HOST_KEY_CHECKING_VARS:
+                        self.inventory.set_variable(host.name, name, True)
                     self.inventory.set_variable(host.name, "aml_known_hosts_file", self._known_hosts_file())
                 hostvars = self.inventory.get_host(host.name).get_vars()
                 self._set_composite_vars(self.get_option("compose"), hostvars, host.name, strict=strict)
