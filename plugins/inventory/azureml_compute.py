@@ -259,6 +259,18 @@ options:
     type: bool
     default: true
     version_added: 2.2.0
+  control_path_dir:
+    description:
+      - The ssh connection's C(control_path_dir), where the ssh ControlPersist master of a node that
+        offers another host key than its pin is closed (read here so the plugin needs no Ansible
+        internals); without it, C(cp) in O(ansible_home), the ssh connection's default.
+    type: path
+    env:
+      - name: ANSIBLE_SSH_CONTROL_PATH_DIR
+    ini:
+      - section: ssh_connection
+        key: control_path_dir
+    version_added: 2.3.0
   fact_caching:
     description:
       - The fact cache plugin whose entries of a host are emptied when the node behind the host
@@ -367,6 +379,7 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.trust.known_
     Endpoint,
     NodeRecord,
     RecordError,
+    close_master,
     control_path,
     follow_pins,
     pin_of,
@@ -549,9 +562,18 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         home = os.path.expanduser(str(self.get_option("ansible_home") or "~/.ansible"))
         return os.path.join(home if os.path.isabs(home) else os.path.join(self._basedir, home), "amlhpc", "known_hosts")
 
+    def _control_path_dir(self) -> str:
+        """The ssh connection's control_path_dir (its default: cp in Ansible's home)."""
+        path = self.get_option("control_path_dir")
+        if not path:
+            path = os.path.join(str(self.get_option("ansible_home") or "~/.ansible"), "cp")
+        path = os.path.expanduser(str(path))
+        return path if os.path.isabs(path) else os.path.join(self._basedir, path)
+
     def _follow_nodes(self, endpoints: list[Endpoint]) -> None:
         """Bring the known_hosts file, the pins and the fact cache in line with the nodes read now."""
         path = self._known_hosts_file()
+        self._refused: set[str] = set()
         try:
             with NodeRecord(path).locked() as record:
                 text = None
@@ -568,7 +590,12 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         for endpoint in endpoints:
             keys = (pin_of(record.pins, endpoint) or []) if self.get_option("known_hosts") else []
             if self.get_option("ssh_control_path"):
-                self.inventory.set_variable(endpoint.host, "ansible_control_path", control_path(endpoint, keys))
+                path = control_path(endpoint, keys)
+                self.inventory.set_variable(endpoint.host, "ansible_control_path", path)
+                if endpoint.host in self._refused and close_master(path % {"directory": self._control_path_dir()},
+                                                                   endpoint.address):
+                    # The sentence says ssh refuses the node: so it does, not through the old master.
+                    self.display.vvv(f"azureml_compute: closed the ssh master of {endpoint.host} (host key changed)")
             if self.get_option("known_hosts"):
                 self.inventory.set_variable(endpoint.host, "aml_host_keys", keys)
 
@@ -582,6 +609,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                               config=self._config_path)
         for warning in outcome.warnings:
             self.display.warning(warning)
+        self._refused = set(outcome.refused)
         for host, sentence in outcome.refused.items():
             self.inventory.set_variable(host, "aml_host_key_refused", sentence)
         if record.migrated:

@@ -500,6 +500,26 @@ def control_path(endpoint: Endpoint, keys: Iterable[str] = ()) -> str:
 # I/O
 
 
+def close_master(path: str, address: str, timeout: int = 5, ssh: str = "ssh") -> bool:
+    """Make the ssh ControlPersist master listening on ``path`` exit (``ssh -O exit``), so that
+    a node refused for a changed host key is refused by ssh, not reached through the connection
+    made to its old key while ControlPersist keeps it. True where a master was there."""
+    if not os.path.exists(path):
+        return False
+    try:
+        # Controller side (the inventory plugin): there is no AnsibleModule.run_command here.
+        subprocess.run(  # pylint: disable=ansible-bad-function
+            [ssh, "-o", f"ControlPath={path}", "-O", "exit", address], capture_output=True, timeout=timeout,
+            check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    try:  # a master that did not answer: its socket goes, so the next ssh makes a new connection
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    return True
+
+
 def scan_keys(endpoints: Iterable[Endpoint], timeout: int = 5, workers: int = 32,
               keyscan: str = "ssh-keyscan") -> dict[str, tuple[list[str], str]]:
     """``pattern -> (key lines, error text)`` from one ``ssh-keyscan`` per endpoint, in parallel."""
