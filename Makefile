@@ -18,7 +18,8 @@ export ANSIBLE_INVENTORY_UNPARSED_FAILED := true
 MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
 .PHONY: help setup setup-test run teardown test test-unit lint test-sanity test-collection \
-        test-oldest-core test-ansible-units test-ansible-integration test-integration test-molecule test-vm test-workload test-ee soak bench clean image
+        test-oldest-core test-ansible-units test-ansible-integration test-integration test-molecule test-vm test-workload test-ee soak bench clean image \
+        forget-pins
 
 help:  ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -118,5 +119,17 @@ bench: setup  ## Benchmarks under bench/ (print numbers); parallel-ssh and mitog
 	@$(VENV)/bin/python -m pip install -q -r requirements-bench.txt
 	@for b in bench/*_bench.py bench/shard_imbalance.py; do echo "=== $$b"; $(VENV)/bin/python $$b || exit 1; done
 
-clean:  ## Remove venvs, tools and caches
+# The nodes' host key pins (ansible.cfg's known_hosts_file): security state, not a cache.
+PINS ?= state/known_hosts
+
+clean:  ## Remove venvs, tools and caches (never the host key pins in state/)
 	rm -rf .venv .venv-lint .venv-workload .venv-bench .venv-core218 .venv-core217 .tools .cache .scratch
+
+forget-pins:  ## Forget every node's pinned host keys (PINS=state/known_hosts), a copy kept in state/backup/<time>/ first
+	@if [[ ! -e "$(PINS)" && ! -e "$(PINS).nodes.json" ]]; then echo "no pins in $(PINS).nodes.json: nothing to forget"; exit 0; fi; \
+	flock "$(PINS).lock" bash -euo pipefail -c ' \
+	  files=(); for f in "$(PINS)" "$(PINS).nodes.json"; do [[ -e $$f ]] && files+=("$$f"); done; \
+	  if (( $${#files[@]} == 0 )); then echo "no pins in $(PINS).nodes.json: nothing to forget"; exit 0; fi; \
+	  backup="$$(dirname "$(PINS)")/backup/$$(date -u +%Y%m%dT%H%M%SZ)"; \
+	  mkdir -p -m 0700 "$$backup"; cp -p "$${files[@]}" "$$backup/"; rm -f "$${files[@]}"; \
+	  echo "forgot the host key pins of $(PINS).nodes.json, a copy kept in $$backup; the next run trusts each node on first use, naming it in a warning"'

@@ -43,4 +43,5 @@ class FilterModule:
             "amlhpc_stage_read_command": lazy("staging.azcopy_handoff", "shard_read_command", (ValueError,)),
             "amlhpc_stage_handoff": lazy("staging.azcopy_handoff", "stage_handoff"),
             "amlhpc_roles_to_check": lazy("validate.variable_checks", "roles_to_check"),
+            "amlhpc_host_key_problem": lazy("trust.host_key_checks", "host_key_problem"),
         }

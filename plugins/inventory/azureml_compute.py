@@ -38,7 +38,8 @@ description:
     C(aml_private_ip), C(aml_public_ip), C(aml_public_port), C(aml_node_id),
     C(aml_node_state), C(aml_run_id), and when the cluster's properties are known
     C(aml_cluster_min_nodes), C(aml_cluster_max_nodes), C(aml_vm_size), C(ansible_control_path);
-    with O(known_hosts) also C(ansible_ssh_common_args), C(aml_known_hosts_file), C(aml_host_keys)
+    with O(known_hosts) also C(ansible_ssh_common_args), C(ansible_host_key_checking),
+    C(ansible_ssh_host_key_checking), C(aml_known_hosts_file), C(aml_host_keys)
     (the node id's pinned host keys, C(type base64)) and, for a node that offers another key than
     its pin, C(aml_host_key_refused) (the sentence that names it and the fix)."
   - "A port that arrives as an integral float (C(50001.0); azureml-core's REST model types
@@ -188,6 +189,11 @@ options:
         -o GlobalKnownHostsFile=/dev/null -o StrictHostKeyChecking=yes) (ssh never asks, it
         refuses an unknown key, and no system-wide line stands in for a pin) and
         C(aml_known_hosts_file). Put ssh options of your own in O(ssh_common_args).
+      - "Every host also gets C(ansible_host_key_checking) and C(ansible_ssh_host_key_checking) true:
+        with host key checking off (C(ANSIBLE_HOST_KEY_CHECKING=False), ansible.cfg, group_vars) Ansible's
+        ssh connection would put C(StrictHostKeyChecking=no) before the pinned C(=yes), and ssh takes the
+        first value. These host vars outrank those settings; the validate play of C(site.yml) refuses, in
+        one sentence, a setting above them (host_vars, play or extra vars, C(ssh_args)) that voids a pin."
       - C(false) leaves host keys to you (an SSH certificate authority, your own known_hosts).
     type: bool
     default: true
@@ -198,9 +204,11 @@ options:
       - The controller's known_hosts file for the nodes; the record of which node id each
         entry belongs to, and each node id's pinned keys, lie beside it (C(<file>.nodes.json)).
         Removing the record forgets the pins (every node is then trusted anew on first use,
-        each named in a warning); a record that does not parse stops the read.
+        each named in a warning; C(make forget-pins) does it after a backup); a record that does
+        not parse stops the read.
       - "Set in C(ansible.cfg) (C([inventory_plugin_azureml_compute] known_hosts_file), relative to
-        that file; the project's C(ansible.cfg) says C(.cache/known_hosts)), the environment, or
+        that file; the project's C(ansible.cfg) says C(state/known_hosts): state, which C(make clean)
+        leaves, not a cache), the environment, or
         this configuration file (relative to its folder). Default: C(amlhpc/known_hosts) in
         Ansible's home folder (C([defaults] home), C(~/.ansible))."
     type: path
@@ -210,6 +218,20 @@ options:
       - section: inventory_plugin_azureml_compute
         key: known_hosts_file
     version_added: 2.2.0
+  known_hosts_migrate_from:
+    description:
+      - Where the pins were kept before (the project's C(ansible.cfg) says C(.cache/known_hosts), 2.2.0's
+        place, which C(make clean) removes). Where O(known_hosts_file) has no record yet and this one has,
+        the first read moves the pins and the known_hosts lines from here (a warning says so); the old
+        place is not read again, and nothing in it is trusted anew.
+      - Set like O(known_hosts_file) (ansible.cfg, relative to that file; the environment; this file).
+    type: path
+    env:
+      - name: AMLHPC_KNOWN_HOSTS_MIGRATE_FROM
+    ini:
+      - section: inventory_plugin_azureml_compute
+        key: known_hosts_migrate_from
+    version_added: 2.3.0
   ansible_home:
     description:
       - Ansible's home folder, where the default O(known_hosts_file) goes (the C(home) setting of
@@ -259,6 +281,18 @@ options:
     type: bool
     default: true
     version_added: 2.2.0
+  control_path_dir:
+    description:
+      - The ssh connection's C(control_path_dir), where the ssh ControlPersist master of a node that
+        offers another host key than its pin is closed (read here so the plugin needs no Ansible
+        internals); without it, C(cp) in O(ansible_home), the ssh connection's default.
+    type: path
+    env:
+      - name: ANSIBLE_SSH_CONTROL_PATH_DIR
+    ini:
+      - section: ssh_connection
+        key: control_path_dir
+    version_added: 2.3.0
   fact_caching:
     description:
       - The fact cache plugin whose entries of a host are emptied when the node behind the host
@@ -362,10 +396,13 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azure.aml_no
     split_by_state,
     subscription_from,
 )
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.trust.host_key_checks import HOST_KEY_CHECKING_VARS
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.trust.known_hosts import (
     Endpoint,
+    RECORD_SUFFIX,
     NodeRecord,
     RecordError,
+    close_master,
     control_path,
     follow_pins,
     pin_of,
@@ -520,6 +557,12 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                     args = " ".join(a for a in (ssh_common_args(self._known_hosts_file()),
                                                 self.get_option("ssh_common_args")) if a)
                     self.inventory.set_variable(host.name, "ansible_ssh_common_args", args)
+                    # Host key checking off (the environment, ansible.cfg, group_vars) would put
+                    # StrictHostKeyChecking=no before the pins' =yes, and ssh takes the first
+                    # value: these host vars outrank those; the validate play refuses the ones
+                    # that outrank them (host_key_checks.host_key_problem).
+                    for checking in HOST_KEY_CHECKING_VARS:
+                        self.inventory.set_variable(host.name, checking, True)
                     self.inventory.set_variable(host.name, "aml_known_hosts_file", self._known_hosts_file())
                 hostvars = self.inventory.get_host(host.name).get_vars()
                 self._set_composite_vars(self.get_option("compose"), hostvars, host.name, strict=strict)
@@ -529,24 +572,35 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         self._follow_nodes(endpoints)
 
     # Known hosts, kept connections and cached facts, tied to node ids ----------------------
-    def _known_hosts_file(self) -> str:
+    def _known_hosts_file(self, option: str = "known_hosts_file") -> str | None:
         # Written in this configuration file: relative to its folder (get_option resolves a
         # relative path from the environment against the working folder, from ansible.cfg
         # against that file's folder).
-        written = (getattr(self, "_config_data", None) or {}).get("known_hosts_file")
+        written = (getattr(self, "_config_data", None) or {}).get(option)
         path = written if written and not os.path.isabs(os.path.expanduser(str(written))) else \
-            self.get_option("known_hosts_file")
+            self.get_option(option)
         if path:
             path = os.path.expanduser(str(path))
             return path if os.path.isabs(path) else os.path.join(self._basedir, path)
+        if option != "known_hosts_file":
+            return None
         home = os.path.expanduser(str(self.get_option("ansible_home") or "~/.ansible"))
         return os.path.join(home if os.path.isabs(home) else os.path.join(self._basedir, home), "amlhpc", "known_hosts")
+
+    def _control_path_dir(self) -> str:
+        """The ssh connection's control_path_dir (its default: cp in Ansible's home)."""
+        path = self.get_option("control_path_dir")
+        if not path:
+            path = os.path.join(str(self.get_option("ansible_home") or "~/.ansible"), "cp")
+        path = os.path.expanduser(str(path))
+        return path if os.path.isabs(path) else os.path.join(self._basedir, path)
 
     def _follow_nodes(self, endpoints: list[Endpoint]) -> None:
         """Bring the known_hosts file, the pins and the fact cache in line with the nodes read now."""
         path = self._known_hosts_file()
+        self._refused: set[str] = set()
         try:
-            with NodeRecord(path).locked() as record:
+            with NodeRecord(path, self._known_hosts_file("known_hosts_migrate_from")).locked() as record:
                 text = None
                 if self.get_option("known_hosts"):
                     text = self._update_known_hosts(record, path, endpoints)
@@ -556,12 +610,21 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                     self._forget_facts(stale)
                 record.hosts.update(current)
                 record.save(text)
+                if record.moved_from:
+                    self.display.warning(f"the host key pins were moved from {record.moved_from}{RECORD_SUFFIX} to "
+                                         f"{record.record_path}, state that no clean-up of caches removes; the "
+                                         "old place is not read again")
         except RecordError as exc:
             raise AmlNodesError(str(exc)) from None
         for endpoint in endpoints:
             keys = (pin_of(record.pins, endpoint) or []) if self.get_option("known_hosts") else []
             if self.get_option("ssh_control_path"):
-                self.inventory.set_variable(endpoint.host, "ansible_control_path", control_path(endpoint, keys))
+                path = control_path(endpoint, keys)
+                self.inventory.set_variable(endpoint.host, "ansible_control_path", path)
+                if endpoint.host in self._refused and close_master(path % {"directory": self._control_path_dir()},
+                                                                   endpoint.address):
+                    # The sentence says ssh refuses the node: so it does, not through the old master.
+                    self.display.vvv(f"azureml_compute: closed the ssh master of {endpoint.host} (host key changed)")
             if self.get_option("known_hosts"):
                 self.inventory.set_variable(endpoint.host, "aml_host_keys", keys)
 
@@ -575,6 +638,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                               config=self._config_path)
         for warning in outcome.warnings:
             self.display.warning(warning)
+        self._refused = set(outcome.refused)
         for host, sentence in outcome.refused.items():
             self.inventory.set_variable(host, "aml_host_key_refused", sentence)
         if record.migrated:

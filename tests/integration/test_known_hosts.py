@@ -212,3 +212,65 @@ def test_a_key_change_after_editing_known_hosts_is_refused(tmp_path, cluster):
     assert repinned.returncode == 0 and repinned.stdout.count("SUCCESS") == 2, repinned.stdout + repinned.stderr
     assert "pinned again as known_hosts_repin asks" in " ".join((repinned.stdout + repinned.stderr).split())
     assert cluster.host_key(new).split()[1] in known.read_text()
+
+
+@pytest.fixture()
+def pinned_cluster(tmp_path):
+    c = Twin(2, tmp_path / "cluster", prefix="inv-khpin", base_port=free_base_port(2, start=52600))
+    try:
+        yield c.start()
+    finally:
+        c.stop()
+
+
+def rekey_in_place(cluster: Twin, node) -> None:
+    """New host keys on the same machine under the same node id (what a man in the middle, or a
+    node re-imaged behind AmlCompute's back, looks like); sshd re-reads them, its sessions stay."""
+    before = cluster.host_key(node)
+    done = cluster.exec(node, "sh", "-c", "rm -f /etc/ssh/ssh_host_* && ssh-keygen -A && kill -HUP 1")
+    assert done.returncode == 0, done.stderr
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        result = subprocess.run(["ssh-keyscan", "-T", "2", "-t", "ed25519", "-p", str(node.port), "127.0.0.1"],
+                                capture_output=True, text=True, check=False)
+        if result.stdout.split()[1:3] and " ".join(result.stdout.split()[1:3]) != before:
+            return
+        time.sleep(0.5)
+    raise AssertionError("sshd did not come back with its new host key")
+
+
+def test_host_key_checking_off_lets_no_re_keyed_node_in(tmp_path, pinned_cluster):
+    """The issue's case on real sshd: ANSIBLE_HOST_KEY_CHECKING=False, as CI often sets it, and a
+    node re-keyed under its pinned node id. Ansible's StrictHostKeyChecking=no would come first on
+    ssh's command line; the inventory's host vars turn host key checking back on, so ssh refuses
+    the node. And where the inventory compares the live key and says ssh refuses it, it closes the
+    node's ssh master, which ControlPersist would otherwise keep using without checking anything."""
+    refusals = ("REMOTE HOST IDENTIFICATION HAS CHANGED", "Host key verification failed")
+    config = write_inventory(tmp_path, pinned_cluster)
+
+    def run(control_dir: str, **extra: str) -> tuple[int, str]:
+        env = dict(ansible_env(tmp_path), ANSIBLE_HOST_KEY_CHECKING="False", ANSIBLE_SSH_CONTROL_PATH_DIR=control_dir,
+                   **extra)
+        done = subprocess.run([ANSIBLE, "-i", str(config), "aml_nodes", "-m", "ansible.builtin.ping"], cwd=ROOT,
+                              env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180,
+                              check=False)
+        return done.returncode, done.stdout + done.stderr
+
+    kept = str(tmp_path / "cp")
+    rc, out = run(kept)
+    assert rc == 0 and out.count("SUCCESS") == 2, out
+    assert len(masters_for(tmp_path / "cp")) == 2, out
+    node1 = pinned_cluster.ranked()[1]  # kh-1
+    rekey_in_place(pinned_cluster, node1)
+
+    # No ssh master in play (a control path folder of its own): ssh itself refuses the node.
+    rc, out = run(str(tmp_path / "cp-fresh"))
+    assert rc != 0 and "kh-0 | SUCCESS" in out and "kh-1 | UNREACHABLE" in out, out
+    assert any(said in out for said in refusals), out
+
+    # The old master is still there; the inventory compares the live keys, names kh-1, closes it.
+    rc, out = run(kept, AMLHPC_KNOWN_HOSTS_VERIFY="always")
+    sentence = " ".join(out.split())
+    assert f"node kh-1 (node id {node1.node_id} at [127.0.0.1]:{node1.port}) offers host key" in sentence, out
+    assert rc != 0 and "kh-0 | SUCCESS" in out and "kh-1 | UNREACHABLE" in out, out
+    assert any(said in out for said in refusals), out

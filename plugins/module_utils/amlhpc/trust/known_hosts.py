@@ -500,6 +500,26 @@ def control_path(endpoint: Endpoint, keys: Iterable[str] = ()) -> str:
 # I/O
 
 
+def close_master(path: str, address: str, timeout: int = 5, ssh: str = "ssh") -> bool:
+    """Make the ssh ControlPersist master listening on ``path`` exit (``ssh -O exit``), so that
+    a node refused for a changed host key is refused by ssh, not reached through the connection
+    made to its old key while ControlPersist keeps it. True where a master was there."""
+    if not os.path.exists(path):
+        return False
+    try:
+        # Controller side (the inventory plugin): there is no AnsibleModule.run_command here.
+        subprocess.run(  # pylint: disable=ansible-bad-function
+            [ssh, "-o", f"ControlPath={path}", "-O", "exit", address], capture_output=True, timeout=timeout,
+            check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    try:  # a master that did not answer: its socket goes, so the next ssh makes a new connection
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    return True
+
+
 def scan_keys(endpoints: Iterable[Endpoint], timeout: int = 5, workers: int = 32,
               keyscan: str = "ssh-keyscan") -> dict[str, tuple[list[str], str]]:
     """``pattern -> (key lines, error text)`` from one ``ssh-keyscan`` per endpoint, in parallel."""
@@ -530,9 +550,13 @@ class NodeRecord:
     """The known_hosts file and its record (``<file>.nodes.json``: endpoints, host names and
     pins), read and written under a lock."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, previous: str | None = None) -> None:
         self.path = path
         self.record_path = path + RECORD_SUFFIX
+        # Where the pins were kept before (2.2.0: .cache/known_hosts): read once, where the
+        # record at ``path`` does not exist yet, and moved there by the next save.
+        self.previous = previous if previous and os.path.abspath(previous) != os.path.abspath(path) else None
+        self.moved_from: str | None = None
         self.endpoints: dict[str, dict[str, Any]] = {}
         self.hosts: dict[str, str] = {}
         self.pins: dict[str, dict[str, Any]] = {}
@@ -551,22 +575,27 @@ class NodeRecord:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def _load(self) -> None:
+        text_path, record_path = self.path, self.record_path
+        if (self.previous and not os.path.exists(self.record_path)
+                and os.path.exists(self.previous + RECORD_SUFFIX)):
+            text_path, record_path = self.previous, self.previous + RECORD_SUFFIX
+            self.moved_from = self.previous
         try:
-            with open(self.path, encoding="utf-8") as handle:
+            with open(text_path, encoding="utf-8") as handle:
                 self.text = handle.read()
         except FileNotFoundError:
             self.text = ""
         try:
-            with open(self.record_path, encoding="utf-8") as handle:
+            with open(record_path, encoding="utf-8") as handle:
                 data = json.load(handle)
         except FileNotFoundError:
             data = {}
         except ValueError as exc:
             raise RecordError(
-                f"the host key pins in {self.record_path} cannot be read ({exc}): put back the file from a backup, "
+                f"the host key pins in {record_path} cannot be read ({exc}): put back the file from a backup, "
                 "or remove it to trust every node anew on first use (each is then named in a warning)") from None
         if not isinstance(data, dict):
-            raise RecordError(f"the host key pins in {self.record_path} are not a JSON object: put back the file "
+            raise RecordError(f"the host key pins in {record_path} are not a JSON object: put back the file "
                               "from a backup, or remove it to trust every node anew on first use")
         self.endpoints = dict(data.get("endpoints") or {})
         self.hosts = dict(data.get("hosts") or {})
@@ -591,6 +620,8 @@ class NodeRecord:
             raise
 
     def save(self, text: str | None = None) -> None:
+        if self.moved_from and text is None and not os.path.exists(self.path):
+            text = self.text  # the known_hosts of the old place moves with its pins
         if text is not None and (text != self.text or not os.path.exists(self.path)):
             self._write(self.path, text)
             self.text = text

@@ -772,14 +772,14 @@ def test_known_hosts_can_be_left_to_the_user(tmp_path, monkeypatch):
     assert not (tmp_path / "ssh" / "known_hosts").exists()
 
 
-def test_known_hosts_file_defaults_to_the_project_cache(tmp_path, monkeypatch):
+def test_known_hosts_file_defaults_to_the_project_state_folder(tmp_path, monkeypatch):
     monkeypatch.delenv("AMLHPC_KNOWN_HOSTS_FILE")
     plugin = inventory_loader.get("amlhpc.azureml.azureml_compute")
     path = _two_nodes(tmp_path)
     plugin.loader = DataLoader()
     plugin._read_config_data(str(path))
     plugin._basedir = str(tmp_path)
-    assert plugin._known_hosts_file() == str(ROOT / ".cache" / "known_hosts")
+    assert plugin._known_hosts_file() == str(ROOT / "state" / "known_hosts")  # not .cache: make clean keeps it
 
 
 # ---------------------------------------------------------------------------------------

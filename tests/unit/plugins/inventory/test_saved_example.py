@@ -53,7 +53,7 @@ def test_a_copy_in_a_project_keeps_its_known_hosts_in_the_project(tmp_path):
                          capture_output=True, text=True, timeout=120, check=False)
     assert res.returncode == 0, res.stderr
     assert sorted(json.loads(res.stdout)["cluster_gpu"]["hosts"]) == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
-    assert (project / ".cache" / "known_hosts").is_file()
+    assert (project / "state" / "known_hosts").is_file()
     assert _collection_cache() == before
 
 
