@@ -5,8 +5,8 @@
 A twin of ``--nodes`` healthy nodes (tests/twin/cluster.py; iperf3 in the node image) runs
 ``--rounds`` rounds of pair tests the way the gate runs them: every node in one pair per round,
 every pair of a round at once, the first node of a pair serving (``iperf3 -s -1``), the second
-running ``iperf3 --bidir -J -t <seconds>`` (the gate's own command lines, pair_gate.iperf3_argv)
-and the figure read by the gate's parser (pair_gate.parse_iperf3: the slower direction). The
+running ``iperf3 --bidir -J -t <seconds>`` (the gate's own command lines, pair_tools.iperf3_argv)
+and the figure read by the gate's parser (pair_tools.parse_iperf3: the slower direction). The
 pairings are random each round. Nothing else is made to run beside it: the load is whatever
 else runs on the machine (on the development machine, five other checkouts' tests).
 
@@ -34,20 +34,20 @@ sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import cpumeter  # noqa: E402
-from amlhpc.health import pair_gate  # noqa: E402
+from amlhpc.health import pair_tools  # noqa: E402
 from twin.cluster import Twin, free_base_port  # noqa: E402
 
 
 def one_pair(twin: Twin, server, client, port: int, seconds: int) -> dict:
-    argv = pair_gate.iperf3_argv("iperf3", "server", "", port, seconds)
+    argv = pair_tools.iperf3_argv("iperf3", "server", "", port, seconds)
     started = twin.exec(server, *argv)
     if started.returncode != 0:
         return {"server": server.container, "client": client.container, "value": None,
                 "error": f"server: {started.stderr.strip()}"}
     time.sleep(0.3)
-    argv = pair_gate.iperf3_argv("iperf3", "client", server.private_ip, port, seconds)
+    argv = pair_tools.iperf3_argv("iperf3", "client", server.private_ip, port, seconds)
     res = twin.exec(client, "timeout", "60", *argv, timeout=90)
-    value, error = pair_gate.parse_iperf3(res.stdout)
+    value, error = pair_tools.parse_iperf3(res.stdout)
     return {"server": server.container, "client": client.container, "value": value, "error": error}
 
 

@@ -149,7 +149,7 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.health import pair_gate
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.health import pair_tools
 
 DEFAULT_NAMES = {"iperf3": "iperf3", "ib_write_bw": "ib_write_bw", "all_reduce_perf": "all_reduce_perf",
                  "mpirun": "mpirun", "nvidia_smi": "nvidia-smi"}
@@ -177,7 +177,7 @@ def end_stale_server(pidfile: str, port: int) -> None:
             cmdline = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
     except (OSError, ValueError):
         return
-    if pid <= 1 or not pair_gate.is_gate_server(cmdline, port, pidfile):
+    if pid <= 1 or not pair_tools.is_gate_server(cmdline, port, pidfile):
         return
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
@@ -225,11 +225,11 @@ def main() -> None:
 
     def argv_for(port: int) -> list[str]:
         if tool == "iperf3":
-            pidfile = pair_gate.iperf3_pidfile(tempfile.gettempdir(), os.getuid(), port)
-            return pair_gate.iperf3_argv(binary, role, p["peer_address"], port, p["seconds"], pidfile)
+            pidfile = pair_tools.iperf3_pidfile(tempfile.gettempdir(), os.getuid(), port)
+            return pair_tools.iperf3_argv(binary, role, p["peer_address"], port, p["seconds"], pidfile)
         if tool == "ib_write_bw":
-            return pair_gate.ib_write_bw_argv(binary, role, p["peer_address"], port, p["seconds"], p["ib_device"])
-        return pair_gate.nccl_pair_argv(paths["mpirun"], binary, p["peer_address"], p["self_address"], p["gpus"],
+            return pair_tools.ib_write_bw_argv(binary, role, p["peer_address"], port, p["seconds"], p["ib_device"])
+        return pair_tools.nccl_pair_argv(paths["mpirun"], binary, p["peer_address"], p["self_address"], p["gpus"],
                                         p["nccl_args"], p["mpirun_args"])
 
     if role == "server":
@@ -237,7 +237,7 @@ def main() -> None:
             module.exit_json(changed=False)
         for port in ports:
             if tool == "iperf3":  # daemonizes itself (-D) once it listens
-                end_stale_server(pair_gate.iperf3_pidfile(tempfile.gettempdir(), os.getuid(), port), port)
+                end_stale_server(pair_tools.iperf3_pidfile(tempfile.gettempdir(), os.getuid(), port), port)
                 rc, out, err = module.run_command(argv_for(port))
                 if rc != 0:
                     module.fail_json(msg=f"iperf3 could not serve on port {port}: {(err or out).strip()}")
@@ -252,7 +252,7 @@ def main() -> None:
     for port in ports:
         rc, out, err = module.run_command(["timeout", str(p["timeout"]), *argv_for(port)])
         text = f"{out}\n{err}"
-        value, error = pair_gate.PARSERS[tool](out if tool == "iperf3" else text)
+        value, error = pair_tools.PARSERS[tool](out if tool == "iperf3" else text)
         if rc == 124:
             value, error = None, f"{tool} ran past {p['timeout']} s"
         elif rc == 127:

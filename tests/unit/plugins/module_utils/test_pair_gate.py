@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from amlhpc.health import pair_gate
+from amlhpc.health import pair_gate, pair_tools
 from gate_sim import simulate
 
 FIX = Path(__file__).parent / "fixtures"
@@ -164,42 +164,42 @@ def test_pair_thresholds_per_size_and_overrides():
 
 
 def test_parse_iperf3_bidir_json_recorded_on_the_twin():
-    value, error = pair_gate.parse_iperf3((FIX / "pair_gate" / "iperf3_bidir_twin.json").read_text())
+    value, error = pair_tools.parse_iperf3((FIX / "pair_gate" / "iperf3_bidir_twin.json").read_text())
     assert error == "" and value and value > 0.1
     data = json.loads((FIX / "pair_gate" / "iperf3_bidir_twin.json").read_text())
     slower = min(data["end"]["sum_received"]["bits_per_second"],
                  data["end"]["sum_received_bidir_reverse"]["bits_per_second"]) / 1e9
     assert value == pytest.approx(slower)
-    assert pair_gate.parse_iperf3('{"start": {}, "error": "unable to connect to server: Connection refused"}') == (
+    assert pair_tools.parse_iperf3('{"start": {}, "error": "unable to connect to server: Connection refused"}') == (
         None, "iperf3: unable to connect to server: Connection refused")
-    assert pair_gate.parse_iperf3("")[0] is None
+    assert pair_tools.parse_iperf3("")[0] is None
 
 
 def test_parse_ib_write_bw_result_row():
-    assert pair_gate.parse_ib_write_bw((FIX / "pair_gate" / "ib_write_bw_ndr_ok.txt").read_text()) == (390.71, "")
-    value, error = pair_gate.parse_ib_write_bw((FIX / "pair_gate" / "ib_write_bw_refused.txt").read_text())
+    assert pair_tools.parse_ib_write_bw((FIX / "pair_gate" / "ib_write_bw_ndr_ok.txt").read_text()) == (390.71, "")
+    value, error = pair_tools.parse_ib_write_bw((FIX / "pair_gate" / "ib_write_bw_refused.txt").read_text())
     assert value is None and "Couldn't connect to 10.0.0.7:18515" in error
 
 
 def test_parse_nccl_pair_and_argv():
-    value, error = pair_gate.parse_nccl_pair((FIX / "health" / "all_reduce_ndv4_node_ok.txt").read_text())
+    value, error = pair_tools.parse_nccl_pair((FIX / "health" / "all_reduce_ndv4_node_ok.txt").read_text())
     assert value == pytest.approx(237.12) or value == pytest.approx(236.29), error
-    argv = pair_gate.nccl_pair_argv("mpirun", "all_reduce_perf", "10.0.0.2", "10.0.0.1", 8, "-b 8G -e 8G")
+    argv = pair_tools.nccl_pair_argv("mpirun", "all_reduce_perf", "10.0.0.2", "10.0.0.1", 8, "-b 8G -e 8G")
     assert argv[:6] == ["mpirun", "-np", "16", "--host", "10.0.0.1:8,10.0.0.2:8", "--map-by"]
-    assert pair_gate.iperf3_argv("iperf3", "client", "10.0.0.2", 5301, 3)[-2:] == ["--bidir", "-J"]
-    assert pair_gate.ib_write_bw_argv("ib_write_bw", "client", "10.0.0.2", 18515, 5, "mlx5_ib0")[-1] == "10.0.0.2"
+    assert pair_tools.iperf3_argv("iperf3", "client", "10.0.0.2", 5301, 3)[-2:] == ["--bidir", "-J"]
+    assert pair_tools.ib_write_bw_argv("ib_write_bw", "client", "10.0.0.2", 18515, 5, "mlx5_ib0")[-1] == "10.0.0.2"
 
 
 def test_only_the_gates_own_server_on_that_port_counts_as_stale():
-    pidfile = pair_gate.iperf3_pidfile("/tmp/", 1000, 5301)
+    pidfile = pair_tools.iperf3_pidfile("/tmp/", 1000, 5301)
     assert pidfile == "/tmp/amlhpc-pair-iperf3-1000-5301.pid"
-    server = pair_gate.iperf3_argv("/usr/bin/iperf3", "server", "", 5301, 2, pidfile)
+    server = pair_tools.iperf3_argv("/usr/bin/iperf3", "server", "", 5301, 2, pidfile)
     assert server[-2:] == ["-I", pidfile]
-    assert pair_gate.is_gate_server(server, 5301, pidfile)
-    assert not pair_gate.is_gate_server(server, 5302, pidfile)  # another round's
-    assert not pair_gate.is_gate_server(["iperf3", "-s", "-p", "5301"], 5301, pidfile)  # a user's own
-    assert not pair_gate.is_gate_server(["sleep", "-s", "-p", "5301", "-I", pidfile], 5301, pidfile)
-    assert not pair_gate.is_gate_server([], 5301, pidfile)
+    assert pair_tools.is_gate_server(server, 5301, pidfile)
+    assert not pair_tools.is_gate_server(server, 5302, pidfile)  # another round's
+    assert not pair_tools.is_gate_server(["iperf3", "-s", "-p", "5301"], 5301, pidfile)  # a user's own
+    assert not pair_tools.is_gate_server(["sleep", "-s", "-p", "5301", "-I", pidfile], 5301, pidfile)
+    assert not pair_tools.is_gate_server([], 5301, pidfile)
 
 
 def test_the_run_report_has_the_gate_section():
