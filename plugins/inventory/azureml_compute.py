@@ -27,12 +27,9 @@ description:
     replaced, ranks shifted), the host's cached facts (the fact cache of O(fact_caching), the
     one C([defaults] fact_caching) configures) are emptied, so the next play gathers them again."
   - "Kept ssh connections follow node ids too: every host gets an C(ansible_control_path) of its
-    own node id (a file in the ssh connection's C(control_path_dir) named by a hash of address,
-    port, user, node id and pinned keys), so a node AmlCompute put behind an old endpoint is reached through a new ssh ControlPersist
-    master, never through the one kept to the old VM. Behind AmlCompute's load balancer such a
-    connection is not closed when the VM goes: its packets are dropped, and ssh would wait for
-    its keepalives to fail (about two minutes on the twin) before it tried the new node.
-    O(ssh_control_path=false) leaves the control path to you."
+    own node id, so a node AmlCompute put behind an old endpoint is reached through a new ssh
+    connection, never through the one kept to the old VM. O(ssh_control_path=false) leaves the
+    control path to you."
   - "Host vars: C(ansible_host) (public IP), C(ansible_port) (the node's public SSH port),
     C(ansible_user) (the cluster's admin user), C(aml_cluster), C(aml_node_rank),
     C(aml_private_ip), C(aml_public_ip), C(aml_public_port), C(aml_node_id),
@@ -42,10 +39,6 @@ description:
     C(ansible_ssh_host_key_checking), C(aml_known_hosts_file), C(aml_host_keys)
     (the node id's pinned host keys, C(type base64)) and, for a node that offers another key than
     its pin, C(aml_host_key_refused) (the sentence that names it and the fix)."
-  - "A port that arrives as an integral float (C(50001.0); azureml-core's REST model types
-    the port as a float) is taken as an integer; any other non-integer port is refused."
-  - azure-ai-ml 1.35.x returns node objects whose snake_case attributes are empty; the
-    plugin reads the camelCase payload they carry instead.
   - The workspace and credential options (O(subscription_id), O(resource_group),
     O(workspace_name), O(auth_source), O(client_id), O(secret), O(tenant)) are templated, so a
     lookup (C(ansible.builtin.env), for instance) or a vault-encrypted value works.
@@ -189,11 +182,10 @@ options:
         -o GlobalKnownHostsFile=/dev/null -o StrictHostKeyChecking=yes) (ssh never asks, it
         refuses an unknown key, and no system-wide line stands in for a pin) and
         C(aml_known_hosts_file). Put ssh options of your own in O(ssh_common_args).
-      - "Every host also gets C(ansible_host_key_checking) and C(ansible_ssh_host_key_checking) true:
-        with host key checking off (C(ANSIBLE_HOST_KEY_CHECKING=False), ansible.cfg, group_vars) Ansible's
-        ssh connection would put C(StrictHostKeyChecking=no) before the pinned C(=yes), and ssh takes the
-        first value. These host vars outrank those settings; the validate play of C(site.yml) refuses, in
-        one sentence, a setting above them (host_vars, play or extra vars, C(ssh_args)) that voids a pin."
+      - "Every host also gets C(ansible_host_key_checking) and C(ansible_ssh_host_key_checking) true,
+        so host key checking turned off in the environment, ansible.cfg or group_vars does not void the
+        pins; the validate play of C(site.yml) refuses, in one sentence, a setting that would (host_vars,
+        play or extra vars, C(ssh_args))."
       - C(false) leaves host keys to you (an SSH certificate authority, your own known_hosts).
     type: bool
     default: true
@@ -252,9 +244,8 @@ options:
       - C(edited) (the default) compares the known nodes whose lines in known_hosts had to be put
         back from their pins (deleted, emptied or edited by hand); where the file was left alone,
         ssh itself refuses a changed key (C(REMOTE HOST IDENTIFICATION HAS CHANGED)).
-      - C(always) compares every known node on every read. A real C(ssh-keyscan) of the three key
-        types costs the controller about 0.11 s of CPU per node (0.04 s for one type; the key
-        exchange), about a minute of CPU per read at 512 nodes, which is why it is not the default.
+      - C(always) compares every known node on every read (about 0.11 s of controller CPU per node,
+        a minute per read at 512 nodes, which is why it is not the default).
       - C(never) compares none.
     type: str
     default: edited

@@ -63,6 +63,8 @@ def fake_keyscan(tmp_path, monkeypatch):
     script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("AMLHPC_KNOWN_HOSTS_FILE", str(tmp_path / "ssh" / "known_hosts"))
+    # Nothing migrates from the checkout's own 2.2.0 place (ansible.cfg's known_hosts_migrate_from).
+    monkeypatch.setenv("AMLHPC_KNOWN_HOSTS_MIGRATE_FROM", str(tmp_path / "old" / "known_hosts"))
     keys = tmp_path / "keys"
     keys.mkdir()
     monkeypatch.setenv("FAKE_KEYSCAN_KEYS", str(keys))

@@ -40,6 +40,7 @@ def test_the_path_is_a_template_of_the_ssh_connection_s_own_folder_and_short():
 def test_every_host_of_the_inventory_gets_its_node_s_control_path(tmp_path, monkeypatch):
     monkeypatch.setenv("AMLHPC_KNOWN_HOSTS", "false")
     monkeypatch.setenv("AMLHPC_KNOWN_HOSTS_FILE", str(tmp_path / "known_hosts"))  # the record of host names
+    monkeypatch.setenv("AMLHPC_KNOWN_HOSTS_MIGRATE_FROM", str(tmp_path / "old" / "known_hosts"))
     nodes = tmp_path / "n.json"
     records = [{"nodeId": f"n{i}", "privateIpAddress": f"10.0.0.{4 + i}", "publicIpAddress": IP,
                 "port": 50000 + i, "nodeState": "idle"} for i in range(2)]

@@ -185,7 +185,8 @@ def test_ansible_s_names_and_the_inventory_plugin_s_host_vars_are_no_typo():
 
 def test_the_inventory_plugin_s_host_vars_are_those_its_documentation_lists():
     doc = (ROOT / "plugins" / "inventory" / "azureml_compute.py").read_text()
-    block = doc[doc.index("Host vars:"):doc.index("A port that arrives")]
+    start = doc.index("Host vars:")
+    block = doc[start:doc.index("\n  - ", start)]  # that description item, to the next one
     import re
     assert set(re.findall(r"C\((aml_[a-z_]+)\)", block)) == INVENTORY_HOST_VARS
 
