@@ -60,8 +60,9 @@ def test_beeond_is_off_by_default_and_refuses_an_autoscaling_cluster_first(tmp_p
     assert "BeeOND | End here where beeond_enabled is false" in res.stdout
     assert no_task_ran(res.stdout, "n0"), res.stdout
 
+    # A refusal writes the run's page: into the test's own folder, not the checkout's outputs/.
     res = play("-i", str(inv), str(ROOT / "playbooks" / "beeond.yml"), "-e", "beeond_enabled=true",
-               "-e", "aml_cluster_min_nodes=0", "-e", "aml_cluster_max_nodes=4")
+               "-e", "aml_cluster_min_nodes=0", "-e", "aml_cluster_max_nodes=4", "-e", f"amlhpc_project_dir={tmp_path}")
     assert res.returncode != 0
     assert "cluster 'gpu' autoscales (min 0, max 4); BeeOND needs min_nodes == max_nodes" in res.stdout
     # Refused before anything was touched: the refusal is the first task after the argument check.
@@ -83,7 +84,7 @@ def test_roles_switched_on_still_refuse_a_variable_of_the_wrong_type(tmp_path):
                             ("beeond.yml", ["-e", "beeond_enabled=true", "-e", "beeond_become=false",
                                             "-e", "aml_cluster_min_nodes=1", "-e", "aml_cluster_max_nodes=1",
                                             "-e", "beeond_autobuild_jobs=lots"])):
-        res = play("-i", str(inv), str(ROOT / "playbooks" / playbook), *extra)
+        res = play("-i", str(inv), str(ROOT / "playbooks" / playbook), *extra, "-e", f"amlhpc_project_dir={tmp_path}")
         assert res.returncode != 0, playbook + res.stdout
         assert "Validation of arguments failed" in res.stdout, playbook + res.stdout
         assert "changed=0" in res.stdout, playbook + res.stdout

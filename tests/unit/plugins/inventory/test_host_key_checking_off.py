@@ -45,7 +45,9 @@ def recorded_ssh_argv(tmp_path: Path, config: Path, **env: str) -> list[str]:
     fake.write_text(f"#!{sys.executable}\nimport json, sys\n"
                     f"open({str(record)!r}, 'w').write(json.dumps(sys.argv[1:]))\nsys.exit(255)\n")
     fake.chmod(0o755)
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_") or k == "ANSIBLE_CONFIG"}
+    # Ansible's settings from the environment go, but the tests' own fact cache (tests/conftest.py).
+    environ = {k: v for k, v in os.environ.items()
+               if not k.startswith("ANSIBLE_") or k in ("ANSIBLE_CONFIG", "ANSIBLE_CACHE_PLUGIN_CONNECTION")}
     environ.update(ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_SSH_EXECUTABLE=str(fake),
                    ANSIBLE_SSH_CONTROL_PATH_DIR=str(tmp_path / "cp"), ANSIBLE_FORCE_COLOR="0", **env)
     run = subprocess.run([ANSIBLE, "-i", str(config), "aml_nodes", "-m", "ansible.builtin.ping"], cwd=ROOT,
@@ -77,7 +79,9 @@ def validate(tmp_path: Path, config: Path, *extra: str) -> subprocess.CompletedP
     fake = tmp_path / "ssh"
     fake.write_text(f"#!/bin/sh\ntouch {tmp_path / 'ssh-ran'}\nexit 255\n")
     fake.chmod(0o755)
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_") or k == "ANSIBLE_CONFIG"}
+    # Ansible's settings from the environment go, but the tests' own fact cache (tests/conftest.py).
+    environ = {k: v for k, v in os.environ.items()
+               if not k.startswith("ANSIBLE_") or k in ("ANSIBLE_CONFIG", "ANSIBLE_CACHE_PLUGIN_CONNECTION")}
     environ.update(ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_SSH_EXECUTABLE=str(fake), ANSIBLE_FORCE_COLOR="0",
                    ANSIBLE_SSH_CONTROL_PATH_DIR=str(tmp_path / "cp"))
     return subprocess.run([str(Path(ANSIBLE).parent / "ansible-playbook"), "-i", str(config),
