@@ -152,6 +152,10 @@ class TwinWorld(World):
         super().put_identity(name, block)
         self._save()
 
+    def patch_identity(self, name: str, block: dict[str, Any]) -> None:
+        super().patch_identity(name, block)
+        self._save()
+
     def _save(self) -> None:
         state = json.loads(self.state_path.read_text())
         state["computes"] = {name: c["compute"] for name, c in self.clusters.items()}
@@ -162,11 +166,15 @@ def twin_ml_client(real: type) -> type:
     """In place of azure-ai-ml's ``MLClient`` (``real``): that client itself over
     :class:`TwinWorld` (``compute``: get, create or update, list nodes), with the twin's ``jobs``."""
 
+    # The world of the newest client: the module's own requests to the resource manager (a PATCH
+    # that scales the cluster) go to it too, so the wait that follows lists what the PATCH made.
+    current: dict[str, TwinWorld] = {}
+
     class TwinMLClient(real):  # type: ignore[misc,valid-type]
         def __init__(self, credential: Any = None, subscription_id: str | None = None,
                      resource_group_name: str | None = None, workspace_name: str | None = None,
                      **kwargs: Any) -> None:
-            world = TwinWorld(os.environ["TWIN_AZUREML_STATE"])
+            world = current["world"] = TwinWorld(os.environ["TWIN_AZUREML_STATE"])
             kwargs["transport"] = fake_transport(world)
             super().__init__(fake_credential(world, credential), subscription_id or SUB, resource_group_name or RG,
                              workspace_name or world.workspace, **kwargs)
@@ -176,7 +184,7 @@ def twin_ml_client(real: type) -> type:
         def jobs(self) -> TwinJobs:
             return self._twin_jobs
 
-    install_arm(_SetAttr(), lambda: TwinWorld(os.environ["TWIN_AZUREML_STATE"]))
+    install_arm(_SetAttr(), lambda: current.get("world") or TwinWorld(os.environ["TWIN_AZUREML_STATE"]))
     return TwinMLClient
 
 
