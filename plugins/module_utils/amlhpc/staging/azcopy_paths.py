@@ -114,7 +114,7 @@ def inside(root: str, name: str) -> str:
     if parent != real_root and not parent.startswith(real_root.rstrip(os.sep) + os.sep):
         raise UnsafePath(name, f"a folder on its way is a link out of the stage folder, to {parent}")
     if parent != os.path.normpath(os.path.join(real_root, os.path.dirname(name))):
-        raise UnsafePath(name, f"a folder on its way is a link, to {parent}, so the name stands for another file")
+        raise UnsafePath(name, f"a folder on its way is a link, to {parent}, so the name is another file's")
     return path
 
 

@@ -26,7 +26,7 @@ import tempfile
 import unicodedata
 from pathlib import Path
 
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from amlhpc.sdk.blob_listing import blob_from
@@ -34,16 +34,18 @@ from amlhpc.staging.azcopy import ExpectedFile, StageError, stage_shard
 from amlhpc.staging.azcopy_handoff import plan_handoff, read_command
 from amlhpc.staging.shards import Blob, ShardError, plan_shards, plan_summary
 
+URL = "http://127.0.0.1:9/a/c"  # nothing answers: a stage that would fetch fails, as a refusal does
 CAFE = "train/caf\u00e9_004.tfrecord"  # NFC
 CAFE_NFD = unicodedata.normalize("NFD", CAFE)
-STAGED = ["train/u_a1_000.tfrecord", "train/u_a1_001.tfrecord", "u_a1_003.tfrecord", "validation/u_a2_007.tfrecord",
-          CAFE, CAFE_NFD, "Train/U_A1_000.tfrecord"]
+STAGED = ["train/u_a1_000.tfrecord", "train/u_a1_001.tfrecord", "u_a1_003.tfrecord",
+          "validation/u_a2_007.tfrecord", CAFE, CAFE_NFD, "Train/U_A1_000.tfrecord"]
 
 # Ways to write a name that mean, or may mean, another one. "{S}" is the stage folder's absolute path.
 ALIASES = [
     "{n}", "./{n}", "{n}/", "{d}/./{f}", "{d}//{f}", "{upper}", "{nfd}", "{nfc}",
-    "self/{n}", "up/cosmoflow/{n}", "up/cosmoflow2/{n}", "twin/{n}", "old/{n}", "bak/{n}", "../cosmoflow2/{n}",
-    "../cosmoflow-old/{n}", "{S}/{n}", "{S}2/{n}", "{S}-old/{n}", "{S}.bak/{n}", "{S}/../cosmoflow2/{n}",
+    "self/{n}", "up/cosmoflow/{n}", "up/cosmoflow2/{n}", "twin/{n}", "old/{n}", "bak/{n}",
+    "../cosmoflow2/{n}", "../cosmoflow-old/{n}",
+    "{S}/{n}", "{S}2/{n}", "{S}-old/{n}", "{S}.bak/{n}", "{S}/../cosmoflow2/{n}",
 ]
 
 
@@ -53,8 +55,16 @@ def alias(template: str, name: str) -> str:
                            nfd=unicodedata.normalize("NFD", name), nfc=unicodedata.normalize("NFC", name))
 
 
-NAMES = st.one_of(st.sampled_from(STAGED + ["passwd_000.tfrecord", "old", "up", "self"]),
-                  st.builds(alias, st.sampled_from(ALIASES), st.sampled_from(STAGED)))
+# Mostly names a stage may take (so that it runs and removes), the rest links and aliases.
+PLAIN = st.sampled_from(STAGED + ["passwd_000.tfrecord", "old", "up", "self"])
+ALIASED = st.builds(alias, st.sampled_from(ALIASES), st.sampled_from(STAGED))
+# The aliases that no spelling rule refuses: through a link that comes back inside, through one
+# that leads out, another Unicode form or case.
+LOOP = st.builds(alias, st.sampled_from(["self/{n}", "up/cosmoflow/{n}"]), st.sampled_from(STAGED))
+THROUGH = st.builds(alias, st.sampled_from(["up/cosmoflow2/{n}", "twin/{n}", "old/{n}", "bak/{n}",
+                                            "{upper}", "{nfd}", "{nfc}"]), st.sampled_from(STAGED))
+NAMES = st.builds(lambda k, names: names[k], st.integers(0, 5),
+                  st.tuples(PLAIN, PLAIN, PLAIN, LOOP, THROUGH, ALIASED))
 
 
 def edge_tree(base: Path) -> Path:
@@ -104,8 +114,9 @@ def strictly_inside(root: str, path: str) -> bool:
 
 
 @settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
-@given(planned=st.lists(NAMES, max_size=3, unique=True), existing=st.lists(st.sampled_from(STAGED), max_size=5,
-       unique=True), handed=st.lists(NAMES, max_size=3, unique=True), gone=st.lists(NAMES, max_size=3, unique=True),
+@given(planned=st.lists(NAMES, max_size=3, unique=True),
+       existing=st.lists(st.sampled_from(STAGED), max_size=5, unique=True),
+       handed=st.lists(NAMES, max_size=3, unique=True), gone=st.lists(NAMES, max_size=3, unique=True),
        prune=st.booleans(), shared=st.booleans(), sizes_right=st.booleans())
 @example(planned=[], existing=[], handed=["{S}2/u_a1_003.tfrecord"], gone=["{S}-old/train/u_a1_001.tfrecord"],
          prune=True, shared=False, sizes_right=True)
@@ -117,6 +128,15 @@ def strictly_inside(root: str, path: str) -> bool:
          handed=["self/train/u_a1_000.tfrecord"], gone=[], prune=False, shared=False, sizes_right=True)
 @example(planned=[], existing=["train/u_a1_000.tfrecord"], handed=[],
          gone=["up/cosmoflow/train/u_a1_000.tfrecord"], prune=True, shared=True, sizes_right=True)
+# Shrunk by Hypothesis with the fix to azcopy_paths.inside broken (a link back inside let an
+# alias through): a raw FileNotFoundError, twice, and a file removed under another name.
+@example(planned=[], existing=["train/u_a1_000.tfrecord"], handed=["train/u_a1_000.tfrecord"],
+         gone=["self/train/u_a1_000.tfrecord"], prune=False, shared=False, sizes_right=False)
+@example(planned=[], existing=["train/u_a1_000.tfrecord"], handed=[],
+         gone=["train/u_a1_000.tfrecord", "self/train/u_a1_000.tfrecord"], prune=True, shared=False,
+         sizes_right=False)
+@example(planned=[], existing=["train/u_a1_000.tfrecord"], handed=[], gone=["self/train/u_a1_000.tfrecord"],
+         prune=True, shared=False, sizes_right=False)
 def test_prefix_siblings_links_and_aliases_change_nothing_outside_and_nothing_unnamed(
         planned, existing, handed, gone, prune, shared, sizes_right):
     """Whatever the plan and the handoff name, through links, prefix-sharing siblings or a
@@ -131,17 +151,19 @@ def test_prefix_siblings_links_and_aliases_change_nothing_outside_and_nothing_un
             return [n.replace("{S}", str(stage)) for n in names]
 
         planned, handed, gone = real(planned), real(handed), real(gone)
-        for rel in existing:
+        # the planned files are there (to be checked, not fetched), and some others
+        for rel in dict.fromkeys(existing + [n for n in planned if n in STAGED]):
             (stage / rel).parent.mkdir(parents=True, exist_ok=True)
             (stage / rel).write_bytes(b"staged " + rel.encode())
         before = walk(base)
         expected = [ExpectedFile(n, None if sizes_right else 3) for n in planned]
         try:
-            stage_shard(azcopy="/nonexistent/azcopy", source_url="http://127.0.0.1:9/a/c", stage_dir=str(stage),
-                        rank=0, blobs=planned, expected=expected, prune=prune, shared=shared,
+            stage_shard(azcopy="/nonexistent/azcopy", source_url=URL, stage_dir=str(stage), rank=0,
+                        blobs=planned, expected=expected, prune=prune, prune_most=True, shared=shared,
                         handoff={"handed": handed, "gone": gone}, lock_wait=0)
+            event("the stage ran")
         except StageError:
-            pass
+            event("the stage was refused")
         after = walk(base)
         stage_rel = os.path.relpath(stage, base)
 
@@ -153,15 +175,18 @@ def test_prefix_siblings_links_and_aliases_change_nothing_outside_and_nothing_un
             if rel not in before or before[rel] != data:
                 parts = Path(rel).relative_to(stage_rel).parts
                 assert parts[0] in (".amlhpc-staged", ".amlhpc-staging"), rel
-        told = set(gone if prune else ()) | set(() if shared else handed) | set(() if sizes_right else planned)
+        told = (set(gone if prune else ()) | set(() if shared else handed)
+                | set(() if sizes_right else planned))
         removed = {os.path.relpath(base / k, stage) for k in before if k not in after}
+        event("it removed a file" if removed else "it removed nothing")
         assert removed <= told, (removed, planned, handed, gone, prune, shared)
 
 
 # --- the plan: names that normalise to one another -----------------------------------------
 
-SEGMENT = st.sampled_from(["", ".", "..", "train", "Train", "TRAIN", "caf\u00e9", unicodedata.normalize("NFD", "caf\u00e9"),
-                           "u_a1_000.tfrecord", "U_A1_000.tfrecord", "u_a1_000.tfrecord.gz", "cosmoflow", "cosmoflow2"])
+SEGMENT = st.sampled_from(["", ".", "..", "train", "Train", "TRAIN", "caf\u00e9",
+                           unicodedata.normalize("NFD", "caf\u00e9"), "u_a1_000.tfrecord",
+                           "U_A1_000.tfrecord", "u_a1_000.tfrecord.gz", "cosmoflow", "cosmoflow2"])
 PLAN_NAMES = st.lists(SEGMENT, min_size=1, max_size=3).map("/".join).flatmap(
     lambda n: st.sampled_from([n, n + "/", "./" + n, "/" + n, n.replace("/", "//"), n.replace("/", "/./")]))
 
@@ -196,6 +221,8 @@ def test_the_plan_never_takes_two_spellings_of_one_path_or_one_outside(names, pr
 # --- shared storage with handoffs --------------------------------------------------------------
 
 FILES = st.builds(lambda u, s: f"train/u_a{u}_{s:03d}.tfrecord", st.integers(0, 3), st.integers(0, 15))
+# Universes 8 and 9 are never listed: what an earlier data set left.
+STALE = st.builds(lambda u, s: f"train/u_a{u}_{s:03d}.tfrecord", st.integers(8, 9), st.integers(0, 15))
 
 
 def read(folder: Path, rank: int, shard: dict) -> str:
@@ -205,12 +232,14 @@ def read(folder: Path, rank: int, shard: dict) -> str:
     return subprocess.run(["sh", "-c", cmd], check=True, capture_output=True, text=True).stdout
 
 
-@settings(max_examples=40, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, suppress_health_check=[HealthCheck.too_slow])
 @given(listing=st.lists(FILES, min_size=1, max_size=12, unique=True),
-       earlier=st.lists(st.tuples(FILES, st.integers(0, 1)), max_size=10, unique_by=lambda t: t[0]),
+       earlier=st.lists(st.tuples(st.one_of(FILES, STALE), st.integers(0, 1)), max_size=10,
+                        unique_by=lambda t: t[0]),
        mode=st.sampled_from(["balanced", "suffix"]), prune=st.booleans())
 @example(listing=["train/u_a0_000.tfrecord", "train/u_a0_001.tfrecord"],
-         earlier=[("train/u_a0_000.tfrecord", 1), ("train/u_a0_009.tfrecord", 0), ("train/u_a0_001.tfrecord", 0)],
+         earlier=[("train/u_a0_000.tfrecord", 1), ("train/u_a0_009.tfrecord", 0),
+                  ("train/u_a0_001.tfrecord", 0)],
          mode="balanced", prune=True)
 def test_two_nodes_on_one_shared_folder_remove_only_the_set_difference(listing, earlier, mode, prune):
     """Two nodes' ranks stage into one shared folder that an earlier plan filled (``earlier``:
@@ -237,7 +266,8 @@ def test_two_nodes_on_one_shared_folder_remove_only_the_set_difference(listing, 
         (folder / ".amlhpc-staged").mkdir(parents=True, exist_ok=True)
         for rank in (0, 1):
             mine = {n: len(contents[n]) for n, owner in earlier if owner == rank}
-            (folder / ".amlhpc-staged" / f"{rank}.json").write_text(json.dumps({"key": "listed", "files": mine}))
+            manifest = json.dumps({"key": "listed", "files": mine})
+            (folder / ".amlhpc-staged" / f"{rank}.json").write_text(manifest)
         sibling_before = walk(sibling)
         reads = {h: read(folder, plan["shards"][h]["rank"], plan["shards"][h]) for h in hosts}
         got = plan_handoff(plan, reads, shared=True)
@@ -259,15 +289,16 @@ def test_two_nodes_on_one_shared_folder_remove_only_the_set_difference(listing, 
             entry = plan["shards"][h]
             expected = [ExpectedFile(r["name"], r["raw_size"]) for r in entry["expected"]]
             try:
-                stage_shard(azcopy="/nonexistent/azcopy", source_url="http://127.0.0.1:9/a/c", stage_dir=str(folder),
-                            rank=entry["rank"], blobs=[e.blob for e in expected], expected=expected, prune=prune,
-                            prune_most=True, shared=True, handoff=got[h], lock_wait=0)
+                stage_shard(azcopy="/nonexistent/azcopy", source_url=URL, stage_dir=str(folder),
+                            rank=entry["rank"], blobs=[e.blob for e in expected], expected=expected,
+                            prune=prune, prune_most=True, shared=True, handoff=got[h], lock_wait=0)
             except StageError as exc:
                 raise AssertionError(f"{h}: every planned file is there, nothing to fetch: {exc}") from None
         after = walk(folder)
         data_before = {k: v for k, v in before.items() if not k.startswith(".amlhpc-")}
         data_after = {k: v for k, v in after.items() if not k.startswith(".amlhpc-")}
         removed = set(data_before) - set(data_after)
+        event("files went" if removed else "no file went")
         assert removed == (oracle_gone if prune else set()), (removed, oracle_gone)
         assert all(data_after.get(n) == b"7 bytes" for n in listing), data_after
         assert all(data_after[k] == v for k, v in data_before.items() if k not in removed)
@@ -295,7 +326,7 @@ def test_a_name_through_a_link_back_into_the_folder_is_refused_and_removes_nothi
     planned = [ExpectedFile("train/u_a1_000.tfrecord", 4)]
     for through in ("self/train/u_a1_000.tfrecord", "up/cosmoflow/train/u_a1_000.tfrecord"):
         try:
-            stage_shard(azcopy="/nonexistent/azcopy", source_url="http://127.0.0.1:9/a/c", stage_dir=str(stage),
+            stage_shard(azcopy="/nonexistent/azcopy", source_url=URL, stage_dir=str(stage),
                         rank=0, blobs=[e.blob for e in planned], expected=planned, prune=True, shared=False,
                         handoff={"handed": [through], "gone": []}, lock_wait=0)
         except StageError as exc:
