@@ -9,7 +9,8 @@ some that a Linux file system cannot hold (a segment over 255 bytes, a NUL, a fi
 of one name). So a name is checked where it is planned (:func:`name_problem`,
 :func:`listing_problems`, on the controller) and again on the node before anything is written
 or removed under it (:func:`inside`), which also refuses a name whose folder on the way is a
-link out of the stage folder. Standard library only.
+link, out of the stage folder or back into it (``self -> .``: ``self/x`` would remove ``x``, a
+file no list named). Standard library only.
 """
 
 from __future__ import annotations
@@ -102,7 +103,8 @@ def listing_problems(names: Iterable[str]) -> dict[str, str]:
 def inside(root: str, name: str) -> str:
     """The path of ``name`` under ``root`` (absolute), where writing or removing it stays in
     ``root``; UnsafePath otherwise: a bad name (:func:`name_problem`, with the real ``root``'s
-    length) or a folder on its way that is a link out of ``root``."""
+    length) or a folder on its way that is a link (out of ``root``, or back into it, which would
+    make the name another file's)."""
     why = name_problem(name, room=len(os.fsencode(root)) + 1)
     if why is not None:
         raise UnsafePath(name, why)
@@ -111,6 +113,8 @@ def inside(root: str, name: str) -> str:
     parent = os.path.realpath(os.path.dirname(path))
     if parent != real_root and not parent.startswith(real_root.rstrip(os.sep) + os.sep):
         raise UnsafePath(name, f"a folder on its way is a link out of the stage folder, to {parent}")
+    if parent != os.path.normpath(os.path.join(real_root, os.path.dirname(name))):
+        raise UnsafePath(name, f"a folder on its way is a link, to {parent}, so the name is another file's")
     return path
 
 
