@@ -150,6 +150,26 @@ def _lost_everyone(by: int, named: set[int], own: set[int], world: int, losses: 
     return any(loss["seen"] == MISSED and 0 in loss["ranks"] for loss in losses)
 
 
+def _gap(loss: Mapping[str, Any]) -> float | None:
+    """Seconds between the last beat a missed-heartbeat sentence saw and the moment it saw none."""
+    if loss.get("seen") != MISSED or loss.get("last_ts") is None or loss.get("at_ts") is None:
+        return None
+    return float(loss["at_ts"]) - float(loss["last_ts"])
+
+
+def _timely(losses: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``losses`` less the late looks: a rank that was itself stopped (a frozen node) looks only once
+    it runs again and then finds every other rank silent for much longer than the bound, while the
+    ranks that kept running found it silent within the bound. A rank cut off from the network keeps
+    running and looks on time, so its sentence stays. Kept whole where every sentence is late."""
+    gaps = [g for g in (_gap(x) for x in losses) if g is not None]
+    if not gaps:
+        return losses
+    limit = 1.5 * min(gaps) + 5.0
+    kept = [x for x in losses if (_gap(x) or 0.0) <= limit]
+    return kept or losses
+
+
 def blame(losses: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     """The node to name, from every rank's sentences (:func:`parse_losses`).
 
@@ -158,8 +178,9 @@ def blame(losses: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     other rank that said anything named ``by``'s node, that node is named (``cut_off``), and the
     sentence says what each side saw. With two nodes each side loses the other alike: the first
     sentence is named and says that either may be the one cut off. Otherwise the first sentence
-    is the loss, with the other nodes its rank named at once in ``also`` (two nodes lost at once)."""
-    losses = [dict(x) for x in losses]
+    is the loss, with the other nodes its rank named at once in ``also`` (two nodes lost at once).
+    A late look (:func:`_timely`: a frozen node's, once it woke) counts for neither."""
+    losses = _timely([dict(x) for x in losses])
     if not losses:
         return None
     by_rank: dict[int, list[dict[str, Any]]] = {}

@@ -430,6 +430,24 @@ def test_a_worker_cut_off_is_the_node_named_whichever_sentence_comes_first():
         assert found["node"] == "hr-3" and found["cut_off"] is True, found["sentence"]
 
 
+def test_a_frozen_node_that_wakes_after_the_finding_is_lost_not_cut_off():
+    # Recorded on the twin (test_twin_node_loss, a node frozen with docker pause, thawed when the
+    # job ended): rank 0 found rank 3 silent within the bound; rank 3, stopped all that time, looked
+    # only once it woke and found rank 0's store silent for twice as long. A rank cut off from the
+    # network looks while it is cut off, so its own gap is the bound too.
+    woke = ('[node-loss] node nl-0-adfb926c206e (10.181.112.10), rank 0 of 4: no heartbeat for 69 s (missed '
+            'heartbeat; last at 2026-11-29T00:07:41Z, seen by rank 3 at 2026-11-29T00:08:50Z); the job stops so that '
+            'it can resume without it: rerun site.yml (docs/operations.md, "A node lost during training")')
+    found_it = ('[node-loss] node nl-4-431f4c10090c (10.181.112.14), rank 3 of 4: no heartbeat for 34 s (missed '
+                'heartbeat; last at 2026-11-29T00:07:45Z, seen by rank 0 at 2026-11-29T00:08:19Z); the job stops so '
+                'that it can resume without it: rerun site.yml (docs/operations.md, "A node lost during training")')
+    for log in (found_it + "\n" + woke, woke + "\n" + found_it):
+        found = parse_loss(log)
+        assert (found["node"], found["ranks"]) == ("nl-4-431f4c10090c", [3]), found["sentence"]
+        assert not found.get("cut_off") and found["sentence"].startswith("node nl-4-431f4c10090c (10.181.112.14), "
+                                                                         "rank 3 of 4: no heartbeat for 34 s")
+
+
 def test_two_nodes_lost_at_once_and_a_plain_loss_are_named_as_seen():
     log = sentence("hr-2", "10.0.0.6", [2], 4, 0) + "\n" + sentence("hr-3", "10.0.0.7", [3], 4, 0)
     found = parse_loss(log)
