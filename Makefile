@@ -53,8 +53,8 @@ test: setup-test  ## Every test tier: unit, workload, lint, sanity, oldest core,
 	$(MAKE) --no-print-directory test-vm
 	@echo "make test: every tier passed"
 
-test-unit: setup  ## pytest tests/unit
-	$(PYTEST) tests/unit
+test-unit: setup  ## pytest tests/unit, on every core (pytest-xdist)
+	$(PYTEST) -n auto tests/unit
 
 test-workload: setup  ## pytest tests/workload with the workload venv (torch CPU)
 	.venv-workload/bin/python -m pytest tests/workload
