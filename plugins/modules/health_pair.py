@@ -230,7 +230,7 @@ def main() -> None:
         if tool == "ib_write_bw":
             return pair_tools.ib_write_bw_argv(binary, role, p["peer_address"], port, p["seconds"], p["ib_device"])
         return pair_tools.nccl_pair_argv(paths["mpirun"], binary, p["peer_address"], p["self_address"], p["gpus"],
-                                        p["nccl_args"], p["mpirun_args"])
+                                         p["nccl_args"], p["mpirun_args"])
 
     if role == "server":
         if tool == "nccl":

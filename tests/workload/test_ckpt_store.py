@@ -80,7 +80,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from cosmoflow import ckpt_store  # noqa: E402
-from cosmoflow.ckpt_store import CheckpointStore, StoreError, identity  # noqa: E402
+from amlhpc.recovery.checkpoint_identity import identity  # noqa: E402
+from cosmoflow.ckpt_store import CheckpointStore, StoreError  # noqa: E402
 
 
 class Blobs:

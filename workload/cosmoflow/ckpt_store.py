@@ -65,14 +65,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from amlhpc.recovery.checkpoint_identity import (  # noqa: F401  (the run's identity: pure, shared)
-    COMPARED,
-    fingerprint,
-    identity,
-    identity_problem,
-    name_sum,
-    nothing_to_train,
-)
+from amlhpc.recovery.checkpoint_identity import identity_problem
 from amlhpc.staging.azcopy_cmd import copy_upload_command, with_auth_env, with_sas
 
 MANIFEST = "latest.json"
@@ -154,7 +147,7 @@ class Manifest:
     def load(cls, text: str) -> Manifest:
         data = json.loads(text)
         return cls([Entry.of(e) for e in data.get("checkpoints") or []], str(data.get("run") or ""),
-                    dict(data.get("identity") or {}))
+                   dict(data.get("identity") or {}))
 
 
 # --- local checkpoints: written with their digest, read only when it matches ---------------------

@@ -39,6 +39,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from amlhpc.recovery import checkpoint_identity
 from cosmoflow import ckpt_store
 from cosmoflow import dali_input as cdali
 from cosmoflow import data as cdata
@@ -384,11 +385,11 @@ def speed_switches(args: argparse.Namespace, device: torch.device) -> tuple[torc
 
 
 def data_fingerprint(data_dir: str, scope: str, layout: cdist.Layout) -> str:
-    """Collective: the data set's fingerprint (``ckpt_store.fingerprint``) from every node's
+    """Collective: the data set's fingerprint (``checkpoint_identity.fingerprint``) from every node's
     files, the same however they are sharded (node scope: one rank a node; global: rank 0)."""
     names = [f"{split}/{os.path.basename(f)}" for split in cdata.SPLITS for f in cdata.list_files(data_dir, split)]
-    mine = ckpt_store.name_sum(names) if (layout.local_rank == 0 if scope == "node" else layout.rank == 0) else (0, 0)
-    return ckpt_store.fingerprint(_all_gather(mine))
+    mine = checkpoint_identity.name_sum(names) if (layout.local_rank == 0 if scope == "node" else layout.rank == 0) else (0, 0)
+    return checkpoint_identity.fingerprint(_all_gather(mine))
 
 
 def load_resume(args: argparse.Namespace, ckpt_dir: str, layout: cdist.Layout,
@@ -405,7 +406,7 @@ def load_resume(args: argparse.Namespace, ckpt_dir: str, layout: cdist.Layout,
             if path:
                 if os.path.exists(path):
                     state = torch.load(path, map_location="cpu", weights_only=False)
-                    problem = ckpt_store.identity_problem(state.get("identity"), identity or {}, f"checkpoint {path}")
+                    problem = checkpoint_identity.identity_problem(state.get("identity"), identity or {}, f"checkpoint {path}")
                     if problem and identity:
                         raise SystemExit(f"--resume {args.resume}: {problem}")
                     payload = [(path, state, source)]
@@ -471,8 +472,9 @@ def _train(args: argparse.Namespace, layout: cdist.Layout, device: torch.device,
     # The run's identity: its name (the store folder's, submit_name), the model, the data set.
     name = (args.checkpoint_store.rstrip("/").rsplit("/", 1)[-1] if args.checkpoint_store
             else os.path.basename(os.path.abspath(args.output_dir)))
-    run_identity = ckpt_store.identity(name, config.to_dict(), data_fingerprint(data_dir, args.data_scope, layout),
-                                       world_size=layout.world_size, global_batch=global_batch)
+    run_identity = checkpoint_identity.identity(name, config.to_dict(),
+                                                data_fingerprint(data_dir, args.data_scope, layout),
+                                                world_size=layout.world_size, global_batch=global_batch)
     store = (ckpt_store.from_args(args, rec.log, os.environ.get("AZUREML_RUN_ID", ""), run_identity)
              if layout.rank == 0 else None)
     state = load_resume(args, ckpt_dir, layout, store, rec.log, run_identity)
@@ -481,7 +483,7 @@ def _train(args: argparse.Namespace, layout: cdist.Layout, device: torch.device,
         optimizer.load_state_dict(state["optimizer"])
         start_epoch, step = state["epoch"] + 1, state["step"]
         rec.log(f"resumed from {state['path']} (rank 0's, broadcast) at epoch {start_epoch}")
-        done_already = ckpt_store.nothing_to_train(int(state["epoch"]), args.epochs, f"checkpoint {state['path']}")
+        done_already = checkpoint_identity.nothing_to_train(int(state["epoch"]), args.epochs, f"checkpoint {state['path']}")
         if done_already:  # said in one sentence; the run did what it was asked
             rec.log(done_already)
             if layout.rank == 0:

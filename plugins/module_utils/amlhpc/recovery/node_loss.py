@@ -210,7 +210,8 @@ def blame(losses: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
         s_them, s_sayers = ("s" if len(theirs["ranks"]) > 1 else ""), ("s" if len(sayers) > 1 else "")
         out["sentence"] = (
             f"node {theirs['node']} ({theirs['ip'] or 'address unknown'}), rank{s_them} {rank_list(theirs['ranks'])} "
-            f"of {world}, was cut off from the others: rank{s_sayers} {rank_list(sayers)} lost it ({theirs['seen']}; {theirs['what']}, seen by rank {theirs['by']} at "
+            f"of {world}, was cut off from the others: rank{s_sayers} {rank_list(sayers)} lost it "
+            f"({theirs['seen']}; {theirs['what']}, seen by rank {theirs['by']} at "
             f"{theirs['at']}) and it lost rank{'s' if len(lost_by_it) > 1 else ''} {rank_list(lost_by_it)} "
             f"({how['seen']}; {how['what']}, seen by rank {by} at {how['at']}); the job stops so that it can resume "
             f"without it: rerun site.yml ({OPERATIONS})")

@@ -28,7 +28,7 @@ def inventory(tmp_path: Path, group_vars: dict | None = None) -> Path:
     (inv / "group_vars").mkdir(parents=True)
     # A closed port on this machine: the first read's ssh-keyscan fails at once (a warning).
     (inv / "nodes.json").write_text(json.dumps([{"nodeId": "tvmps_0", "privateIpAddress": "10.0.0.4",
-                                                  "publicIpAddress": "127.0.0.1", "port": 9, "nodeState": "idle"}]))
+                                                "publicIpAddress": "127.0.0.1", "port": 9, "nodeState": "idle"}]))
     (inv / "group_vars" / "all.yml").write_text(yaml.safe_dump(group_vars or {}))
     config = inv / "kh.azureml_compute.yml"
     config.write_text(yaml.safe_dump({"plugin": "amlhpc.azureml.azureml_compute", "source": "nodes_file",

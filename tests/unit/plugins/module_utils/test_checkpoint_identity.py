@@ -15,6 +15,7 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.recovery.che
     identity_problem,
 )
 
+
 @settings(derandomize=True, max_examples=200, deadline=None)
 @given(a=st.fixed_dictionaries({"name": st.sampled_from(["cosmoflow", "other"]),
                                 "model": st.dictionaries(st.sampled_from(["cube", "conv_size", "dropout"]),
@@ -36,6 +37,7 @@ def test_a_store_is_resumed_exactly_when_its_run_is_this_one(a, b, worlds):
     if problem:
         assert problem.startswith("the store holds the checkpoints of another run")
 
+
 @settings(derandomize=True, max_examples=100, deadline=None)
 @given(names=st.sets(st.from_regex(r"(train|validation)/[a-z0-9_]{1,12}\.tfrecord", fullmatch=True), min_size=1,
                      max_size=60),
@@ -47,6 +49,7 @@ def test_any_sharding_of_the_data_gives_the_whole_sets_fingerprint(names, nodes,
     assert ckpt_store.fingerprint(parts) == ckpt_store.fingerprint([ckpt_store.name_sum(names)])
     assert ckpt_store.fingerprint(parts) != ckpt_store.fingerprint([ckpt_store.name_sum(names[1:])])
 
+
 def test_the_data_fingerprint_is_the_same_however_the_files_are_sharded():
     names = [f"train/univ_{i:04d}.tfrecord" for i in range(40)] + [f"validation/v_{i}.tfrecord" for i in range(8)]
     whole = ckpt_store.fingerprint([ckpt_store.name_sum(names)])
@@ -55,6 +58,7 @@ def test_the_data_fingerprint_is_the_same_however_the_files_are_sharded():
         assert ckpt_store.fingerprint(parts) == whole
     assert ckpt_store.fingerprint([ckpt_store.name_sum(names[:-1])]) != whole
     assert whole.startswith("48 files ")
+
 
 def test_a_store_at_the_requested_epoch_says_so_in_one_sentence():
     assert ckpt_store.nothing_to_train(3, 4, "the checkpoint store's epoch_003.pt") is not None

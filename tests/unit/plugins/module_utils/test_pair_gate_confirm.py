@@ -100,7 +100,7 @@ def test_two_bad_nodes_in_different_first_round_pairs_are_both_named():
     # floor as the twin tests set it. 2.1.0: all five "undecided" under "every link passed".
     for bad in ({"h-1": 0.009, "h-2": 0.0008}, {"h-0": 0.009, "h-3": 0.0008}, {"h-1": 0.009, "h-3": 0.0008}):
         state = simulate([f"h-{i}" for i in range(5)],
-                                   lambda a, b, bad=bad: min(bad.get(a, 2.0), bad.get(b, 2.0)), minimum=0.05)
+                         lambda a, b, bad=bad: min(bad.get(a, 2.0), bad.get(b, 2.0)), minimum=0.05)
         assert failing(state) == sorted(bad), (bad, pair_gate.summary(state))
         assert all(state["blamed"][n]["kind"] == "node" for n in bad)
         assert len(state["rounds"]) <= 4
@@ -150,7 +150,7 @@ def test_up_to_n_over_8_bad_nodes_named_in_at_most_4_rounds(cluster):
 def test_the_summary_never_contradicts_the_checks(n, rng, low_share):
     nodes = names(n)
     state = simulate(nodes, lambda a, b: rng.choice([0.001, 0.02, 1.0, 5.0]) if rng.random() < low_share
-                               else 5.0, minimum=0.05)
+                     else 5.0, minimum=0.05)
     lines = pair_gate.summary(state)
     fails = failing(state)
     said = "\n".join(line for line in lines if line.startswith(("verdict:", "undecided:")))

@@ -50,7 +50,7 @@ ALIASES = [
 
 
 def alias(template: str, name: str) -> str:
-    d, _, f = name.rpartition("/")
+    d, _sep, f = name.rpartition("/")
     return template.format(n=name, d=d or ".", f=f, upper=name.upper(), S="{S}",
                            nfd=unicodedata.normalize("NFD", name), nfc=unicodedata.normalize("NFC", name))
 
