@@ -39,19 +39,9 @@ run: setup  ## Run site.yml on the embedded local default (inventory/local/)
 teardown: setup  ## Undo a run (playbooks/teardown.yml)
 	$(ANSIBLE)/ansible-playbook playbooks/teardown.yml $(ARGS)
 
-test: setup-test  ## Every test tier: unit, workload, lint, sanity, oldest core, ansible-test units and integration, collection, integration, molecule, vm
-	$(MAKE) --no-print-directory test-unit
-	$(MAKE) --no-print-directory test-workload
-	$(MAKE) --no-print-directory lint
-	$(MAKE) --no-print-directory test-sanity
-	$(MAKE) --no-print-directory test-oldest-core
-	$(MAKE) --no-print-directory test-ansible-units
-	$(MAKE) --no-print-directory test-ansible-integration
-	$(MAKE) --no-print-directory test-collection
-	$(MAKE) --no-print-directory test-integration
-	$(MAKE) --no-print-directory test-molecule
-	$(MAKE) --no-print-directory test-vm
-	@echo "make test: every tier passed"
+test: setup-test  ## Every test tier, each timed (.ci/tiers): unit, workload, lint, sanity, oldest core, ansible-test units and integration, collection, integration, molecule, vm
+	.ci/tiers test-unit test-workload lint test-sanity test-oldest-core test-ansible-units \
+	  test-ansible-integration test-collection test-integration test-molecule test-vm
 
 test-unit: setup  ## pytest tests/unit, on every core (pytest-xdist)
 	$(PYTEST) -n auto tests/unit
@@ -71,14 +61,15 @@ test-sanity: setup  ## ansible-test sanity, every test, Python 3.12, on the coll
 	@.ci/bootstrap sanity
 	.ci/sanity
 
-test-oldest-core: setup  ## ansible-core 2.18, the oldest supported (.venv-core218): unit tests, the local default, the version-sensitive sanity tests; 2.17 refused
+test-oldest-core: setup  ## ansible-core 2.18, the oldest supported (.venv-core218): the local default, the version-sensitive sanity tests; 2.17 refused (its unit run: test-ansible-units)
 	@.ci/sysdeps sanity
 	@.ci/bootstrap core218
 	@.ci/bootstrap core217
 	.ci/oldest-core
 
-test-ansible-units: setup  ## ansible-test units: tests/unit as a collection's CI runs them (its venv, its three contexts)
+test-ansible-units: setup  ## ansible-test units on ansible-core 2.18, the oldest supported: tests/unit as a collection's CI runs them (its venv, its three contexts)
 	@.ci/bootstrap sanity
+	@.ci/bootstrap core218
 	.ci/units
 
 test-ansible-integration: setup  ## ansible-test integration: the targets in tests/integration/targets, on this machine

@@ -19,8 +19,10 @@ from pathlib import Path
 
 import yaml
 
+from ansible_cli import ansible_cli
+
 ROOT = Path(__file__).resolve().parents[4]
-ANSIBLE = str(Path(sys.executable).parent / "ansible")
+ANSIBLE = ansible_cli("ansible")
 
 
 def inventory(tmp_path: Path, group_vars: dict | None = None) -> Path:
@@ -84,7 +86,7 @@ def validate(tmp_path: Path, config: Path, *extra: str) -> subprocess.CompletedP
                if not k.startswith("ANSIBLE_") or k in ("ANSIBLE_CONFIG", "ANSIBLE_CACHE_PLUGIN_CONNECTION")}
     environ.update(ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_SSH_EXECUTABLE=str(fake), ANSIBLE_FORCE_COLOR="0",
                    ANSIBLE_SSH_CONTROL_PATH_DIR=str(tmp_path / "cp"))
-    return subprocess.run([str(Path(ANSIBLE).parent / "ansible-playbook"), "-i", str(config),
+    return subprocess.run([ansible_cli("ansible-playbook"), "-i", str(config),
                            str(ROOT / "playbooks" / "validate.yml"), "-e", f"amlhpc_project_dir={tmp_path}", *extra],
                           cwd=ROOT, env=environ,
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180, check=False)
