@@ -80,7 +80,7 @@ RECORD_PLAY = """
             tasks_from: record
     - name: Show the round the run is in
       ansible.builtin.debug:
-        msg: "round={{ submit_resume_round | default(0) }}"
+        msg: "round={{ node_loss_resume_round | default(0) }}"
 
 - name: Round 1
   ansible.builtin.import_playbook: {root}/playbooks/resume.yml

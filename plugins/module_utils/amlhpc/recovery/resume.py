@@ -5,7 +5,7 @@
 ``submit_on_node_loss: stop`` (the default) ends the run with one sentence naming the lost node
 and the command that resumes. ``resume`` makes the same ``ansible-playbook`` run carry on: the
 submit role records the interruption and, where :func:`decide` says ``resume``, sets
-``submit_resume_round`` on the controller; ``playbooks/site.yml`` imports ``playbooks/resume.yml``
+``node_loss_resume_round`` on the controller; ``playbooks/site.yml`` imports ``playbooks/resume.yml``
 :data:`ROUNDS` times, and only the round whose number it is runs (its plays match no host
 otherwise): it reads the inventory again, looks at every listed node, sets the nodes up, gates
 them, maps them onto the run's shard slots, stages, takes the last look and submits again, which
@@ -36,7 +36,7 @@ class Situation:
     """What the run knows when its job lost a node.
 
     ``mode``: ``submit_on_node_loss``; ``attempts``: ``submit_resume_attempts``; ``rounds_done``:
-    the automatic rounds this ``ansible-playbook`` run already ran (``submit_resume_round``, 0 in
+    the automatic rounds this ``ansible-playbook`` run already ran (``node_loss_resume_round``, 0 in
     its first pass); ``durable``: a resumed job has a checkpoint to resume from (a checkpoint store,
     or the local backend's own folder); ``planned``: the run's planned nodes (its shard slots, lost
     ones included); ``left``: the nodes that trained and are not lost; ``on_failure`` and
