@@ -10,9 +10,10 @@ resubmits and resumes from the last durable checkpoint: rc 0, four epochs traine
 recorded and resumed, every training sample read once an epoch on the four nodes left. It prints
 the time from the loss to training again (the resumed job's own split, and the load average).
 
-Measured on the development machine (AMD EPYC, 2 cores, shared): loss to training again 112 s and
-117 s at a load average of 5.8 and 6.1 (detection 34 s, the job's end 7 s, the wait for the next
-round 3 s, re-gate and re-stage 36 s, restart 30 to 37 s); the whole test 4.6 to 5.3 minutes.
+Measured on the development machine (AMD EPYC, 2 cores, shared): loss to training again 112 s,
+117 s and 127 s at a load average of 5.8, 6.1 and 9.3 (detection 34 s, the job's end 7 to 8 s, the
+wait for the next round 3 s, re-gate and re-stage 35 to 42 s, restart 30 to 42 s); the whole test
+4.5 to 5.3 minutes.
 docs/performance.md, "Recovery after a lost node".
 """
 
