@@ -99,6 +99,16 @@ def resumed(record: Any, run_id: str, metrics: Any) -> dict[str, Any]:
     return logic("recovery.node_loss").resumed(record or {}, str(run_id), metrics or {})
 
 
+def resume(record: Any, situation: Any) -> dict[str, Any]:
+    """After a node loss: resume by itself (the next round of playbooks/resume.yml) or stop, and the sentence."""
+    logic_ = logic("recovery.resume")
+    fields = set(logic_.Situation.__dataclass_fields__)
+    unknown = sorted(set(situation or {}) - fields)
+    if unknown:
+        raise AnsibleFilterError(f"amlhpc_node_loss_resume takes {', '.join(sorted(fields))}, not {', '.join(unknown)}")
+    return logic_.decide(record or {}, logic_.Situation(**dict(situation or {})))
+
+
 def report(records: Any) -> list[str]:
     return logic("recovery.node_loss").report_lines(_json(records, []))
 
@@ -115,5 +125,6 @@ class FilterModule:
             "amlhpc_node_loss_interruption": interruption,
             "amlhpc_node_loss_resume_note": resume_note,
             "amlhpc_node_loss_resumed": resumed,
+            "amlhpc_node_loss_resume": resume,
             "amlhpc_node_loss_report": report,
         }
