@@ -84,9 +84,10 @@ test-ee: setup  ## Opt-in: build the execution environment for real (ansible-bui
 	@.ci/sysdeps docker node
 	$(PYTEST) tests/ee
 
-test-integration: setup  ## Azurite + the real azcopy on 127.0.0.1, and the playbooks end to end
+test-integration: setup image  ## Azurite + the real azcopy on 127.0.0.1, and the playbooks end to end: two files at a time, then those that run alone (tests/integration/conftest.py)
 	@.ci/sysdeps node docker
-	$(PYTEST) tests/integration
+	$(PYTEST) -n 2 --dist loadfile -m "not alone" tests/integration
+	$(PYTEST) -m alone tests/integration
 
 soak: setup  ## Repetitions kept out of CI: ten healthy twin pair gates in a row under load (docs/testing.md "Soak")
 	@.ci/sysdeps node docker

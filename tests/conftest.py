@@ -100,6 +100,8 @@ def pytest_configure(config):
     """The markers, here rather than in pyproject.toml: `ansible-test units` runs pytest with an
     ini file of its own (and --strict-markers)."""
     config.addinivalue_line("markers", "slow: takes more than a few seconds")
+    config.addinivalue_line("markers", "alone: an integration test make test-integration runs by itself "
+                                       "(tests/integration/conftest.py ALONE)")
 
 
 # No test touches the operator's files (docs/testing.md, "Tests leave the project's files alone").

@@ -705,12 +705,13 @@ def namespaced(prefix: str) -> str:
 
 def free_base_port(count: int, start: int = DEFAULT_BASE_PORT, stop: int = 60000) -> int:
     """The first port from ``start`` with ``count`` free ports after it on 127.0.0.1 (step
-    ``count``), so that twins of parallel users do not collide. Under ``$AMLHPC_TWIN_NS`` the
-    scan starts at an offset of its own in the range (and wraps), so parallel checkouts
+    ``count``), so that twins of parallel users do not collide. Under ``$AMLHPC_TWIN_NS`` (or in
+    a pytest-xdist worker, ``$PYTEST_XDIST_WORKER``: make test-integration runs two) the scan
+    starts at an offset of its own in the range (and wraps), so parallel checkouts and workers
     rarely race for the same ports."""
     step = max(count, 1)
     bases = list(range(start, stop - count, step))
-    ns = os.environ.get("AMLHPC_TWIN_NS", "")
+    ns = os.environ.get("AMLHPC_TWIN_NS", "") or os.environ.get("PYTEST_XDIST_WORKER", "")
     if ns and bases:
         k = int(hashlib.sha256(ns.encode()).hexdigest(), 16) % len(bases)
         bases = bases[k:] + bases[:k]
