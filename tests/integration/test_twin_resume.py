@@ -137,8 +137,8 @@ def test_a_node_lost_in_epoch_2_is_recovered_by_the_same_run(tmp_path):
         assert res.stdout.count("PLAY RECAP") == 1
         assert re.search(r"run rs1 lost node rs-2 in epoch 2: node \S+ \(10\.\S+\), rank 2 of 5: no heartbeat for \d+ s "
                          r"\(missed heartbeat;", res.stdout), res.stdout[-6000:]
-        assert "Resuming by itself (submit_on_node_loss: resume), attempt 1 of at most 2" in re.sub(r"\s+", " ",
-                                                                                                  res.stdout)
+        said = re.sub(r"\s+", " ", res.stdout)
+        assert "Resuming by itself (submit_on_node_loss: resume), attempt 1 of at most 2" in said
         assert "node rs-2 (node id " in res.stdout and "of this run is gone: its shard moves" in res.stdout
         assert "sig=" not in res.stdout
         # One interruption, recorded and resumed.

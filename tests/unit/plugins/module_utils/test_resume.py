@@ -105,8 +105,8 @@ def run(mode: str, attempts: int, check_mode: bool, durable: bool, planned: int,
        st.sampled_from(["stop", "exclude"]), st.integers(0, 8), st.lists(st.booleans(), min_size=1, max_size=12))
 @example("resume", 9, False, True, 64, "exclude", 8, [True] * 12)  # asks for more rounds than site.yml holds
 @example("resume", 2, False, True, 2, "exclude", 1, [False, False])  # the last node left is never enough
-def test_never_more_rounds_than_the_bound_and_only_when_it_can_resume(mode, attempts, check_mode, durable, planned,
-                                                                     on_failure, spares, events):
+def test_never_more_rounds_than_the_bound_and_only_when_it_can_resume(
+        mode, attempts, check_mode, durable, planned, on_failure, spares, events):
     rounds, decisions = run(mode, attempts, check_mode, durable, planned, on_failure, spares, events)
     assert rounds <= min(max(attempts, 0), ROUNDS) <= ROUNDS
     if mode == "stop" or check_mode:
