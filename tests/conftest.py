@@ -117,10 +117,17 @@ from project_copy import project_files_changes, project_files_snapshot  # noqa: 
 _PROJECT_FILES: dict[str, Any] = {"last": None, "by_test": {}, "reporter": None}
 
 
+# Watched: the sessions of tests/unit and tests/workload alone, the tiers make test runs by
+# themselves. Not the integration tier, whose tests run the local default in the checkout itself
+# (issue 49 item 4 is theirs next), nor the tiers that run beside it (tests/core, tests/collection,
+# tests/vm: make test's second lane), which would see its writes as their own.
+WATCHED_TIERS = (ROOT / "tests" / "unit", ROOT / "tests" / "workload")
+
+
 def pytest_collection_finish(session):
-    """The snapshot before the first test. Not yet for the integration tier, whose tests run the
-    local default in the checkout itself (tests/integration; issue 49 item 4 is theirs next)."""
-    if any(Path(str(item.fspath)).is_relative_to(ROOT / "tests" / "integration") for item in session.items):
+    """The snapshot before the first test, where every test collected is a unit or workload test."""
+    if not session.items or not all(any(Path(str(item.fspath)).is_relative_to(tier) for tier in WATCHED_TIERS)
+                                    for item in session.items):
         return
     _PROJECT_FILES["reporter"] = session.config.pluginmanager.get_plugin("terminalreporter")
     _PROJECT_FILES["last"] = project_files_snapshot()
