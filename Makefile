@@ -40,18 +40,19 @@ teardown: setup  ## Undo a run (playbooks/teardown.yml)
 	$(ANSIBLE)/ansible-playbook playbooks/teardown.yml $(ARGS)
 
 # make test: the unit and workload tiers alone (their session check fails a test that writes the
-# checkout's outputs/ or .cache/, and other tiers write there), then two lanes side by side: the
+# checkout's outputs/ or .cache/, and other tiers write there), the collection's alone (galaxy-importer
+# gives ansible-lint 180 s, which it ran past beside the others), then two lanes side by side: the
 # ansible-test units (in a copy) and the integration tier, beside the tiers that use a core at a
 # time or wait on containers and a VM (the local default's two in the checkout first, before the
 # integration tier's five that run alone look at it). The venvs and the image every tier shares
 # are made first, so that no two tiers make them at once. Times: docs/testing.md.
-test: setup-test  ## Every test tier, each timed (.ci/tiers): unit, workload, then ansible-test units and integration beside oldest core, collection, lint, sanity, ansible-test integration, molecule, vm
+test: setup-test  ## Every test tier, each timed (.ci/tiers): unit, workload, collection, then ansible-test units and integration beside oldest core, lint, sanity, ansible-test integration, molecule, vm
 	@.ci/bootstrap sanity
 	@.ci/bootstrap core218
 	@.ci/bootstrap core217
 	@$(MAKE) --no-print-directory image >/dev/null
-	.ci/tiers test-unit test-workload \
-	  "test-ansible-units test-integration | test-oldest-core test-collection lint test-sanity test-ansible-integration test-molecule test-vm"
+	.ci/tiers test-unit test-workload test-collection \
+	  "test-ansible-units test-integration | test-oldest-core lint test-sanity test-ansible-integration test-molecule test-vm"
 
 test-unit: setup  ## pytest tests/unit, on every core (pytest-xdist)
 	$(PYTEST) -n auto tests/unit
