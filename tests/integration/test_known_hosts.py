@@ -17,10 +17,13 @@ stays on (ansible.cfg); the azureml_compute plugin keeps the known_hosts file:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -64,9 +67,21 @@ def write_inventory(tmp_path: Path, cluster: Twin, node_ids: dict[int, str] | No
     return config
 
 
+def short_dir(tmp_path: Path) -> Path:
+    """A folder of this test's with a short path, for ssh's control sockets: a Unix socket's path
+    holds 108 bytes, and pytest-xdist's popen-gwN/ in tmp_path took the test past them."""
+    return Path(tempfile.gettempdir()) / f"kh-{hashlib.sha256(str(tmp_path).encode()).hexdigest()[:10]}"
+
+
+@pytest.fixture(autouse=True)
+def _short_dir_removed(tmp_path):
+    yield
+    shutil.rmtree(short_dir(tmp_path), ignore_errors=True)
+
+
 def ansible_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
-                ANSIBLE_SSH_CONTROL_PATH_DIR=str(tmp_path / "cp"), **extra)
+                ANSIBLE_SSH_CONTROL_PATH_DIR=str(short_dir(tmp_path) / "cp"), **extra)
 
 
 def ping(tmp_path: Path, config: Path, **extra: str) -> subprocess.CompletedProcess:
@@ -157,7 +172,7 @@ def test_a_replaced_node_behind_a_nat_rule_is_not_reached_through_the_old_connec
 
         first = ping(tmp_path, inventory())
         assert first.returncode == 0, first.stdout + first.stderr
-        old_masters = masters_for(tmp_path / "cp")
+        old_masters = masters_for(short_dir(tmp_path) / "cp")
         assert len(old_masters) == 2, old_masters  # one per node, kept for the next run
         assert rule.drop_flows() == 1  # the master to kh-0; AmlCompute replaces the VM behind it
         cluster.replace_node(node.slot)
@@ -171,7 +186,7 @@ def test_a_replaced_node_behind_a_nat_rule_is_not_reached_through_the_old_connec
         # Through the dead master it took about two minutes (keepalives); 75 s leaves a loaded
         # 2-core machine room for the inventory read, the new node's scan and the two pings.
         assert took < 75, took
-        assert len(set(masters_for(tmp_path / "cp")) - set(old_masters)) == 1  # kh-0's new master
+        assert len(set(masters_for(short_dir(tmp_path) / "cp")) - set(old_masters)) == 1  # kh-0's new master
     finally:
         rule.close()
 
@@ -256,15 +271,15 @@ def test_host_key_checking_off_lets_no_re_keyed_node_in(tmp_path, pinned_cluster
                               check=False)
         return done.returncode, done.stdout + done.stderr
 
-    kept = str(tmp_path / "cp")
+    kept = str(short_dir(tmp_path) / "cp")
     rc, out = run(kept)
     assert rc == 0 and out.count("SUCCESS") == 2, out
-    assert len(masters_for(tmp_path / "cp")) == 2, out
+    assert len(masters_for(short_dir(tmp_path) / "cp")) == 2, out
     node1 = pinned_cluster.ranked()[1]  # kh-1
     rekey_in_place(pinned_cluster, node1)
 
     # No ssh master in play (a control path folder of its own): ssh itself refuses the node.
-    rc, out = run(str(tmp_path / "cp-fresh"))
+    rc, out = run(str(short_dir(tmp_path) / "cp-fresh"))
     assert rc != 0 and "kh-0 | SUCCESS" in out and "kh-1 | UNREACHABLE" in out, out
     assert any(said in out for said in refusals), out
 
