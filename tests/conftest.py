@@ -110,8 +110,8 @@ def pytest_configure(config):
 # run fails at its end with the paths. Left out, as Ansible's and the tiers' own working space,
 # not the operator's: .cache/collections (the link above), .cache/ansible-local (Ansible's
 # local_tmp, made and removed by every Ansible process), .cache/ansible-home (Ansible's home:
-# Galaxy's cache, collections `make setup` installs), .cache/cp (ssh's control sockets) and
-# .cache/sanity (the copy `make test-sanity` works in, which may run beside this tier).
+# Galaxy's cache, collections `make setup` installs), .cache/cp (ssh's control sockets) and the
+# copies ansible-test works in (.cache/units, .cache/integration, .cache/sanity*: project_copy.COPIES).
 from project_copy import project_files_changes, project_files_snapshot  # noqa: E402
 
 _PROJECT_FILES: dict[str, Any] = {"last": None, "by_test": {}, "reporter": None}

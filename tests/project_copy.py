@@ -47,8 +47,11 @@ def project_env(project: Path, **extra: str) -> dict[str, str]:
 
 # The check of tests/conftest.py (docs/testing.md, "Tests leave the project's files alone").
 WATCHED = ("outputs", ".cache")
+# The copies .ci/collection-copy makes for ansible-test (.cache/units, .cache/integration,
+# .cache/sanity and .cache/sanity-core218, ...) are the tiers' working space, not walked either.
+COPIES = ("units", "integration", "sanity", "sanity-core218", "sanity-core217")
 NOT_WATCHED = frozenset({".cache/collections", ".cache/ansible-local", ".cache/ansible-home", ".cache/cp",
-                         ".cache/sanity"})
+                         *(f".cache/{copy}" for copy in COPIES)})
 
 
 def project_files_snapshot(root: Path = ROOT) -> dict[str, tuple]:

@@ -33,3 +33,15 @@ def test_the_project_files_check_sees_what_a_test_makes_changes_or_removes(tmp_p
         "made .cache/facts", "made .cache/facts/localhost", "removed .cache/known_hosts.nodes.json",
         "made outputs/cosmoflow", "changed outputs/cosmoflow-local/report.html"]
     assert project_files_changes(before, before) == []
+
+
+def test_the_tiers_collection_copies_are_not_walked(tmp_path):
+    """.ci/collection-copy's copies (.cache/units, .cache/integration, .cache/sanity*) are the
+    tiers' working space: neither reported nor walked (a left-over .cache/units of 20,000
+    entries walked after every unit test made `make test-unit` after `make test` take hours)."""
+    from project_copy import project_files_snapshot
+
+    for copy in ("units", "integration", "sanity", "sanity-core218", "sanity-core217"):
+        (tmp_path / ".cache" / copy / "ansible_collections").mkdir(parents=True)
+    (tmp_path / ".cache" / "unitsx").mkdir()  # a folder that only starts like one is watched
+    assert sorted(project_files_snapshot(tmp_path)) == [".cache", ".cache/unitsx"]
