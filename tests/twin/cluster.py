@@ -234,7 +234,7 @@ class Twin:
         self.shared_scratch = shared_scratch
         self.scratch_path = scratch_path.rstrip("/")
         self.admin_user = admin_user
-        self.image = image or test_image()
+        self._image = image  # looked up when a node starts (a twin of no node needs no Docker)
         self.nodes: list[TwinNode] = []
         self.public_address = PUBLIC_ADDRESS
         self._subnet = ""
@@ -463,11 +463,18 @@ class Twin:
         self.size = size
         return self.nodes
 
+    @property
+    def image(self) -> str:
+        """The nodes' image: the one given, else the test image (built once, then reused)."""
+        if self._image is None:
+            self._image = test_image()
+        return self._image
+
     # --- state, for another process (the AzureML stand-in) to drive the same twin ---------------
     def save_state(self, path: Path) -> Path:
         state = {"size": self.size, "workdir": str(self.workdir), "prefix": self.prefix, "base_port": self.base_port,
                  "shared_scratch": self.shared_scratch, "scratch_path": self.scratch_path,
-                 "admin_user": self.admin_user, "image": self.image, "subnet": self._subnet,
+                 "admin_user": self.admin_user, "image": self._image, "subnet": self._subnet,
                  "node_public_ip": self.node_public_ip, "listing_lag": self.listing_lag,
                  "next_host": self._next_host, "next_slot": self._next_slot,
                  "nodes": [vars(n) for n in self.nodes]}
