@@ -44,13 +44,12 @@ teardown: setup  ## Undo a run (playbooks/teardown.yml)
 # gives ansible-lint 180 s, which it ran past beside the others), then two lanes side by side: the
 # ansible-test units (in a copy) and the integration tier, beside the tiers that use a core at a
 # time or wait on containers and a VM (the local default's two in the checkout first, before the
-# integration tier's five that run alone look at it). The venvs and the image every tier shares
-# are made first, so that no two tiers make them at once. Times: docs/testing.md.
-test: setup-test  ## Every test tier, each timed (.ci/tiers): unit, workload, collection, then ansible-test units and integration beside oldest core, lint, sanity, ansible-test integration, molecule, vm
-	@.ci/bootstrap sanity
-	@.ci/bootstrap core218
-	@.ci/bootstrap core217
-	@$(MAKE) --no-print-directory image >/dev/null
+# integration tier's five that run alone look at it). The system packages, then the venvs, the
+# node tools and the two images every tier shares are made first, side by side (.ci/bootstrap
+# parallel), so that no two tiers make them at once. Times: docs/testing.md.
+test:  ## Every test tier, each timed (.ci/tiers): unit, workload, collection, then ansible-test units and integration beside oldest core, lint, sanity, ansible-test integration, molecule, vm
+	@.ci/sysdeps
+	@.ci/bootstrap parallel
 	.ci/tiers test-unit test-workload test-collection \
 	  "test-ansible-units test-integration | test-oldest-core lint test-sanity test-ansible-integration test-molecule test-vm"
 
