@@ -388,7 +388,8 @@ def _run_copy(run: _Run, *, include_pattern: str | None, blobs: Sequence[str] | 
             result = run_azcopy(cmd, run_env, secrets=secrets, progress=run.on_progress, timeout=limit[0],
                                 stall=run.watch.limits.stall, cancel=run.watch.cancel)
         except FileNotFoundError as exc:
-            raise StageError(f"azcopy was not found at {source.azcopy}: install it (role stage) or set its path") from exc
+            raise StageError(f"azcopy was not found at {source.azcopy}: install it (role stage) or set its "
+                             "path") from exc
         if not result.ok:
             _name_failures(result, azcopy=source.azcopy, env=run_env, source_url=source.source_url, staging=staging,
                            secrets=secrets, gzip_blobs=gzip_blobs if decompress else ())

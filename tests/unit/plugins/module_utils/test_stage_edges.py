@@ -291,9 +291,9 @@ def test_two_nodes_on_one_shared_folder_remove_only_the_set_difference(listing, 
             entry = plan["shards"][h]
             expected = [ExpectedFile(r["name"], r["raw_size"]) for r in entry["expected"]]
             try:
-                stage_shard(SOURCE, ShardPlan(stage_dir=str(folder), rank=entry["rank"], blobs=[e.blob for e in expected],
-                                              expected=expected, prune=prune, prune_most=True, shared=True,
-                                              handoff=got[h]), NO_WAIT)
+                stage_shard(SOURCE, ShardPlan(stage_dir=str(folder), rank=entry["rank"],
+                                              blobs=[e.blob for e in expected], expected=expected, prune=prune,
+                                              prune_most=True, shared=True, handoff=got[h]), NO_WAIT)
             except StageError as exc:
                 raise AssertionError(f"{h}: every planned file is there, nothing to fetch: {exc}") from None
         after = walk(folder)
@@ -328,8 +328,9 @@ def test_a_name_through_a_link_back_into_the_folder_is_refused_and_removes_nothi
     planned = [ExpectedFile("train/u_a1_000.tfrecord", 4)]
     for through in ("self/train/u_a1_000.tfrecord", "up/cosmoflow/train/u_a1_000.tfrecord"):
         try:
-            stage_shard(SOURCE, ShardPlan(stage_dir=str(stage), rank=0, blobs=[e.blob for e in planned], expected=planned,
-                                          prune=True, shared=False, handoff={"handed": [through], "gone": []}), NO_WAIT)
+            stage_shard(SOURCE, ShardPlan(stage_dir=str(stage), rank=0, blobs=[e.blob for e in planned],
+                                          expected=planned, prune=True, shared=False,
+                                          handoff={"handed": [through], "gone": []}), NO_WAIT)
         except StageError as exc:
             assert repr(through) in str(exc) and "link" in str(exc), str(exc)
         else:
