@@ -23,7 +23,7 @@ from datetime import datetime, timedelta, timezone
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "plugins", "module_utils"))
 
-from amlhpc.staging.azcopy import blob_url, stage_shard  # noqa: E402
+from amlhpc.staging.azcopy import ShardPlan, StageSource, blob_url, stage_shard  # noqa: E402
 from amlhpc.data.cosmoflow_data import generate, sample_name  # noqa: E402
 from amlhpc.data.dataset_prep import compress_all, upload_prepared  # noqa: E402
 
@@ -94,9 +94,10 @@ def main() -> int:
             best = None
             for attempt in range(2):
                 dest = os.path.join(work, f"stage-{container}-{attempt}")
-                out = stage_shard(azcopy=os.path.join(ROOT, ".tools", "bin", "azcopy"),
-                                  source_url=blob_url(endpoint, container), sas=sas, stage_dir=dest, rank=0,
-                                  include_pattern="*.tfrecord;*.tfrecord.gz", decompress=True)
+                out = stage_shard(StageSource(azcopy=os.path.join(ROOT, ".tools", "bin", "azcopy"),
+                                              source_url=blob_url(endpoint, container), sas=sas),
+                                  ShardPlan(stage_dir=dest, rank=0, include_pattern="*.tfrecord;*.tfrecord.gz",
+                                            decompress=True))
                 best = out if best is None or out["seconds"] < best["seconds"] else best
                 shutil.rmtree(dest)
             print(f"{container:<10} {best['bytes_over_wire'] / 1e6:>8.1f} {best['bytes'] / 1e6:>8.1f} "

@@ -31,7 +31,7 @@ from datetime import datetime, timedelta, timezone
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "plugins", "module_utils"))
 
-from amlhpc.staging.azcopy import blob_url, stage_shard  # noqa: E402
+from amlhpc.staging.azcopy import ShardPlan, StageSource, blob_url, stage_shard  # noqa: E402
 from amlhpc.staging.azcopy_model import Rates, predict  # noqa: E402
 from amlhpc.data.cosmoflow_data import generate, sample_name  # noqa: E402
 from amlhpc.data.dataset_prep import compress_all, upload_prepared  # noqa: E402
@@ -80,8 +80,8 @@ def _sas(container: str) -> str:
 
 def _stage(endpoint: str, container: str, dest: str, pattern: str) -> dict:
     c0 = os.times()
-    out = stage_shard(azcopy=AZCOPY, source_url=blob_url(endpoint, container), sas=_sas(container), stage_dir=dest,
-                      rank=0, include_pattern=pattern, decompress=True)
+    out = stage_shard(StageSource(azcopy=AZCOPY, source_url=blob_url(endpoint, container), sas=_sas(container)),
+                      ShardPlan(stage_dir=dest, rank=0, include_pattern=pattern, decompress=True))
     c1 = os.times()
     out["cpu_s"] = (c1.children_user - c0.children_user) + (c1.children_system - c0.children_system)
     shutil.rmtree(dest)

@@ -49,10 +49,13 @@ def last_look(hostvars: Any, all_hosts: list[str], play_hosts: list[str], job_no
         shard = ((hv.get("stage_plan") or {}).get("shards") or {}).get(host)
         expected[host] = shard.get("list_of_files") if isinstance(shard, dict) and "list_of_files" in shard else None
     addresses = {h: str((hostvars[h] if h in hostvars else {}).get("aml_private_ip") or "") for h in all_hosts}
-    return logic("recovery.node_loss").last_look(
-        job_nodes=list(job_nodes), in_play=list(play_hosts), probes=probes, expected=expected, timeout=float(timeout),
-        on_failure=str(on_failure), spares=int(spares or 0), previous=verdict or None,
-        ranked=_ranked(hostvars, list(all_hosts)), addresses=addresses, port=int(port), check_mode=bool(check_mode))
+    node_loss = logic("recovery.node_loss")
+    return node_loss.last_look(
+        node_loss.Look(job_nodes=list(job_nodes), in_play=list(play_hosts), probes=probes, expected=expected,
+                       timeout=float(timeout), check_mode=bool(check_mode)),
+        node_loss.GateRule(on_failure=str(on_failure), spares=int(spares or 0),
+                           ranked=_ranked(hostvars, list(all_hosts)), addresses=addresses, port=int(port),
+                           verdict=verdict or None))
 
 
 def answering(hostvars: Any, hosts: list[str], on_failure: str = "stop", spares: Any = 0, timeout: Any = 30,

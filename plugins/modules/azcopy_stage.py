@@ -417,7 +417,10 @@ import signal
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.staging.azcopy import (
     Cancel,
     Limits,
+    ShardPlan,
     StageError,
+    StageSource,
+    StageWatch,
     auth_env,
     blob_url,
     check_sas,
@@ -563,12 +566,11 @@ def main() -> None:
     try:
         with ConnectionWatch(cancel):
             result = stage_shard(
-                azcopy=p["azcopy"], source_url=source, sas=sas, stage_dir=p["dest"], rank=rank,
-                expected=expected, decompress=p["decompress"], cap_mbps=p["cap_mbps"] or None,
-                node=node, progress_file=p["progress_file"] or None,
-                verify=p["verify"], prune=p["prune"], prune_most=p["prune_most"], handoff=p["handoff"],
-                shared=p["shared"], auth=p["auth"], auth_options=auth_options, limits=limits, cancel=cancel,
-                **shard_args)
+                StageSource(azcopy=p["azcopy"], source_url=source, sas=sas, auth=p["auth"], auth_options=auth_options),
+                ShardPlan(stage_dir=p["dest"], rank=rank, expected=expected, decompress=p["decompress"],
+                          verify=p["verify"], prune=p["prune"], prune_most=p["prune_most"], handoff=p["handoff"],
+                          shared=p["shared"], node=node, **shard_args),
+                StageWatch(limits=limits, cancel=cancel, progress_file=p["progress_file"] or None))
         result["prediction"] = prediction_for(result, p["model"])
     except (StageError, OSError, ValueError) as exc:
         module.fail_json(msg=redact(str(exc), secrets), sas_warnings=warnings)

@@ -315,10 +315,8 @@ class Heartbeat:
         nodes = []
         for index, ranks in sorted(by_node.items()):
             member = self.members[ranks[0]]
-            sentence = loss_sentence(node=member.host, ip=member.ip, ranks=ranks, world=self.world,
-                                     seen=finding.seen, seconds=finding.seconds, last=finding.since_wall,
-                                     by=self.rank, at=at, what=finding.what, waiting=finding.waiting,
-                                     stalled=finding.stalled, bound=finding.bound)
+            sentence = loss_sentence(finding, node=member.host, ip=member.ip, ranks=ranks, world=self.world,
+                                     by=self.rank, at=at)
             nodes.append({"node": member.host, "ip": member.ip, "node_index": index, "ranks": ranks,
                           "sentence": sentence})
         return {"seen": finding.seen, "seconds": round(finding.seconds, 1), "last": finding.since_wall,

@@ -27,7 +27,19 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from amlhpc.staging.azcopy import AUTH_MODES, ExpectedFile, Limits, StageError, auth_env, blob_url, check_sas, stage_shard
+from amlhpc.staging.azcopy import (
+    AUTH_MODES,
+    ExpectedFile,
+    Limits,
+    ShardPlan,
+    StageError,
+    StageSource,
+    StageWatch,
+    auth_env,
+    blob_url,
+    check_sas,
+    stage_shard,
+)
 from amlhpc.staging.azcopy_handoff import local_handoff
 from amlhpc.sdk.blob_listing import ListingError, identity_credential, list_blobs, sdk_available
 from amlhpc.staging.shards import ShardError, include_pattern, plan_shards
@@ -139,9 +151,9 @@ def stage_for_this_node(*, account_url: str, container: str, stage_dir: str, sas
         kwargs["include_pattern"] = include_pattern(shard.suffixes)
         if not shard.suffixes:
             kwargs = {"blobs": []}
-    return stage_shard(azcopy=azcopy, source_url=source, sas=sas, stage_dir=stage_dir, rank=node_rank,
-                       expected=expected, decompress=True, cap_mbps=cap_mbps, progress=progress,
-                       node=f"node {node_rank}", verify=verify, prune=prune, prune_most=prune_most, shared=shared,
-                       handoff=handoff, auth=auth, auth_options=auth_options, env=env,
-                       limits=Limits(timeout=timeout, nodes=num_nodes, cap_mbps=cap_mbps, stall=stall_seconds),
-                       **kwargs)
+    return stage_shard(
+        StageSource(azcopy=azcopy, source_url=source, sas=sas, auth=auth, auth_options=auth_options, env=env),
+        ShardPlan(stage_dir=stage_dir, rank=node_rank, expected=expected, decompress=True, verify=verify, prune=prune,
+                  prune_most=prune_most, shared=shared, handoff=handoff, node=f"node {node_rank}", **kwargs),
+        StageWatch(limits=Limits(timeout=timeout, nodes=num_nodes, cap_mbps=cap_mbps, stall=stall_seconds),
+                   progress=progress))

@@ -94,27 +94,30 @@ def parse_ranks(text: str) -> list[int]:
     return out
 
 
-def loss_sentence(*, node: str, ip: str, ranks: Sequence[int], world: int, seen: str, seconds: float,
-                  last: float, by: int, at: float, what: str = "", waiting: int = 0, stalled: float = 0.0,
-                  bound: float = 0.0) -> str:
+def loss_sentence(finding: Finding, *, node: str, ip: str, world: int, by: int, at: float,
+                  ranks: Sequence[int] | None = None) -> str:
     """The one line naming a lost node: ``node`` (its host name) and ``ip``, its ``ranks`` of
-    ``world``, what was ``seen`` (:data:`SEEN`), for how many ``seconds``, the ``last`` beat (or
-    when the wait began), and which rank said so ``at`` what time. ``what`` and ``waiting``: the
-    collective the other ranks wait in and how many they are (``collective timed out``);
-    ``stalled``: for how long the rank made no step, against the ``bound`` (:func:`collective_bound`)."""
+    ``world`` (None: the ``finding``'s, which may span nodes), and from the finding what was
+    ``seen`` (:data:`SEEN`), for how many ``seconds``, the last beat (or when the wait began:
+    ``since_wall``), ``what`` collective the other ranks wait in and how many they are
+    (``waiting``, ``collective timed out``), and for how long the rank made no step
+    (``stalled``) against the ``bound`` (:func:`collective_bound`); which rank said so (``by``)
+    ``at`` what time."""
+    seen, seconds, what, bound = finding.seen, finding.seconds, finding.what, finding.bound
+    ranks = finding.ranks if ranks is None else ranks
     if seen not in SEEN:
         raise ValueError(f"seen must be one of {SEEN}, not {seen!r}")
     many = len(set(ranks)) > 1
     if seen == MISSED:
         told = f"no heartbeat for {seconds:.0f} s"
     else:
-        told = (f"has not joined {what} for {seconds:.0f} s while {waiting} other rank(s) wait in it")
+        told = (f"has not joined {what} for {seconds:.0f} s while {finding.waiting} other rank(s) wait in it")
         if bound:
-            told += (f", and made no step for {stalled:.0f} s (stalled, not slow: the bound is {bound:.0f} s, "
+            told += (f", and made no step for {finding.stalled:.0f} s (stalled, not slow: the bound is {bound:.0f} s, "
                      f"{SLOW_STEPS:g} times the slowest recent step and never less than the heartbeat's)")
     return (f"{TAG} node {node} ({ip or 'address unknown'}), rank{'s' if many else ''} {rank_list(ranks)} of {world}: "
-            f"{told} ({seen}; last at {iso(last)}, seen by rank {by} at {iso(at)}); the job stops so that it can "
-            f"resume without it: rerun site.yml ({OPERATIONS})")
+            f"{told} ({seen}; last at {iso(finding.since_wall)}, seen by rank {by} at {iso(at)}); the job stops so "
+            f"that it can resume without it: rerun site.yml ({OPERATIONS})")
 
 
 def parse_losses(text: str) -> list[dict[str, Any]]:
@@ -561,38 +564,66 @@ def probe_problem(probe: Mapping[str, Any] | None, expected: Sequence[str] | Non
     return None
 
 
-def last_look(*, job_nodes: Sequence[str], in_play: Iterable[str], probes: Mapping[str, Any],
-              expected: Mapping[str, Sequence[str] | None], timeout: float, on_failure: str, spares: int,
-              previous: Mapping[str, Any] | None, ranked: Sequence[str], addresses: Mapping[str, str],
-              port: int, check_mode: bool = False) -> dict[str, Any]:
-    """Right before submit: every node the job trains on (``job_nodes``) must still be in the
-    play (``in_play``: it failed or became unreachable after the gate otherwise), answer its probe
-    and hold its shard (in check mode, which stages nothing, answer only). Returns ``lost`` (``{node, reason}``), ``action`` (``pass``; ``exclude``:
-    left out with the spares the gate left, a new verdict in ``verdict`` and the nodes that
-    stage the moved files in ``restage``; ``stop``) and ``message`` (one sentence per lost node
-    and what happens)."""
+@dataclass(frozen=True)
+class Look:
+    """What the last look saw: the nodes the job trains on (``job_nodes``), those still in the
+    play (``in_play``), each one's ``probes`` (:func:`probe_problem`), the files each one's shard
+    should hold (``expected``; None for a node: not known in this run), the probe's ``timeout``
+    and whether the run is in ``check_mode``."""
+
+    job_nodes: Sequence[str]
+    in_play: Iterable[str]
+    probes: Mapping[str, Any]
+    expected: Mapping[str, Sequence[str] | None]
+    timeout: float
+    check_mode: bool = False
+
+
+@dataclass(frozen=True)
+class GateRule:
+    """The health gate's rule, as the last look applies it to a node lost after the gate:
+    ``on_failure`` (``stop`` or ``exclude``), the ``spares`` it may leave out, every node in rank
+    order (``ranked``) with its private ``addresses`` and the rendezvous ``port``, and the gate's
+    own ``verdict`` (its failing nodes used spares already; None: none)."""
+
+    on_failure: str
+    spares: int
+    ranked: Sequence[str]
+    addresses: Mapping[str, str]
+    port: int
+    verdict: Mapping[str, Any] | None = None
+
+
+def last_look(look: Look, rule: GateRule) -> dict[str, Any]:
+    """Right before submit: every node the job trains on must still be in the play (it failed or
+    became unreachable after the gate otherwise), answer its probe and hold its shard (in check
+    mode, which stages nothing, answer only); a lost node is judged by the gate's ``rule``.
+    Returns ``lost`` (``{node, reason}``), ``action`` (``pass``; ``exclude``: left out with the
+    spares the gate left, a new verdict in ``verdict`` and the nodes that stage the moved files in
+    ``restage``; ``stop``) and ``message`` (one sentence per lost node and what happens)."""
     from ..health.health_verdict import verdict as health_verdict  # the gate's own rule decides the spares
 
-    in_play = set(in_play)
+    in_play = set(look.in_play)
     lost = []
-    for node in job_nodes:
+    for node in look.job_nodes:
         reason = ("stopped answering after the health gate (a task on it failed or it became unreachable)"
-                  if node not in in_play else probe_problem(probes.get(node), expected.get(node), timeout, check_mode))
+                  if node not in in_play else probe_problem(look.probes.get(node), look.expected.get(node),
+                                                            look.timeout, look.check_mode))
         if reason:
             lost.append({"node": node, "reason": reason})
     out: dict[str, Any] = {"lost": lost, "action": "pass", "verdict": None, "restage": [],
-                           "message": f"every job node answered and holds its shard ({len(job_nodes)})"}
+                           "message": f"every job node answered and holds its shard ({len(look.job_nodes)})"}
     if not lost:
         return out
     named = "; ".join(f"node {n['node']} was lost after the health gate: it {n['reason']}" for n in lost)
-    failing = [dict(f) for f in (previous or {}).get("failing") or []]
+    failing = [dict(f) for f in (rule.verdict or {}).get("failing") or []]
     failing += [{"node": n["node"], "reasons": [f"lost after the health gate: {n['reason']}"]} for n in lost]
-    if on_failure == "exclude":
-        new = health_verdict({n: [] for n in ranked}, list(ranked), on_failure="exclude", spares=int(spares),
-                             addresses=addresses, port=int(port), failing=failing)
+    if rule.on_failure == "exclude":
+        new = health_verdict({n: [] for n in rule.ranked}, list(rule.ranked), on_failure="exclude",
+                             spares=int(rule.spares), addresses=rule.addresses, port=int(rule.port), failing=failing)
         if new["action"] == "exclude":
             out.update(action="exclude", verdict=new, restage=list(new["good"]),
-                       message=f"{named}. Left out (healthcheck_spare_nodes: {spares}): its shard moves to "
+                       message=f"{named}. Left out (healthcheck_spare_nodes: {rule.spares}): its shard moves to "
                                f"{', '.join(new['good'])}, and the job trains on them.")
             return out
         out.update(action="stop", message=f"{named}. {new['message']}")

@@ -6,7 +6,8 @@
 ``azcopy_cmd``       command lines, URLs and the authentication environment (SAS or identity)
 ``azcopy_progress``  running azcopy with JSON output, its result, the progress series
 ``azcopy_files``     staged files: final names, azcopy's leftovers, size and checksum checks
-``azcopy_sync``      one node's stage as a sync with the plan (fetch, repair, report gone)
+``azcopy_sync``      one node's stage as a sync with the plan (fetch, repair, report gone): its
+                    source, shard plan and watch as three small objects
 ``azcopy_paths``     names from blobs and node listings kept inside their folder
 ``azcopy_handoff``   which files outside a node's shard are gone and which another node's, exactly
 ``azcopy_lock``      one stage of a shard at a time; a dead stage's leftovers taken over
@@ -51,7 +52,18 @@ from .azcopy_progress import (  # noqa: F401
     run_azcopy,
 )
 from .azcopy_sas import SAS_PERMISSION_NAMES, SasCheck, check_sas, parse_sas, redact  # noqa: F401
-from .azcopy_sync import Limits, StageError, plan_sync, prune_refusal, shard_is_staged, stage_shard, survey  # noqa: F401
+from .azcopy_sync import (  # noqa: F401
+    Limits,
+    ShardPlan,
+    StageError,
+    StageSource,
+    StageWatch,
+    plan_sync,
+    prune_refusal,
+    shard_is_staged,
+    stage_shard,
+    survey,
+)
 
 # What the workload, the modules and the tests import from here.
 __all__ = [
@@ -87,6 +99,9 @@ __all__ = [
     "redact",
     "StageError",
     "Limits",
+    "ShardPlan",
+    "StageSource",
+    "StageWatch",
     "Cancel",
     "plan_sync",
     "prune_refusal",

@@ -59,6 +59,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Container, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
@@ -241,6 +242,83 @@ class Limits:
         return time_limit(wire, raw, self.rates, nodes=self.nodes, margin=self.margin, cap_mbps=self.cap_mbps)
 
 
+@dataclass(frozen=True)
+class StageSource:
+    """Where the shard comes from: ``azcopy`` (the tool's path), ``source_url`` (the container and
+    prefix, no token: ``blob_url``), how azcopy signs in (``auth``: ``sas`` with ``sas``, or an
+    identity with ``auth_options``, see ``azcopy_cmd``) and the environment it runs in (``env``;
+    None: this process's). The SAS, the auth options and the environment never show in its repr."""
+
+    azcopy: str
+    source_url: str
+    sas: str = field(default="", repr=False)
+    auth: str = "sas"
+    auth_options: Mapping[str, str] | None = field(default=None, repr=False)
+    env: Mapping[str, str] | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """What this node's shard is: the folder (``stage_dir``) and ``rank`` it is staged under, its
+    blobs (``include_pattern``, suffix mode, or ``blobs``, names below the source), the listing
+    (``expected``: the run is a sync against it) and ``handoff`` (``{"handed": [...], "gone":
+    [...]}``, exact, ``azcopy_handoff``), and how it is kept: ``decompress``, ``verify``,
+    ``prune`` (``prune_most``: even most of the folder), ``shared`` storage. ``node`` names it in
+    messages (empty: ``node <rank>``). Refuses what cannot be a shard, naming it."""
+
+    stage_dir: str
+    rank: int
+    include_pattern: str | None = None
+    blobs: Sequence[str] | None = None
+    expected: Sequence[ExpectedFile] | None = None
+    handoff: Mapping[str, Sequence[str]] | None = None
+    decompress: bool = True
+    verify: str = "size"
+    prune: bool = False
+    prune_most: bool = False
+    shared: bool = True
+    node: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "node", self.node or f"node {self.rank}")
+        if (self.include_pattern is None) == (self.blobs is None):
+            raise ValueError("give include_pattern or blobs")
+        if self.verify not in VERIFY_MODES:
+            raise ValueError(f"verify must be one of {', '.join(VERIFY_MODES)}, got {self.verify!r}")
+        if not isinstance(self.rank, int) or isinstance(self.rank, bool) or self.rank < 0:
+            raise StageError(f"{self.node}: the rank {self.rank!r} is not a number 0 or above: pass the plan's shard "
+                             "(it carries it).")
+
+
+@dataclass(frozen=True)
+class StageWatch:
+    """How the run is bounded and watched: ``limits`` (time limit, stall rule, bandwidth cap),
+    ``cancel`` (stops azcopy from another thread), ``lock_wait`` (seconds to wait for another
+    stage of the shard; None: ``azcopy_lock``'s default), ``progress`` (called with azcopy's
+    progress) and ``progress_file`` (rewritten with the latest progress)."""
+
+    limits: Limits = field(default_factory=Limits)
+    cancel: Cancel | None = None
+    lock_wait: float | None = None
+    progress: Callable[[dict[str, Any]], None] | None = None
+    progress_file: str | None = None
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One stage under way, as its steps share it: the three objects, the folder (absolute), the
+    rank's staging folder, the lock held, the progress callback and the result's maker."""
+
+    source: StageSource
+    plan: ShardPlan
+    watch: StageWatch
+    stage_dir: str
+    staging: str
+    held: Held
+    on_progress: Callable[[dict[str, Any]], None]
+    done: Callable[..., dict[str, Any]]
+
+
 def _blob_of(url: str, source_url: str) -> str:
     """The blob name below the source of an azcopy transfer's source URL."""
     url = url.split("?", 1)[0]
@@ -285,36 +363,39 @@ def _make_workdir(held: Held) -> str:
             continue
 
 
-def _run_copy(*, azcopy: str, source_url: str, sas: str, staging: str, include_pattern: str | None,
-              blobs: Sequence[str] | None, decompress: bool, cap_mbps: float | None, env: Mapping[str, str],
-              auth: str, auth_options: Mapping[str, str], limit: tuple[float, str], stall: float | None,
-              cancel: Cancel | None, held: Held, node: str,
-              on_progress: Callable[[dict[str, Any]], None], gzip_blobs: Container[str] = ()) -> Any:
+def _run_copy(run: _Run, *, include_pattern: str | None, blobs: Sequence[str] | None, limit: tuple[float, str],
+              gzip_blobs: Container[str] = ()) -> Any:
+    """One azcopy run of the stage ``run``: the shard's ``include_pattern`` or these ``blobs``,
+    stopped past ``limit`` (seconds, how they were found)."""
+    source, decompress, node, staging = run.source, run.plan.decompress, run.plan.node, run.staging
+    auth_options = dict(source.auth_options or {})
     os.makedirs(staging, exist_ok=True)
     remove_partial(staging)
-    workdir = _make_workdir(held)
-    secrets = [sas] + [v for k, v in auth_options.items() if k == "client_secret"]
+    workdir = _make_workdir(run.held)
+    secrets = [source.sas] + [v for k, v in auth_options.items() if k == "client_secret"]
     try:
-        run_env = private_azcopy_env(with_auth_env(env, auth, **auth_options), workdir)
+        env = source.env if source.env is not None else os.environ
+        run_env = private_azcopy_env(with_auth_env(env, source.auth, **auth_options), workdir)
         list_file = None
         if blobs is not None:
             list_file = os.path.join(workdir, "list-of-files.txt")
             with open(list_file, "w", encoding="utf-8") as f:
                 f.write("".join(f"{b}\n" for b in blobs))
-        cmd = copy_download_command(azcopy, source_url, sas if auth == "sas" else "", staging,
-                                    include_pattern=include_pattern, list_file=list_file, decompress=decompress,
-                                    cap_mbps=cap_mbps)
+        cmd = copy_download_command(source.azcopy, source.source_url, source.sas if source.auth == "sas" else "",
+                                    staging, include_pattern=include_pattern, list_file=list_file,
+                                    decompress=decompress, cap_mbps=run.watch.limits.cap_mbps)
         try:
-            result = run_azcopy(cmd, run_env, secrets=secrets, progress=on_progress, timeout=limit[0], stall=stall,
-                                cancel=cancel)
+            result = run_azcopy(cmd, run_env, secrets=secrets, progress=run.on_progress, timeout=limit[0],
+                                stall=run.watch.limits.stall, cancel=run.watch.cancel)
         except FileNotFoundError as exc:
-            raise StageError(f"azcopy was not found at {azcopy}: install it (role stage) or set its path") from exc
+            raise StageError(f"azcopy was not found at {source.azcopy}: install it (role stage) or set its "
+                             "path") from exc
         if not result.ok:
-            _name_failures(result, azcopy=azcopy, env=run_env, source_url=source_url, staging=staging,
+            _name_failures(result, azcopy=source.azcopy, env=run_env, source_url=source.source_url, staging=staging,
                            secrets=secrets, gzip_blobs=gzip_blobs if decompress else ())
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-        held.note(workdir="")
+        run.held.note(workdir="")
     if not result.ok:
         if result.stopped == "time limit":
             result.stopped_detail += f" ({limit[1]})"
@@ -372,87 +453,65 @@ def prune_refusal(gone: Sequence[str], expected: Sequence[ExpectedFile], bad: Ma
             "stage_container and stage_prefix, or set stage_prune_most: true if those files are to go.")
 
 
-def stage_shard(*, azcopy: str, source_url: str, sas: str = "", stage_dir: str, rank: int,
-                include_pattern: str | None = None, blobs: Sequence[str] | None = None,
-                expected: Sequence[ExpectedFile] | None = None, decompress: bool = True,
-                cap_mbps: float | None = None, progress: Callable[[dict[str, Any]], None] | None = None,
-                env: Mapping[str, str] | None = None, timeout: float | None = None,
-                node: str | None = None, progress_file: str | None = None, verify: str = "size",
-                prune: bool = False, handoff: Mapping[str, Sequence[str]] | None = None,
-                shared: bool = True, auth: str = "sas", auth_options: Mapping[str, str] | None = None,
-                prune_most: bool = False, limits: Limits | None = None, cancel: Cancel | None = None,
-                lock_wait: float | None = None) -> dict[str, Any]:
-    """Stage one node's shard into ``stage_dir`` (see the module docstring). Resumable.
+def stage_shard(source: StageSource, plan: ShardPlan, watch: StageWatch | None = None) -> dict[str, Any]:
+    """Stage one node's shard (``plan``) from ``source`` into its ``stage_dir`` (see the module
+    docstring), bounded and watched by ``watch`` (default: the staging model's time limit and the
+    stall rule). Resumable.
 
-    Give ``include_pattern`` (suffix mode) or ``blobs`` (names relative to ``source_url``,
-    balanced mode). ``expected`` (from the listing) makes the run a sync against the plan;
-    ``handoff`` (``{"handed": [...], "gone": [...]}``, exact, ``azcopy_handoff``) says which
-    files outside the shard are gone and which another node's. ``limits`` bound azcopy (a
-    ``timeout`` given alone is a fixed limit); ``cancel`` stops it from another thread.
+    ``plan.expected`` (from the listing) makes the run a sync against the plan; ``plan.handoff``
+    says which files outside the shard are gone and which another node's.
 
     Returns files and bytes (this shard on disk), fetched, repaired (``name (why)``, a
     few) and repaired_count, gone (a few names) and gone_count, removed, bytes_over_wire,
     seconds, throughput_mb_s, skipped_existing, changed, azcopy_runs, ``time_limit`` (the
     seconds azcopy was given, and how they were found) and ``progress``: at most 64 points
     ``{t, bytes, files}`` (seconds since the start, bytes over the wire and files done so far).
-    ``progress_file`` (optional) is rewritten with the latest progress.
+    ``watch.progress_file`` (optional) is rewritten with the latest progress.
     """
-    node = node or f"node {rank}"
-    if (include_pattern is None) == (blobs is None):
-        raise ValueError("give include_pattern or blobs")
-    if verify not in VERIFY_MODES:
-        raise ValueError(f"verify must be one of {', '.join(VERIFY_MODES)}, got {verify!r}")
-    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
-        raise StageError(f"{node}: the rank {rank!r} is not a number 0 or above: pass the plan's shard (it carries it).")
-    check_names(stage_dir=stage_dir, node=node, expected=expected, blobs=blobs, handoff=handoff, decompress=decompress)
-    auth_options = dict(auth_options or {})
-    limits = limits or Limits(timeout=timeout, cap_mbps=cap_mbps)
-    stage_dir = os.path.abspath(stage_dir)
+    watch = watch or StageWatch()
+    node, rank = plan.node, plan.rank
+    check_names(stage_dir=plan.stage_dir, node=node, expected=plan.expected, blobs=plan.blobs, handoff=plan.handoff,
+                decompress=plan.decompress)
+    stage_dir = os.path.abspath(plan.stage_dir)
     started = time.monotonic()
     series = ProgressSeries()
-    base_env = env if env is not None else os.environ
-    staging = os.path.join(stage_dir, STAGING_DIRNAME, str(rank))
 
     def on_progress(p: dict[str, Any]) -> None:
         series.add(time.monotonic() - started, p.get("bytes_over_wire", 0), p.get("completed", 0))
-        if progress is not None:
-            progress(p)
-        if progress_file:
-            _write_json_atomic(progress_file, {"node": node, **p})
+        if watch.progress is not None:
+            watch.progress(p)
+        if watch.progress_file:
+            _write_json_atomic(watch.progress_file, {"node": node, **p})
 
     def done(files: dict[str, int], **kw: Any) -> dict[str, Any]:
-        return stage_result(files, seconds=time.monotonic() - started, verify=verify, progress=series.series(), **kw)
+        return stage_result(files, seconds=time.monotonic() - started, verify=plan.verify, progress=series.series(),
+                            **kw)
 
     os.makedirs(os.path.join(stage_dir, MANIFEST_DIRNAME), exist_ok=True)
     try:
-        locked = stage_lock(stage_dir, rank, **({} if lock_wait is None else {"wait": lock_wait}))
+        locked = stage_lock(stage_dir, rank, **({} if watch.lock_wait is None else {"wait": watch.lock_wait}))
         held = locked.__enter__()
     except LockBusy as busy:
         raise StageError(holder_refusal(node, stage_dir, rank, busy.holder)) from None
     try:
-        run = {"azcopy": azcopy, "source_url": source_url, "sas": sas, "staging": staging, "decompress": decompress,
-               "cap_mbps": cap_mbps, "env": base_env, "auth": auth, "auth_options": auth_options,
-               "stall": limits.stall, "cancel": cancel, "held": held, "node": node, "on_progress": on_progress}
-        if expected is None:
-            return _stage_unlisted(stage_dir=stage_dir, rank=rank, include_pattern=include_pattern, blobs=blobs,
-                                   limits=limits, run=run, done=done)
-        return _stage_listed(stage_dir=stage_dir, rank=rank, include_pattern=include_pattern, expected=expected,
-                             verify=verify, prune=prune, prune_most=prune_most, handoff=handoff, shared=shared,
-                             limits=limits, run=run, done=done)
+        run = _Run(source=source, plan=plan, watch=watch, stage_dir=stage_dir,
+                   staging=os.path.join(stage_dir, STAGING_DIRNAME, str(rank)), held=held, on_progress=on_progress,
+                   done=done)
+        return _stage_unlisted(run) if plan.expected is None else _stage_listed(run, plan.expected)
     except UnsafePath as exc:
         raise StageError(name_refusal(node, stage_dir, {exc.name: exc.why})) from None
     finally:
         locked.__exit__(None, None, None)
 
 
-def _stage_listed(*, stage_dir: str, rank: int, include_pattern: str | None, expected: Sequence[ExpectedFile],
-                  verify: str, prune: bool, prune_most: bool, handoff: Mapping[str, Sequence[str]] | None,
-                  shared: bool, limits: Limits, run: dict[str, Any], done: Callable[..., dict[str, Any]]) -> dict[str, Any]:
-    node, decompress, staging = run["node"], run["decompress"], run["staging"]
+def _stage_listed(run: _Run, expected: Sequence[ExpectedFile]) -> dict[str, Any]:
+    """With the listing (``expected``): a sync against the plan (see the module docstring)."""
+    plan, stage_dir, staging = run.plan, run.stage_dir, run.staging
+    node, rank, decompress, verify, prune = plan.node, plan.rank, plan.decompress, plan.verify, plan.prune
     bad = survey(stage_dir, expected, decompress, verify)
-    gone, handed = present_strays(stage_dir, handoff, expected, decompress, shared)
-    if prune and not prune_most:
-        refused = prune_refusal(gone, expected, bad, run["source_url"], node)
+    gone, handed = present_strays(stage_dir, plan.handoff, expected, decompress, plan.shared)
+    if prune and not plan.prune_most:
+        refused = prune_refusal(gone, expected, bad, run.source.source_url, node)
         if refused:
             raise StageError(refused)
     repaired = [f"{e.staged_name(decompress)} ({bad[e.blob]})" for e in expected
@@ -460,7 +519,7 @@ def _stage_listed(*, stage_dir: str, rank: int, include_pattern: str | None, exp
     fetched = [e for e in expected if e.blob in bad]
     planned_wire = sum(e.size for e in fetched) if all(e.size is not None for e in fetched) else None
     planned_raw = sum(e.raw_size for e in fetched) if all(e.raw_size is not None for e in fetched) else None
-    limit = limits.for_fetch(planned_wire, planned_raw)
+    limit = run.watch.limits.for_fetch(planned_wire, planned_raw)
     result = None
     if bad:
         for e in expected:  # a wrong file goes before its replacement is fetched
@@ -470,10 +529,10 @@ def _stage_listed(*, stage_dir: str, rank: int, include_pattern: str | None, exp
                     os.unlink(inside(stage_dir, os.path.relpath(path, stage_dir).replace(os.sep, "/")))
         # A whole shard in suffix mode goes by its pattern: azcopy enumerates a --list-of-files
         # entry by entry, 2.6x slower for 192 small files here.
-        whole = include_pattern is not None and len(bad) == len(expected)
-        result = _run_copy(include_pattern=include_pattern if whole else None,
+        whole = plan.include_pattern is not None and len(bad) == len(expected)
+        result = _run_copy(run, include_pattern=plan.include_pattern if whole else None,
                            blobs=None if whole else [e.blob for e in fetched], limit=limit,
-                           gzip_blobs={e.blob for e in fetched if e.gzip_encoded}, **run)
+                           gzip_blobs={e.blob for e in fetched if e.gzip_encoded})
         finalize(staging, stage_dir, decompress)
         still = {e.staged_name(decompress): check_file(stage_dir, e, decompress, verify) for e in fetched}
         still = {n: why for n, why in still.items() if why is not None}
@@ -485,7 +544,7 @@ def _stage_listed(*, stage_dir: str, rank: int, include_pattern: str | None, exp
     removed_files = handed + (gone if prune else [])
     for name in removed_files:
         os.unlink(inside(stage_dir, name))
-    if handoff and not shared:  # every earlier file of this folder has been sorted out above, under this rank
+    if plan.handoff and not plan.shared:  # every earlier file of this folder has been sorted out above, under this rank
         for other in _manifest_ranks(stage_dir):
             if other != rank:
                 os.unlink(_manifest_path(stage_dir, other))
@@ -497,28 +556,29 @@ def _stage_listed(*, stage_dir: str, rank: int, include_pattern: str | None, exp
     # Files reported gone but kept stay in the manifest, so the next run reports them again.
     kept = {n: os.path.getsize(os.path.join(stage_dir, n)) for n in gone if not prune}
     _write_json_atomic(_manifest_path(stage_dir, rank), {"key": "listed", "files": {**files, **kept}})
-    return done(files, fetched=len(bad), fetched_files=[e.staged_name(decompress) for e in fetched][:NAMED],
-                repaired=repaired[:NAMED], repaired_count=len(repaired), removed_files=removed_files[:NAMED],
-                fetched_planned_bytes=planned_wire, fetched_planned_raw_bytes=planned_raw,
-                gone=gone[:NAMED], gone_count=len(gone), handed=handed[:NAMED], handed_count=len(handed),
-                removed=len(removed_files), skipped_existing=len(expected) - len(bad) + (result.skipped if result else 0),
-                bytes_over_wire=result.bytes_over_wire if result else 0, azcopy_runs=1 if result else 0,
-                time_limit={"seconds": limit[0], "how": limit[1]} if result else {})
+    return run.done(files, fetched=len(bad), fetched_files=[e.staged_name(decompress) for e in fetched][:NAMED],
+                    repaired=repaired[:NAMED], repaired_count=len(repaired), removed_files=removed_files[:NAMED],
+                    fetched_planned_bytes=planned_wire, fetched_planned_raw_bytes=planned_raw,
+                    gone=gone[:NAMED], gone_count=len(gone), handed=handed[:NAMED], handed_count=len(handed),
+                    removed=len(removed_files),
+                    skipped_existing=len(expected) - len(bad) + (result.skipped if result else 0),
+                    bytes_over_wire=result.bytes_over_wire if result else 0, azcopy_runs=1 if result else 0,
+                    time_limit={"seconds": limit[0], "how": limit[1]} if result else {})
 
 
-def _stage_unlisted(*, stage_dir: str, rank: int, include_pattern: str | None, blobs: Sequence[str] | None,
-                    limits: Limits, run: dict[str, Any], done: Callable[..., dict[str, Any]]) -> dict[str, Any]:
+def _stage_unlisted(run: _Run) -> dict[str, Any]:
     """No listing: azcopy's count is the plan; a manifest recognises a finished stage."""
-    node, decompress, staging = run["node"], run["decompress"], run["staging"]
-    key = _shard_key(run["source_url"], include_pattern, blobs, decompress)
+    plan, stage_dir, staging = run.plan, run.stage_dir, run.staging
+    node, rank, decompress = plan.node, plan.rank, plan.decompress
+    key = _shard_key(run.source.source_url, plan.include_pattern, plan.blobs, decompress)
     have = _manifest_ok(stage_dir, rank, key)
     if have is not None:
-        return done(have, skipped_existing=len(have))
-    if blobs is not None and not blobs:
+        return run.done(have, skipped_existing=len(have))
+    if plan.blobs is not None and not plan.blobs:
         _write_json_atomic(_manifest_path(stage_dir, rank), {"key": key, "files": {}})
-        return done({})
-    limit = limits.for_fetch(None, None)
-    result = _run_copy(include_pattern=include_pattern, blobs=blobs, limit=limit, **run)
+        return run.done({})
+    limit = run.watch.limits.for_fetch(None, None)
+    result = _run_copy(run, include_pattern=plan.include_pattern, blobs=plan.blobs, limit=limit)
     moved = finalize(staging, stage_dir, decompress)
     if len(moved) < result.completed:
         raise StageError(f"{node}: azcopy reported {result.completed} file(s) copied, but {len(moved)} arrived in "
@@ -532,6 +592,6 @@ def _stage_unlisted(*, stage_dir: str, rank: int, include_pattern: str | None, b
                          f"but {len(files)} are in {stage_dir}. Rerun the stage.")
     _write_json_atomic(_manifest_path(stage_dir, rank), {"key": key, "files": files})
     _cleanup_staging(stage_dir, staging)
-    return done(files, fetched=result.completed, fetched_files=sorted(moved)[:NAMED], skipped_existing=result.skipped,
-                bytes_over_wire=result.bytes_over_wire, azcopy_runs=1,
-                time_limit={"seconds": limit[0], "how": limit[1]})
+    return run.done(files, fetched=result.completed, fetched_files=sorted(moved)[:NAMED],
+                    skipped_existing=result.skipped, bytes_over_wire=result.bytes_over_wire, azcopy_runs=1,
+                    time_limit={"seconds": limit[0], "how": limit[1]})

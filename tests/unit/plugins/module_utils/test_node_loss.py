@@ -15,6 +15,9 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.recovery imp
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.recovery.node_loss import (
     COLLECTIVE,
     MISSED,
+    Finding,
+    GateRule,
+    Look,
     judge,
     last_look,
     loss_sentence,
@@ -45,8 +48,8 @@ ips = st.one_of(st.just(""), st.ip_addresses(v=4).map(str))
                                                      "the all-reduce of the validation errors"]))
 def test_the_sentence_reads_back_from_a_log(node, ip, ranks, seen, seconds, last, by, what):
     world = max(ranks) + 1
-    text = loss_sentence(node=node, ip=ip, ranks=sorted(ranks), world=world, seen=seen, seconds=seconds, last=last,
-                         by=by, at=last + seconds, what=what, waiting=3)
+    text = loss_sentence(Finding(seen, tuple(sorted(ranks)), seconds, last, what, 3), node=node, ip=ip, world=world,
+                         by=by, at=last + seconds)
     log = "[cosmoflow] epoch 1: ...\nsome other line\n" + text + "\n[cosmoflow] more\n"
     found = parse_loss(log)
     assert found is not None
@@ -54,6 +57,20 @@ def test_the_sentence_reads_back_from_a_log(node, ip, ranks, seen, seconds, last
         (node, ip, sorted(ranks), world, seen, by)
     assert found["last_ts"] == int(last)  # to the second
     assert found["sentence"].startswith(f"node {node} (") and "rerun site.yml" in found["sentence"]
+
+
+def test_the_sentence_names_this_nodes_ranks_of_the_finding_and_never_a_slow_peer():
+    """A finding can span nodes: each node's sentence names its own ranks (the finding's where none
+    are given). A slow peer is not lost: no sentence for it, in the words the keywords had."""
+    finding = Finding(MISSED, (1, 2, 3), 95, T0)
+    assert "rank 2 of 4:" in loss_sentence(finding, node="hx-2", ip="", ranks=[2], world=4, by=0, at=T0 + 95)
+    assert "ranks 1-3 of 4:" in loss_sentence(finding, node="hx-1", ip="", world=4, by=0, at=T0 + 95)
+    try:
+        loss_sentence(Finding(node_loss.SLOW, (1,), 95, T0), node="hx-1", ip="", world=4, by=0, at=T0 + 95)
+    except ValueError as exc:
+        assert str(exc) == "seen must be one of ('missed heartbeat', 'collective timed out'), not 'slow peer'"
+    else:
+        raise AssertionError("a slow peer was named lost")
 
 
 def test_no_sentence_no_loss():
@@ -191,9 +208,9 @@ def probe(stdout="", **kw):
 
 
 def look(probes, expected=None, on_failure="exclude", spares=1, in_play=RANKED, previous=None):
-    return last_look(job_nodes=RANKED, in_play=in_play, probes=probes, expected=expected or {}, timeout=30,
-                     on_failure=on_failure, spares=spares, previous=previous, ranked=RANKED, addresses=ADDR,
-                     port=29400)
+    return last_look(Look(job_nodes=RANKED, in_play=in_play, probes=probes, expected=expected or {}, timeout=30),
+                     GateRule(on_failure=on_failure, spares=spares, ranked=RANKED, addresses=ADDR, port=29400,
+                              verdict=previous))
 
 
 def test_every_node_answers_and_holds_its_shard():
@@ -239,14 +256,13 @@ def test_in_check_mode_a_node_that_answers_is_kept_though_nothing_was_staged():
     missing = {"rc": 1, "stdout": "", "stderr": "find: '/mnt/scratch/cosmoflow': No such file or directory",
                "changed": False}
     probes = {h: dict(missing) for h in RANKED}
-    out = last_look(job_nodes=RANKED, in_play=RANKED, probes=probes, expected=files, timeout=30,
-                    on_failure="stop", spares=0, previous=None, ranked=RANKED, addresses=ADDR, port=29400,
-                    check_mode=True)
+    stop = GateRule(on_failure="stop", spares=0, ranked=RANKED, addresses=ADDR, port=29400)
+    out = last_look(Look(job_nodes=RANKED, in_play=RANKED, probes=probes, expected=files, timeout=30, check_mode=True),
+                    stop)
     assert out["action"] == "pass" and out["lost"] == []
     probes["c-2"] = {"unreachable": True, "msg": "Failed to connect to the host via ssh"}
-    out = last_look(job_nodes=RANKED, in_play=RANKED, probes=probes, expected=files, timeout=30,
-                    on_failure="stop", spares=0, previous=None, ranked=RANKED, addresses=ADDR, port=29400,
-                    check_mode=True)
+    out = last_look(Look(job_nodes=RANKED, in_play=RANKED, probes=probes, expected=files, timeout=30, check_mode=True),
+                    stop)
     assert [n["node"] for n in out["lost"]] == ["c-2"]
     # outside check mode the same listing is a lost node
     assert look({h: dict(missing) for h in RANKED}, files, on_failure="stop")["action"] == "stop"
@@ -265,8 +281,7 @@ def test_the_spares_the_gate_used_count():
 # --- the interruption ----------------------------------------------------------------------------
 
 def test_the_interruption_is_recorded_resumed_and_reported():
-    sentence = loss_sentence(node="tw-3-abc", ip="10.0.0.3", ranks=[3], world=5, seen=MISSED, seconds=95,
-                             last=T0, by=0, at=T0 + 95)
+    sentence = loss_sentence(Finding(MISSED, (3,), 95, T0), node="tw-3-abc", ip="10.0.0.3", world=5, by=0, at=T0 + 95)
     loss = parse_loss(sentence)
     metrics = {"epochs": [{"epoch": 0, "train_loss": 0.5}], "steps": [{"step": 9, "loss": 0.4}]}
     record = node_loss.interruption(loss, run="cf", run_id="cf", ended_at=T0 + 100, hosts_by_ip={"10.0.0.3": "c-3"},
@@ -288,14 +303,12 @@ def test_the_interruption_is_recorded_resumed_and_reported():
 
 def test_only_this_runs_part_of_an_appended_log_is_read(tmp_path):
     log = tmp_path / "run.log"
-    old = loss_sentence(node="old", ip="10.0.0.9", ranks=[2], world=5, seen=MISSED, seconds=40, last=T0, by=0,
-                        at=T0 + 40)
+    old = loss_sentence(Finding(MISSED, (2,), 40, T0), node="old", ip="10.0.0.9", world=5, by=0, at=T0 + 40)
     log.write_text(f"attempt 1\n{old}\n")
     start = log.stat().st_size
     assert node_loss.parse_loss_file(str(log))["node"] == "old"
     assert node_loss.parse_loss_file(str(log), start=start) is None  # this run lost nothing
-    new = loss_sentence(node="new", ip="10.0.0.3", ranks=[1], world=4, seen=MISSED, seconds=40, last=T0 + 900,
-                        by=0, at=T0 + 940)
+    new = loss_sentence(Finding(MISSED, (1,), 40, T0 + 900), node="new", ip="10.0.0.3", world=4, by=0, at=T0 + 940)
     with open(log, "a", encoding="utf-8") as f:
         f.write(f"attempt 2\n{new}\n")
     assert node_loss.parse_loss_file(str(log), start=start)["node"] == "new"
@@ -399,15 +412,14 @@ def test_a_slow_peer_is_said_and_a_stalled_one_named_with_what_was_seen():
     assert slow is not None and slow.seen == SLOW and slow.ranks == (1,)
     stalled = judge(now, beats, waits, t.lost_after, progress={0: now, 1: now - 170}, step_time={1: 40.0})
     assert stalled is not None and stalled.seen == COLLECTIVE and stalled.stalled >= 160
-    text = loss_sentence(node="n1", ip="10.0.0.5", ranks=[1], world=2, seen=COLLECTIVE, seconds=95, last=T0, by=0,
-                         at=T0 + 95, what=WHAT, waiting=1, stalled=stalled.stalled, bound=stalled.bound)
+    text = loss_sentence(Finding(COLLECTIVE, (1,), 95, T0, WHAT, 1, stalled.stalled, stalled.bound), node="n1",
+                         ip="10.0.0.5", world=2, by=0, at=T0 + 95)
     assert "made no step for 170 s" in text and "stalled" in text
     assert parse_loss(text)["ranks"] == [1]
 
 
 def sentence(node_: str, ip: str, ranks: list[int], world: int, by: int, seen: str = MISSED, t: float = 95) -> str:
-    return loss_sentence(node=node_, ip=ip, ranks=ranks, world=world, seen=seen, seconds=t, last=T0, by=by,
-                         at=T0 + t)
+    return loss_sentence(Finding(seen, tuple(ranks), t, T0), node=node_, ip=ip, world=world, by=by, at=T0 + t)
 
 
 def test_a_head_cut_off_from_the_network_is_the_node_named():

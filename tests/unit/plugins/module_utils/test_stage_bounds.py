@@ -280,11 +280,15 @@ def test_the_azcopy_folder_is_0700_from_birth_and_recorded_before_it_exists(tmp_
     try:
         with stage_lock(str(tmp_path), 0, wait=0) as held:
             with pytest.raises(KilledAtBirth):
-                azcopy_sync._run_copy(
-                    azcopy=str(tmp_path / "no-azcopy"), source_url="https://a.blob.core.windows.net/c", sas="",
-                    staging=str(tmp_path / "staging"), include_pattern=None, blobs=["a"], decompress=False,
-                    cap_mbps=None, env={}, auth="sas", auth_options={}, limit=(10.0, "test"), stall=None,
-                    cancel=None, held=held, node="n0", on_progress=lambda _p: None)
+                run = azcopy_sync._Run(
+                    source=azcopy_sync.StageSource(azcopy=str(tmp_path / "no-azcopy"),
+                                                   source_url="https://a.blob.core.windows.net/c", env={}),
+                    plan=azcopy_sync.ShardPlan(stage_dir=str(tmp_path), rank=0, blobs=["a"], decompress=False,
+                                               node="n0"),
+                    watch=azcopy_sync.StageWatch(limits=azcopy_sync.Limits(stall=0)), stage_dir=str(tmp_path),
+                    staging=str(tmp_path / "staging"), held=held, on_progress=lambda _p: None,
+                    done=lambda files, **kw: {})
+                azcopy_sync._run_copy(run, include_pattern=None, blobs=["a"], limit=(10.0, "test"))
     finally:
         monkeypatch.undo()
         os.umask(old_umask)

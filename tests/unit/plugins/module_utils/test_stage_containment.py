@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from amlhpc.staging.azcopy import ExpectedFile, StageError, stage_shard
+from amlhpc.staging.azcopy import ExpectedFile, ShardPlan, StageError, StageSource, stage_shard
 from amlhpc.sdk.blob_listing import blob_from
 from amlhpc.staging.shards import ShardError, plan_shards
+
+SOURCE = StageSource(azcopy="/nonexistent/azcopy", source_url="http://127.0.0.1:1/a/c")  # nothing answers
 
 
 def sentinel_tree(root: Path) -> dict[Path, bytes]:
@@ -57,8 +59,8 @@ def test_the_stage_never_removes_a_file_outside_its_folder(tmp_path):
     expected = [ExpectedFile(f"{victim}.gz", 5, True), ExpectedFile("../outside_000.tfrecord", 5, False),
                 ExpectedFile("train/u_a1_000.tfrecord.gz", 5, True)]
     with pytest.raises(StageError) as err:
-        stage_shard(azcopy="/nonexistent/azcopy", source_url="http://127.0.0.1:1/a/c", stage_dir=str(tmp_path / "stage"),
-                    rank=0, blobs=[e.blob for e in expected], expected=expected, prune=True, shared=False)
+        stage_shard(SOURCE, ShardPlan(stage_dir=str(tmp_path / "stage"), rank=0, blobs=[e.blob for e in expected],
+                                      expected=expected, prune=True, shared=False))
     assert f"{victim}.gz" in str(err.value)
     assert_unchanged(files)
     assert os.listdir(tmp_path / "stage") in ([], [".amlhpc-staged"])
@@ -74,8 +76,8 @@ def test_a_folder_where_a_planned_file_goes_is_refused_with_the_fix(tmp_path):
     (stage / "train" / "u_a1_000.tfrecord" / "keep.txt").write_text("the user's")
     expected = [ExpectedFile("train/u_a1_000.tfrecord.gz", 5, True), ExpectedFile("train/u_a1_001.tfrecord", 5, False)]
     with pytest.raises(StageError) as err:
-        stage_shard(azcopy="/nonexistent/azcopy", source_url="http://127.0.0.1:1/a/c", stage_dir=str(stage),
-                    rank=0, blobs=[e.blob for e in expected], expected=expected, prune=True, shared=False)
+        stage_shard(SOURCE, ShardPlan(stage_dir=str(stage), rank=0, blobs=[e.blob for e in expected], expected=expected,
+                                      prune=True, shared=False))
     text = str(err.value)
     assert "train/u_a1_000.tfrecord" in text and "is a folder" in text, text
     assert "Errno" not in text and "azcopy was not found" not in text, text

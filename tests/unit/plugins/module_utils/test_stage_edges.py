@@ -30,11 +30,13 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from amlhpc.sdk.blob_listing import blob_from
-from amlhpc.staging.azcopy import ExpectedFile, StageError, stage_shard
+from amlhpc.staging.azcopy import ExpectedFile, ShardPlan, StageError, StageSource, StageWatch, stage_shard
 from amlhpc.staging.azcopy_handoff import plan_handoff, read_command
 from amlhpc.staging.shards import Blob, ShardError, plan_shards, plan_summary
 
 URL = "http://127.0.0.1:9/a/c"  # nothing answers: a stage that would fetch fails, as a refusal does
+SOURCE = StageSource(azcopy="/nonexistent/azcopy", source_url=URL)
+NO_WAIT = StageWatch(lock_wait=0)
 CAFE = "train/caf\u00e9_004.tfrecord"  # NFC
 CAFE_NFD = unicodedata.normalize("NFD", CAFE)
 STAGED = ["train/u_a1_000.tfrecord", "train/u_a1_001.tfrecord", "u_a1_003.tfrecord",
@@ -158,9 +160,9 @@ def test_prefix_siblings_links_and_aliases_change_nothing_outside_and_nothing_un
         before = walk(base)
         expected = [ExpectedFile(n, None if sizes_right else 3) for n in planned]
         try:
-            stage_shard(azcopy="/nonexistent/azcopy", source_url=URL, stage_dir=str(stage), rank=0,
-                        blobs=planned, expected=expected, prune=prune, prune_most=True, shared=shared,
-                        handoff={"handed": handed, "gone": gone}, lock_wait=0)
+            stage_shard(SOURCE, ShardPlan(stage_dir=str(stage), rank=0, blobs=planned, expected=expected, prune=prune,
+                                          prune_most=True, shared=shared, handoff={"handed": handed, "gone": gone}),
+                        NO_WAIT)
             event("the stage ran")
         except StageError:
             event("the stage was refused")
@@ -289,9 +291,9 @@ def test_two_nodes_on_one_shared_folder_remove_only_the_set_difference(listing, 
             entry = plan["shards"][h]
             expected = [ExpectedFile(r["name"], r["raw_size"]) for r in entry["expected"]]
             try:
-                stage_shard(azcopy="/nonexistent/azcopy", source_url=URL, stage_dir=str(folder),
-                            rank=entry["rank"], blobs=[e.blob for e in expected], expected=expected,
-                            prune=prune, prune_most=True, shared=True, handoff=got[h], lock_wait=0)
+                stage_shard(SOURCE, ShardPlan(stage_dir=str(folder), rank=entry["rank"],
+                                              blobs=[e.blob for e in expected], expected=expected, prune=prune,
+                                              prune_most=True, shared=True, handoff=got[h]), NO_WAIT)
             except StageError as exc:
                 raise AssertionError(f"{h}: every planned file is there, nothing to fetch: {exc}") from None
         after = walk(folder)
@@ -326,9 +328,9 @@ def test_a_name_through_a_link_back_into_the_folder_is_refused_and_removes_nothi
     planned = [ExpectedFile("train/u_a1_000.tfrecord", 4)]
     for through in ("self/train/u_a1_000.tfrecord", "up/cosmoflow/train/u_a1_000.tfrecord"):
         try:
-            stage_shard(azcopy="/nonexistent/azcopy", source_url=URL, stage_dir=str(stage),
-                        rank=0, blobs=[e.blob for e in planned], expected=planned, prune=True, shared=False,
-                        handoff={"handed": [through], "gone": []}, lock_wait=0)
+            stage_shard(SOURCE, ShardPlan(stage_dir=str(stage), rank=0, blobs=[e.blob for e in planned],
+                                          expected=planned, prune=True, shared=False,
+                                          handoff={"handed": [through], "gone": []}), NO_WAIT)
         except StageError as exc:
             assert repr(through) in str(exc) and "link" in str(exc), str(exc)
         else:

@@ -22,7 +22,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from amlhpc.staging.azcopy import ExpectedFile, StageError, stage_shard
+from amlhpc.staging.azcopy import ExpectedFile, ShardPlan, StageError, StageSource, StageWatch, stage_shard
 from amlhpc.staging.azcopy_handoff import plan_handoff, read_command
 from amlhpc.staging.azcopy_paths import inside, listing_problems, name_problem
 from amlhpc.sdk.blob_listing import blob_from
@@ -142,9 +142,10 @@ def test_a_stage_changes_nothing_outside_and_removes_only_what_it_was_told(
         size = None if sizes_right else 3
         expected = [ExpectedFile(n, size) for n in planned]
         try:
-            stage_shard(azcopy="/nonexistent/azcopy", source_url="http://127.0.0.1:9/a/c", stage_dir=str(stage_dir),
-                        rank=0, blobs=planned, expected=expected, prune=prune, shared=shared,
-                        handoff={"handed": handed, "gone": gone}, lock_wait=0)
+            stage_shard(StageSource(azcopy="/nonexistent/azcopy", source_url="http://127.0.0.1:9/a/c"),
+                        ShardPlan(stage_dir=str(stage_dir), rank=0, blobs=planned, expected=expected, prune=prune,
+                                  shared=shared, handoff={"handed": handed, "gone": gone}),
+                        StageWatch(lock_wait=0))
         except StageError:
             pass
         outside_after = {k: v for k, v in snapshot(base).items() if not k.startswith("stage" + os.sep)}
