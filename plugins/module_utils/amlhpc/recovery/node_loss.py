@@ -145,11 +145,16 @@ def parse_loss(text: str) -> dict[str, Any] | None:
     return blame(parse_losses(text))
 
 
-def _lost_everyone(by: int, named: set[int], own: set[int], world: int, losses: Sequence[Mapping[str, Any]]) -> bool:
+def _lost_everyone(by: int, named: set[int], own: set[int], world: int, losses: Sequence[Mapping[str, Any]],
+                   heard_by: set[int]) -> bool:
     """Rank ``by`` lost every other rank: rank 0 (which watches) named every rank off its own
-    node; any other rank lost rank 0's store, which is all it talks to (``missed heartbeat``)."""
+    node, or, as it stops at its first finding and names only the ranks it missed first, most of
+    the ranks off its node (``heard_by``: every other rank that spoke) named it; any other rank
+    lost rank 0's store, which is all it talks to (``missed heartbeat``)."""
     if by == 0:
-        return (named | own) >= set(range(world)) and not named & own
+        if named & own:
+            return False
+        return (named | own) >= set(range(world)) or len(heard_by - own) > (world - len(own)) / 2
     return any(loss["seen"] == MISSED and 0 in loss["ranks"] for loss in losses)
 
 
@@ -177,9 +182,11 @@ def blame(losses: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     """The node to name, from every rank's sentences (:func:`parse_losses`).
 
     A node cut off from the network loses every other rank, and every other rank loses it: its
-    own rank names healthy nodes. So where one rank (``by``) lost every other rank and every
-    other rank that said anything named ``by``'s node, that node is named (``cut_off``), and the
-    sentence says what each side saw. With two nodes each side loses the other alike: the first
+    own rank names healthy nodes. So where one rank (``by``) lost every other rank (rank 0, which
+    stops at its first finding: or most ranks off its node named it) and every other rank that
+    said anything named ``by``'s node, that node is named (``cut_off``), and the sentence says
+    what each side saw. Two workers cut off together name rank 0, which the others still hear:
+    a minority, so rank 0's own sentence stands. With two nodes each side loses the other alike: the first
     sentence is named and says that either may be the one cut off. Otherwise the first sentence
     is the loss, with the other nodes its rank named at once in ``also`` (two nodes lost at once).
     A late look (:func:`_timely`: a frozen node's, once it woke) counts for neither."""
@@ -200,7 +207,7 @@ def blame(losses: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
             continue  # a rank that said something did not lose this one
         own = {r for x in theirs if x for r in x["ranks"]}
         named = {r for x in own_losses for r in x["ranks"]}
-        if _lost_everyone(by, named, own, world, own_losses):
+        if _lost_everyone(by, named, own, world, own_losses, set(others)):
             cut.append((by, theirs[0]))  # type: ignore[arg-type]
     first = losses[0]
     if len(cut) == 1:

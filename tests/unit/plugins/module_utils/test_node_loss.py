@@ -434,6 +434,63 @@ def test_a_head_cut_off_from_the_network_is_the_node_named():
     assert len(parse_losses(log)) == 6
 
 
+# Recorded on the twin (tests/integration/test_twin_head_cut.py, the head's veth taken down in epoch 3
+# of 4): rank 0 stopped at its first finding, naming only the two ranks whose beats it missed first;
+# every other rank named rank 0. The head named a healthy node, hcut-3, which the run recorded.
+HEAD_CUT_ON_THE_TWIN = "\n".join(
+    [f'[node-loss] node hcut-{r}-{n} (10.121.82.1{r}), rank {r} of 5: no heartbeat for 34 s (missed heartbeat; '
+     f'last at 2026-11-29T06:47:44Z, seen by rank 0 at 2026-11-29T06:48:18Z); the job stops so that it can resume '
+     f'without it: rerun site.yml (docs/operations.md, "A node lost during training")'
+     for r, n in ((3, "8095340ab606"), (4, "2b0298d2b527"))]
+    + [f'[node-loss] node hcut-0-7ea77969e43e (10.121.82.10), rank 0 of 5: no heartbeat for 37 s (missed heartbeat; '
+       f'last at 2026-11-29T06:47:44Z, seen by rank {b} at 2026-11-29T06:48:21Z); the job stops so that it can '
+       f'resume without it: rerun site.yml (docs/operations.md, "A node lost during training")' for b in (1, 2, 3, 4)])
+
+
+def test_a_head_cut_off_that_stopped_at_its_first_finding_is_the_node_named():
+    found = parse_loss(HEAD_CUT_ON_THE_TWIN)
+    assert (found["node"], found["ranks"]) == ("hcut-0-7ea77969e43e", [0]), found["sentence"]
+    assert found["cut_off"] is True
+    assert "ranks 1-4 lost it" in found["sentence"] and "it lost ranks 3-4" in found["sentence"]
+
+
+def test_two_workers_cut_off_together_never_blame_the_head_the_others_still_hear():
+    # ranks 3 and 4 lost rank 0's store; rank 0 lost them; ranks 1 and 2 heard rank 0 all along
+    log = "\n".join([sentence("hr-3", "10.0.0.7", [3], 5, 0), sentence("hr-4", "10.0.0.8", [4], 5, 0),
+                     sentence("hr-0", "10.0.0.4", [0], 5, 3), sentence("hr-0", "10.0.0.4", [0], 5, 4)])
+    found = parse_loss(log)
+    assert found["node"] in ("hr-3", "hr-4") and found["node"] != "hr-0", found["sentence"]
+
+
+@settings(max_examples=300)
+@given(world=st.integers(3, 9), data=st.data())
+def test_the_node_named_is_one_that_was_lost_whoever_spoke_and_in_whatever_order(world, data):
+    """Generated losses: the head cut off (rank 0 names the ranks it missed first, then stops; every
+    other rank names rank 0), a worker cut off (it names rank 0's store; rank 0 names it), or one
+    or two workers dead (only rank 0 speaks). Sentences in any order. The node named is always one
+    that was lost, never a healthy one."""
+    kind = data.draw(st.sampled_from(["head cut", "worker cut", "dead"]))
+    workers = list(range(1, world))
+    lines = []
+    if kind == "head cut":
+        lost = {0}
+        first_missed = data.draw(st.lists(st.sampled_from(workers), min_size=1, max_size=world - 1, unique=True))
+        lines += [sentence(f"n{r}", f"10.0.0.{10 + r}", [r], world, 0) for r in first_missed]
+        lines += [sentence("n0", "10.0.0.10", [0], world, b, t=97) for b in workers]
+    elif kind == "worker cut":
+        cut = data.draw(st.sampled_from(workers))
+        lost = {cut}
+        lines += [sentence(f"n{cut}", f"10.0.0.{10 + cut}", [cut], world, 0),
+                  sentence("n0", "10.0.0.10", [0], world, cut, t=97)]
+    else:
+        dead = data.draw(st.lists(st.sampled_from(workers), min_size=1, max_size=min(2, world - 2), unique=True))
+        lost = set(dead)
+        lines += [sentence(f"n{r}", f"10.0.0.{10 + r}", [r], world, 0) for r in dead]
+    lines = data.draw(st.permutations(lines))
+    found = parse_loss("\n".join(lines))
+    assert found is not None and found["ranks"][0] in lost, (kind, found["sentence"])
+
+
 def test_a_worker_cut_off_is_the_node_named_whichever_sentence_comes_first():
     theirs = sentence("hr-3", "10.0.0.7", [3], 4, 0)
     its = sentence("hr-0", "10.0.0.4", [0], 4, 3)  # rank 3 lost rank 0's store
