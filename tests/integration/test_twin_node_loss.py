@@ -23,7 +23,6 @@ see docs/testing.md.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -33,71 +32,22 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ACCOUNT_KEY, _spawn_azurite, free_port
-from test_multinode import ANSIBLE_PLAYBOOK, ROOT, TRAIN_ARGS, azureml_state, job_group_vars, twin_env, user_inventory
+from test_multinode import ANSIBLE_PLAYBOOK, ROOT, twin_env
+from twin_recovery import EPOCHS, recovery_site
 
-sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 
-from twin.cluster import Twin, free_base_port  # noqa: E402
+from twin.cluster import Twin  # noqa: E402
 
-NODES = 5
 BOUND = 45  # submit_node_loss_timeout: settable; the default (120 s) is checked in tests/workload
-EPOCHS = 4
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     """The twin, Azurite on its gateway, the user's inventory and a runner of ansible-playbook."""
     where = tmp_path_factory.mktemp("nodeloss")
-    twin = Twin(NODES, where / "twin", prefix="nl", base_port=free_base_port(NODES, start=54200, stop=54400))
-    azurite = None
-    try:
-        twin.start()
-        for node in twin.nodes:  # azcopy in the image, as on the Azure HPC images: the stage installs nothing
-            subprocess.run(["docker", "cp", "-L", str(ROOT / ".tools" / "bin" / "azcopy"),
-                            f"{node.container}:/usr/local/bin/azcopy"], check=True, timeout=120)
-        port = free_port()
-        (where / "azurite").mkdir()
-        azurite = _spawn_azurite(port, where / "azurite", host=twin.gateway)
-        account = f"http://{twin.gateway}:{port}/devstoreaccount1"
-        from azure.storage.blob import BlobServiceClient
-        BlobServiceClient.from_connection_string(
-            f"DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={ACCOUNT_KEY};"
-            f"BlobEndpoint={account};").create_container("checkpoints")  # the store's container, made by the user
-        group_vars = {
-            **job_group_vars(twin),
-            "submit_train_args": {**{k: v for k, v in TRAIN_ARGS.items() if k not in ("n_train", "n_valid")},
-                                  "epochs": EPOCHS, "uneven_shards": "even", "conv_size": 16},
-            "amlhpc_project_dir": str(where / "project"),
-            "submit_download_dir": str(where / "out"),
-            "stage_account_url": account,
-            "stage_container": "cosmoflow",
-            "stage_azcopy_src": str(ROOT / ".tools" / "bin" / "azcopy"),
-            "prepare_dataset_src": str(where / "cosmoflow-src"),
-            "prepare_dataset_generate": True,
-            "prepare_dataset_train_universes": 1,
-            "prepare_dataset_account_key": ACCOUNT_KEY,
-            "prepare_dataset_create_container": True,
-            "healthcheck_fs_files": 2,
-            "healthcheck_fs_file_size_mb": 4,
-            "healthcheck_on_failure": "exclude",
-            "healthcheck_spare_nodes": 1,
-            "submit_node_loss_timeout": BOUND,
-            # The job copies its checkpoints to the run's folder in Azurite (with the SAS: in one HTTP
-            # request from the training process).
-            "submit_checkpoint_store": f"{account}/checkpoints/runs",
-            "submit_checkpoint_auth": "sas",
-            "node_loss_probe_timeout": 15,
-        }
-        inv = user_inventory(twin, where / "inventory", "nl", group_vars)
-        with open(where / "inventory" / "group_vars" / "all" / "main.yml", "a") as f:
-            f.write("stage_sas: \"{{ lookup('amlhpc.azureml.blob_sas', stage_account_url, container=stage_container, "
-                    "account_key=prepare_dataset_account_key) }}\"\n"
-                    "submit_checkpoint_sas: \"{{ lookup('amlhpc.azureml.blob_sas', stage_account_url, "
-                    "container='checkpoints', permission='racwdl', "
-                    "account_key=prepare_dataset_account_key) }}\"\n")
-        state = azureml_state(twin, where, audit_reads=True)
+    with recovery_site(where, "nl", "nl", (54200, 54400), bound=BOUND) as rs:
+        twin, inv, state, group_vars = rs.twin, rs.inventory, rs.state, rs.group_vars
 
         def run(name: str, tags: str, during=None, **extra) -> subprocess.CompletedProcess:
             """ansible-playbook site.yml (``extra``: extra variables); ``during(line)`` sees each output
@@ -123,11 +73,6 @@ def site(tmp_path_factory):
             return subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
 
         yield twin, run, where, state, group_vars
-    finally:
-        if azurite is not None:
-            os.killpg(azurite.pid, 15)
-            azurite.wait(10)
-        twin.stop()
 
 
 def job_metrics(twin: Twin, name: str, rank: int = 0) -> Path:
