@@ -15,8 +15,10 @@ the node changes and the node needs no capability:
 * :func:`lossy_route` - the same drop rule for the packets between two given nodes only
   (``-s``/``-d`` their private IPs, both ways): a fault of the link between them, each node
   fine with every other.
+* :func:`cut_off` - ``ip link set <veth> down``: the node is cut off from the network, its
+  processes running on (a head whose NIC or top-of-rack port died; issue 48).
 
-All are context managers and always clean up (the veth goes with the container, the rule is
+All but :func:`cut_off` are context managers and always clean up (the veth goes with the container, the rule is
 deleted by its exact text). :func:`host_veth` finds the host-side end from the node's
 ``/sys/class/net/eth0/iflink``.
 """
@@ -116,3 +118,17 @@ def lossy_route(twin: Any, node_a: Any, node_b: Any, probability: float = 0.3) -
     finally:
         for rule in added:
             _run("iptables", "-D", *rule)
+
+
+def cut_off(twin: Any, node: Any, state: str = "unusable") -> str:
+    """``node`` loses its network (its host-side veth down): every process on it, its job's
+    included, keeps running and hears nothing more, nor is heard; its SSH port stops answering.
+    AmlCompute's agent on it can no longer report, so no new job is placed on it; with a
+    ``listing_lag`` the listing keeps its old state that long (as :meth:`Twin.freeze`), without
+    one the listing says ``state`` at once. The twin's end removes the veth with the node."""
+    veth = host_veth(twin, node)
+    down = _run("ip", "link", "set", "dev", veth, "down")
+    if down.returncode != 0:
+        raise RuntimeError(f"ip could not take {veth} down: {down.stderr.strip()}")
+    node.mark_lost(state)
+    return veth
