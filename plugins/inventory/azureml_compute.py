@@ -341,15 +341,17 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.trust.host_k
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.trust.known_hosts import (
     Endpoint,
     RECORD_SUFFIX,
-    NodeRecord,
-    RecordError,
-    close_master,
     control_path,
     follow_pins,
     pin_of,
-    scan_keys,
     ssh_common_args,
     stale_fact_hosts,
+)
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.trust.known_hosts_io import (
+    NodeRecord,
+    RecordError,
+    close_master,
+    scan_keys,
 )
 
 _TEMPLATED = ("subscription_id", "resource_group", "workspace_name", "client_id", "secret", "tenant", "profile",
