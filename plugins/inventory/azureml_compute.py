@@ -500,10 +500,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                     args = " ".join(a for a in (ssh_common_args(self._known_hosts_file()),
                                                 self.get_option("ssh_common_args")) if a)
                     self.inventory.set_variable(host.name, "ansible_ssh_common_args", args)
-                    # Host key checking off (the environment, ansible.cfg, group_vars) would put
-                    # StrictHostKeyChecking=no before the pins' =yes, and ssh takes the first
-                    # value: these host vars outrank those; the validate play refuses the ones
-                    # that outrank them (host_key_checks.host_key_problem).
+                    # Host key checking turned off elsewhere would void the pins: these host vars outrank
+                    # it (docs/architecture.md, Inventory plugin design).
                     for checking in HOST_KEY_CHECKING_VARS:
                         self.inventory.set_variable(host.name, checking, True)
                     self.inventory.set_variable(host.name, "aml_known_hosts_file", self._known_hosts_file())
@@ -590,10 +588,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         return outcome.text
 
     def _forget_facts(self, hosts: list[str]) -> None:
-        """Empty the cached facts of host names that now stand for another node: the next play
-        with fact gathering (gathering = smart) gathers them again. Through the inventory API's
-        cache (get_cache_plugin, what Cacheable.load_cache_plugin uses), on the fact cache
-        plugin that [defaults] fact_caching names; its connection and prefix are its own settings."""
+        """Empty the cached facts of host names that now stand for another node, in the fact cache
+        [defaults] fact_caching names: the next play with fact gathering gathers them again."""
         name = self.get_option("fact_caching") or "memory"
         if name in ("memory", "ansible.builtin.memory"):
             return  # nothing outlives the process that gathered it
