@@ -11,25 +11,27 @@ version_added: "1.0.0"
 description:
   - Turns the nodes of one or more AzureML compute clusters into hosts, read through azure-ai-ml (SDK v2, the
     default), azureml-core (SDK v1) or a saved C(list_nodes()) payload.
-  - Reads configuration files whose names end in C(.azureml_compute.yml) or C(.azureml_compute.yaml); any other file
-    is left to other plugins.
-  - "Every node goes in group C(aml_nodes) and in C(cluster_<name>) (characters other than letters, digits and C(_)
-    become C(_)); rank 0 of each cluster goes in C(head), the other nodes in C(workers)."
-  - "Ranks follow the public SSH port (then private IP, then nodeId), so they do not depend on the order the API
-    lists nodes in; host names are C(<cluster>-<rank>) by default, stable while the node set is unchanged."
+  - Reads configuration files whose names end in C(.azureml_compute.yml) or C(.azureml_compute.yaml); any
+    other file is left to other plugins.
+  - "Every node goes in group C(aml_nodes) and in C(cluster_<name>) (characters other than letters, digits and
+    C(_) become C(_)); rank 0 of each cluster goes in C(head), the other nodes in C(workers)."
+  - "Ranks follow the public SSH port (then private IP, then nodeId), so they do not depend on the order the
+    API lists nodes in; host names are C(<cluster>-<rank>) by default, stable while the node set is
+    unchanged."
   - Nodes in state unusable, leaving or preempted are left out by default, with a warning that names them.
-  - When the node behind a host name changes (a node replaced, ranks shifted), the host's cached facts are emptied
-    and its ssh connection is a new one. See docs/operations.md, Host keys and node replacement.
-  - "Host vars: C(ansible_host) (public IP), C(ansible_port) (the node's public SSH port), C(ansible_user) (the
-    cluster's admin user), C(aml_cluster), C(aml_node_rank), C(aml_private_ip), C(aml_public_ip),
-    C(aml_public_port), C(aml_node_id), C(aml_node_state), C(aml_run_id), and when the cluster's properties are
-    known C(aml_cluster_min_nodes), C(aml_cluster_max_nodes), C(aml_vm_size), C(ansible_control_path); with
-    O(known_hosts) also C(ansible_ssh_common_args), C(ansible_host_key_checking), C(ansible_ssh_host_key_checking),
-    C(aml_known_hosts_file), C(aml_host_keys) (the node id's pinned host keys, C(type base64)) and, for a node that
-    offers another key than its pin, C(aml_host_key_refused) (the sentence that names it and the fix)."
-  - The workspace and credential options (O(subscription_id), O(resource_group), O(workspace_name), O(auth_source),
-    O(client_id), O(secret), O(tenant)) are templated, so a lookup (C(ansible.builtin.env), for instance) or a
-    vault-encrypted value works.
+  - When the node behind a host name changes (a node replaced, ranks shifted), the host's cached facts are
+    emptied and its ssh connection is a new one. See docs/operations.md, Host keys and node replacement.
+  - "Host vars: C(ansible_host) (public IP), C(ansible_port) (the node's public SSH port), C(ansible_user)
+    (the cluster's admin user), C(aml_cluster), C(aml_node_rank), C(aml_private_ip), C(aml_public_ip),
+    C(aml_public_port), C(aml_node_id), C(aml_node_state), C(aml_run_id), and when the cluster's properties
+    are known C(aml_cluster_min_nodes), C(aml_cluster_max_nodes), C(aml_vm_size), C(ansible_control_path);
+    with O(known_hosts) also C(ansible_ssh_common_args), C(ansible_host_key_checking),
+    C(ansible_ssh_host_key_checking), C(aml_known_hosts_file), C(aml_host_keys) (the node id's pinned host
+    keys, C(type base64)) and, for a node that offers another key than its pin, C(aml_host_key_refused) (the
+    sentence that names it and the fix)."
+  - The workspace and credential options (O(subscription_id), O(resource_group), O(workspace_name),
+    O(auth_source), O(client_id), O(secret), O(tenant)) are templated, so a lookup (C(ansible.builtin.env),
+    for instance) or a vault-encrypted value works.
 author:
   - amlhpc contributors (@amlhpc)
 requirements:
@@ -47,10 +49,10 @@ options:
     choices: [amlhpc.azureml.azureml_compute]
   source:
     description:
-      - Where the nodes come from. C(azure-ai-ml) (SDK v2, the default) asks the workspace; C(azureml-core) (SDK v1,
-        out of support since 2026-06-30, the default before 2.0.0) is for a workspace that still uses it.
-      - C(nodes_file) reads a saved C(list_nodes()) payload (O(clusters[].nodes_file) or O(nodes_file)) and calls no
-        SDK. See docs/architecture.md, Inventory plugin design.
+      - Where the nodes come from. C(azure-ai-ml) (SDK v2, the default) asks the workspace; C(azureml-core)
+        (SDK v1, out of support since 2026-06-30, the default before 2.0.0) is for workspaces still on it.
+      - C(nodes_file) reads a saved C(list_nodes()) payload (O(clusters[].nodes_file) or O(nodes_file)) and
+        calls no SDK. See docs/architecture.md, Inventory plugin design.
     type: str
     default: azure-ai-ml
     choices: [azure-ai-ml, azureml-core, nodes_file]
@@ -62,8 +64,7 @@ options:
       - name: ANSIBLE_AZURE_AUTH_SOURCE
   clusters:
     description:
-      - The clusters to read. Each item is a cluster name or a mapping with O(clusters[].name) and optional
-        overrides.
+      - The clusters to read, each a cluster name or a mapping with O(clusters[].name) and optional overrides.
     type: list
     elements: raw
     default: []
@@ -112,9 +113,8 @@ options:
     type: str
   node_filter:
     description:
-      - A JMESPath expression evaluated on each node's record; the node is kept when the result is truthy. The
-        record has C(cluster), C(nodeId), C(privateIpAddress), C(publicIpAddress), C(port), C(nodeState) and
-        C(runId).
+      - A JMESPath expression evaluated on each node's record (C(cluster), C(nodeId), C(privateIpAddress),
+        C(publicIpAddress), C(port), C(nodeState), C(runId)); the node is kept when the result is truthy.
       - Applied after O(exclude_states), before ranks are given.
     type: str
   exclude_states:
@@ -129,8 +129,8 @@ options:
     choices: [rank, node_id]
   use_private_ip:
     description:
-      - Connect to the private IP on port O(ssh_port) instead of the public IP and NAT port (for a controller inside
-        the cluster's VNet, or clusters without node public IPs).
+      - Connect to the private IP on port O(ssh_port) instead of the public IP and NAT port (for a controller
+        inside the cluster's VNet, or clusters without node public IPs).
     type: bool
     default: false
   ssh_port:
@@ -139,17 +139,17 @@ options:
     default: 22
   allow_empty:
     description:
-      - A cluster none of whose nodes is left after O(exclude_states) and O(node_filter) is a warning instead of an
-        error.
+      - Warn instead of failing when none of a cluster's nodes is left after O(exclude_states) and
+        O(node_filter).
       - A cluster that does not exist yet, or has no nodes, is always a warning and reads as empty, so that
         C(site.yml) can create or scale it. See docs/operations.md, The inventory.
     type: bool
     default: false
   known_hosts:
     description:
-      - Keep the controller's known_hosts for the nodes, so that ssh checks their host keys without a prompt. Each
-        node id's keys are pinned when it is first seen (a warning names it); a node that later offers another key
-        is refused, whatever host key checking says, and a warning names the fix.
+      - Keep the controller's known_hosts for the nodes, so that ssh checks their host keys without a prompt.
+        Each node id's keys are pinned when it is first seen (a warning names it); a node that later offers
+        another key is refused, whatever host key checking says, and a warning names the fix.
       - C(false) leaves host keys to you (an SSH certificate authority, your own known_hosts). See
         docs/operations.md, Host keys and node replacement.
     type: bool
@@ -171,8 +171,8 @@ options:
     version_added: 2.2.0
   known_hosts_migrate_from:
     description:
-      - Where the pins were kept before (C(.cache/known_hosts) in 2.2.0). Where O(known_hosts_file) has no pins yet,
-        the first read moves them from here, with a warning, and never reads this place again. See
+      - Where the pins were kept before (C(.cache/known_hosts) in 2.2.0). Where O(known_hosts_file) has no
+        pins yet, the first read moves them from here, with a warning, and never reads this place again. See
         docs/operations.md, Host keys and node replacement.
     type: path
     env:
@@ -183,8 +183,8 @@ options:
     version_added: 2.3.0
   ansible_home:
     description:
-      - Ansible's home folder (the C(home) setting of C(ansible.cfg)), where the default O(known_hosts_file) goes.
-        See docs/architecture.md, Inventory plugin design.
+      - Ansible's home folder (the C(home) setting of C(ansible.cfg)), where the default O(known_hosts_file)
+        goes. See docs/architecture.md, Inventory plugin design.
     type: path
     default: ~/.ansible
     env:
@@ -195,11 +195,11 @@ options:
     version_added: 2.2.0
   known_hosts_verify:
     description:
-      - Whose live host keys a read compares with their pin; a node that offers another key is named in a warning,
-        and in the host var C(aml_host_key_refused), with the fix.
-      - C(edited) compares the nodes whose known_hosts lines were deleted or edited (elsewhere ssh itself refuses a
-        changed key), C(always) every node on every read (slow at scale), C(never) none. See docs/architecture.md,
-        Inventory plugin design.
+      - Whose live host keys a read compares with their pin; a node that offers another key is named in a
+        warning, and in the host var C(aml_host_key_refused), with the fix.
+      - C(edited) compares the nodes whose known_hosts lines were deleted or edited (elsewhere ssh itself
+        refuses a changed key), C(always) every node on every read (slow at scale), C(never) none. See
+        docs/architecture.md, Inventory plugin design.
     type: str
     default: edited
     choices: [edited, always, never]
@@ -208,8 +208,8 @@ options:
     version_added: 2.2.0
   known_hosts_repin:
     description:
-      - Node ids whose pin is replaced by the keys they offer now, for a node you know was re-imaged under the same
-        node id (a warning names each). Set it for one run, then remove it.
+      - Node ids whose pin is replaced by the keys they offer now, for a node you know was re-imaged under the
+        same node id (a warning names each). Set it for one run, then remove it.
     type: list
     elements: str
     default: []
@@ -218,15 +218,15 @@ options:
     version_added: 2.2.0
   ssh_control_path:
     description:
-      - Give every host an C(ansible_control_path) of its own node id, so that a new node behind an old endpoint
-        gets a new ssh connection. C(false) leaves the ssh connection's own C(control_path) (and yours) in force.
-        See docs/architecture.md, Inventory plugin design.
+      - Give every host an C(ansible_control_path) of its own node id, so that a new node behind an old
+        endpoint gets a new ssh connection. C(false) leaves the ssh connection's own C(control_path) (and
+        yours) in force. See docs/architecture.md, Inventory plugin design.
     type: bool
     default: true
     version_added: 2.2.0
   control_path_dir:
     description:
-      - The ssh connection's C(control_path_dir), where the connection kept to a node whose host key is refused is
+      - The ssh connection's C(control_path_dir), where the kept connection to a node whose key is refused is
         closed; without it, C(cp) in O(ansible_home). See docs/architecture.md, Inventory plugin design.
     type: path
     env:
@@ -237,8 +237,8 @@ options:
     version_added: 2.3.0
   fact_caching:
     description:
-      - The fact cache plugin (C([defaults] fact_caching)) whose entries of a host are emptied when the node behind
-        the host name changed. See docs/architecture.md, Inventory plugin design.
+      - The fact cache plugin (C([defaults] fact_caching)) whose entries of a host are emptied when the node
+        behind the host name changed. See docs/architecture.md, Inventory plugin design.
     type: str
     default: memory
     env:

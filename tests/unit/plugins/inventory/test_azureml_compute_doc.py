@@ -47,8 +47,9 @@ def test_each_option_says_what_it_does_in_a_few_short_sentences():
         sentences = len(re.findall(r"[.!?](?:\s|$)", said))
         if sentences > SENTENCES or len(said) > CHARACTERS:
             too_long[name] = (sentences, len(said))
-    assert too_long == {}, ("say what these options do in at most four short sentences and move the "
-                            f"story to docs/ with a 'See docs/<page>.md, <heading>.' (sentences, characters): {too_long}")
+    assert too_long == {}, ("say what these options do in at most four short sentences and move the story to "
+                            "docs/ with a 'See docs/<page>.md, <heading>.' (sentences, characters): "
+                            f"{too_long}")
 
 
 def test_every_pointer_names_a_heading_that_exists():

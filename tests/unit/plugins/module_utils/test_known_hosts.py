@@ -174,7 +174,8 @@ def test_the_pin_logic_does_no_io_and_the_io_lives_apart():
     from amlhpc.trust import known_hosts_io
 
     tree = ast.parse(Path(pure.__file__).read_text(encoding="utf-8"))
-    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    imported |= {(n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and not n.level}
+    nodes = list(ast.walk(tree))
+    imported = {a.name.split(".")[0] for n in nodes if isinstance(n, ast.Import) for a in n.names}
+    imported |= {(n.module or "").split(".")[0] for n in nodes if isinstance(n, ast.ImportFrom) and not n.level}
     assert imported & {"subprocess", "fcntl", "tempfile", "concurrent", "os"} == set()
     assert {"scan_keys", "close_master", "NodeRecord", "RecordError"} <= set(vars(known_hosts_io))
