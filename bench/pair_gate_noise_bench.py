@@ -64,7 +64,7 @@ sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import cpumeter  # noqa: E402
-from amlhpc.health import pair_gate  # noqa: E402
+from amlhpc.health import pair_gate, pair_gate_report  # noqa: E402
 
 
 def load_gate(checkout: str):
@@ -120,7 +120,9 @@ def run_gate(model: dict, n: int, bad: dict[int, float], dip: float, rng: random
                 values.append(v)
             figures[b] = {"value": max(values), "values": values, "error": ""}
         state = gate.advance(state, figures)
-    failing = {name for name, checks in gate.node_checks(state).items() if checks[0]["status"] == "fail"}
+    # An older checkout's pair_gate.py (--compare) shows its own verdicts; this one's are pair_gate_report's.
+    node_checks = getattr(gate, "node_checks", None) or pair_gate_report.node_checks
+    failing = {name for name, checks in node_checks(state).items() if checks[0]["status"] == "fail"}
     return {"failing": {index[x] for x in failing}, "rounds": len(state["rounds"])}
 
 
@@ -181,7 +183,7 @@ def small_cell(model: dict, name: str, n: int, k: int, factor: float, args: argp
     for run in range(args.runs):
         bad = placed(n, k, PLACEMENTS[run % len(PLACEMENTS)], rng)
         state = gate_run(model, n, dict.fromkeys(bad, factor), args.dip, rng)
-        checks = {int(node[1:]): c[0] for node, c in pair_gate.node_checks(state).items()}
+        checks = {int(node[1:]): c[0] for node, c in pair_gate_report.node_checks(state).items()}
         named = {int(node[1:]) for node in state.get("blamed") or {}}
         unsure = bool(state.get("cannot_tell") or state.get("undecided"))
         failing = {i for i, c in checks.items() if c["status"] == "fail"}
@@ -241,7 +243,7 @@ def small(args: argparse.Namespace) -> int:
     false = 0
     for _run in range(args.runs_512):
         state = gate_run(SMALL_MODELS["steady"], 512, {}, args.dip, rng)
-        false += any(c[0]["status"] == "fail" for c in pair_gate.node_checks(state).values())
+        false += any(c[0]["status"] == "fail" for c in pair_gate_report.node_checks(state).values())
     print(f"steady  512 healthy, {args.runs_512} runs: a healthy node failed in {rate(false, args.runs_512)}")
     print(f"{time.time() - started:.0f} s wall, {time.process_time() - cpu0:.0f} s CPU")
     if args.json:

@@ -1,7 +1,8 @@
 # Copyright: (c) 2026, amlhpc contributors
 # MIT License (see LICENSE or https://opensource.org/licenses/MIT)
 """Filters of the healthcheck role's pair gate: thin wrappers around
-plugins/module_utils/amlhpc/health/pair_gate.py (documented in plugins/filter/<name>.yml)."""
+plugins/module_utils/amlhpc/health/pair_gate.py (the rounds) and pair_gate_report.py (the state the
+role carries, with its summary, and the verdicts as checks), documented in plugins/filter/<name>.yml."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def start(hostvars: Any, hosts: list[str], settings: dict[str, Any]) -> dict[str
                        max_rounds=int(settings.get("max_rounds", gate.MAX_ROUNDS)),
                        readings=int(settings.get("readings", gate.READINGS)), warnings=[warning])
     state["tool_reason"] = reason
-    return gate.with_roles(state, _addresses(hostvars, hosts), int(settings.get("port", 5300)))
+    report = logic("health.pair_gate_report")
+    return report.with_roles(state, _addresses(hostvars, hosts), int(settings.get("port", 5300)))
 
 
 def advance(state: dict[str, Any], hostvars: Any, hosts: list[str], base_port: int) -> dict[str, Any]:
@@ -42,12 +44,12 @@ def advance(state: dict[str, Any], hostvars: Any, hosts: list[str], base_port: i
     gate = logic("health.pair_gate")
     results = {h: hostvars[h].get("healthcheck_pair_client") for h in state.get("roles") or {} if h in hostvars}
     new = gate.advance(state, gate.client_figures(state, results))
-    return gate.with_roles(new, _addresses(hostvars, hosts), int(base_port))
+    return logic("health.pair_gate_report").with_roles(new, _addresses(hostvars, hosts), int(base_port))
 
 
 def checks(state: dict[str, Any], node: str) -> list[dict[str, Any]]:
     """This node's pair_link check (health.py's check dict shape), none when it was not in the gate."""
-    return logic("health.pair_gate").node_checks(state).get(node, [])
+    return logic("health.pair_gate_report").node_checks(state).get(node, [])
 
 
 class FilterModule:

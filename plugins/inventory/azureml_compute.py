@@ -9,39 +9,29 @@ name: azureml_compute
 short_description: AzureML compute cluster (AmlCompute) nodes as hosts
 version_added: "1.0.0"
 description:
-  - Turns the nodes of one or more AzureML compute clusters into hosts, from
-    C(MLClient.compute.list_nodes()) (azure-ai-ml, SDK v2, the default),
-    C(AmlCompute.list_nodes()) (azureml-core, SDK v1, out of support since 2026-06-30) or a
-    JSON file holding such a payload.
-  - Reads configuration files whose names end in C(.azureml_compute.yml) or
-    C(.azureml_compute.yaml); any other file is left to other plugins.
-  - "Every node goes in group C(aml_nodes) and in C(cluster_<name>) (characters other than
-    letters, digits and C(_) become C(_)); rank 0 of each cluster goes in C(head), the other
-    nodes in C(workers)."
-  - "Ranks follow the public SSH port (then private IP, then nodeId), so they do not depend
-    on the order the API lists nodes in; host names are C(<cluster>-<rank>) by default,
-    stable while the node set is unchanged."
-  - Nodes in state unusable, leaving or preempted are left out by default, with a warning
-    that names them.
-  - "Cached facts are tied to node ids: when the node behind a host name changed (a node
-    replaced, ranks shifted), the host's cached facts (the fact cache of O(fact_caching), the
-    one C([defaults] fact_caching) configures) are emptied, so the next play gathers them again."
-  - "Kept ssh connections follow node ids too: every host gets an C(ansible_control_path) of its
-    own node id, so a node AmlCompute put behind an old endpoint is reached through a new ssh
-    connection, never through the one kept to the old VM. O(ssh_control_path=false) leaves the
-    control path to you."
-  - "Host vars: C(ansible_host) (public IP), C(ansible_port) (the node's public SSH port),
-    C(ansible_user) (the cluster's admin user), C(aml_cluster), C(aml_node_rank),
-    C(aml_private_ip), C(aml_public_ip), C(aml_public_port), C(aml_node_id),
-    C(aml_node_state), C(aml_run_id), and when the cluster's properties are known
-    C(aml_cluster_min_nodes), C(aml_cluster_max_nodes), C(aml_vm_size), C(ansible_control_path);
+  - Turns the nodes of one or more AzureML compute clusters into hosts, read through azure-ai-ml (SDK v2, the
+    default), azureml-core (SDK v1) or a saved C(list_nodes()) payload.
+  - Reads configuration files whose names end in C(.azureml_compute.yml) or C(.azureml_compute.yaml); any
+    other file is left to other plugins.
+  - "Every node goes in group C(aml_nodes) and in C(cluster_<name>) (characters other than letters, digits and
+    C(_) become C(_)); rank 0 of each cluster goes in C(head), the other nodes in C(workers)."
+  - "Ranks follow the public SSH port (then private IP, then nodeId), so they do not depend on the order the
+    API lists nodes in; host names are C(<cluster>-<rank>) by default, stable while the node set is
+    unchanged."
+  - Nodes in state unusable, leaving or preempted are left out by default, with a warning that names them.
+  - When the node behind a host name changes (a node replaced, ranks shifted), the host's cached facts are
+    emptied and its ssh connection is a new one. See docs/operations.md, Host keys and node replacement.
+  - "Host vars: C(ansible_host) (public IP), C(ansible_port) (the node's public SSH port), C(ansible_user)
+    (the cluster's admin user), C(aml_cluster), C(aml_node_rank), C(aml_private_ip), C(aml_public_ip),
+    C(aml_public_port), C(aml_node_id), C(aml_node_state), C(aml_run_id), and when the cluster's properties
+    are known C(aml_cluster_min_nodes), C(aml_cluster_max_nodes), C(aml_vm_size), C(ansible_control_path);
     with O(known_hosts) also C(ansible_ssh_common_args), C(ansible_host_key_checking),
-    C(ansible_ssh_host_key_checking), C(aml_known_hosts_file), C(aml_host_keys)
-    (the node id's pinned host keys, C(type base64)) and, for a node that offers another key than
-    its pin, C(aml_host_key_refused) (the sentence that names it and the fix)."
-  - The workspace and credential options (O(subscription_id), O(resource_group),
-    O(workspace_name), O(auth_source), O(client_id), O(secret), O(tenant)) are templated, so a
-    lookup (C(ansible.builtin.env), for instance) or a vault-encrypted value works.
+    C(ansible_ssh_host_key_checking), C(aml_known_hosts_file), C(aml_host_keys) (the node id's pinned host
+    keys, C(type base64)) and, for a node that offers another key than its pin, C(aml_host_key_refused) (the
+    sentence that names it and the fix)."
+  - The workspace and credential options (O(subscription_id), O(resource_group), O(workspace_name),
+    O(auth_source), O(client_id), O(secret), O(tenant)) are templated, so a lookup (C(ansible.builtin.env),
+    for instance) or a vault-encrypted value works.
 author:
   - amlhpc contributors (@amlhpc)
 requirements:
@@ -59,13 +49,10 @@ options:
     choices: [amlhpc.azureml.azureml_compute]
   source:
     description:
-      - Where the nodes come from.
-      - C(azure-ai-ml) (SDK v2, the default) uses C(MLClient.compute.list_nodes(name)).
-      - "C(azureml-core) (SDK v1) uses C(Workspace) and C(AmlCompute(ws, name).list_nodes()). It is
-        out of support since 2026-06-30 (Microsoft's end of support for SDK v1); it stays here for
-        workspaces that still use it. It was the default before: a file that names no source and
-        is to keep reading through azureml-core says C(source: azureml-core) now."
-      - C(nodes_file) reads O(clusters[].nodes_file) (or O(nodes_file)) and calls no SDK.
+      - Where the nodes come from. C(azure-ai-ml) (SDK v2, the default) asks the workspace; C(azureml-core)
+        (SDK v1, out of support since 2026-06-30, the default before 2.0.0) is for workspaces still on it.
+      - C(nodes_file) reads a saved C(list_nodes()) payload (O(clusters[].nodes_file) or O(nodes_file)) and
+        calls no SDK. See docs/architecture.md, Inventory plugin design.
     type: str
     default: azure-ai-ml
     choices: [azure-ai-ml, azureml-core, nodes_file]
@@ -77,8 +64,7 @@ options:
       - name: ANSIBLE_AZURE_AUTH_SOURCE
   clusters:
     description:
-      - The clusters to read. Each item is a cluster name or a mapping with O(clusters[].name)
-        and optional overrides.
+      - The clusters to read, each a cluster name or a mapping with O(clusters[].name) and optional overrides.
     type: list
     elements: raw
     default: []
@@ -127,9 +113,8 @@ options:
     type: str
   node_filter:
     description:
-      - A JMESPath expression evaluated on each node's record; the node is kept when the
-        result is truthy. The record has C(cluster), C(nodeId), C(privateIpAddress),
-        C(publicIpAddress), C(port), C(nodeState) and C(runId).
+      - A JMESPath expression evaluated on each node's record (C(cluster), C(nodeId), C(privateIpAddress),
+        C(publicIpAddress), C(port), C(nodeState), C(runId)); the node is kept when the result is truthy.
       - Applied after O(exclude_states), before ranks are given.
     type: str
   exclude_states:
@@ -144,8 +129,8 @@ options:
     choices: [rank, node_id]
   use_private_ip:
     description:
-      - Connect to the private IP on port O(ssh_port) instead of the public IP and NAT port
-        (for a controller inside the cluster's VNet, or clusters without node public IPs).
+      - Connect to the private IP on port O(ssh_port) instead of the public IP and NAT port (for a controller
+        inside the cluster's VNet, or clusters without node public IPs).
     type: bool
     default: false
   ssh_port:
@@ -154,55 +139,29 @@ options:
     default: 22
   allow_empty:
     description:
-      - A cluster none of whose nodes is left after O(exclude_states) and O(node_filter) is a
-        warning instead of an error.
-      - "A cluster that does not exist yet, or has no nodes (scaled to 0), is always a warning
-        and reads as empty, so that C(playbooks/cluster.yml) (first in C(site.yml)) can create
-        or scale it and read the inventory again (C(meta: refresh_inventory)); the validate
-        play then refuses a run left without nodes. Such a read is not cached."
+      - Warn instead of failing when none of a cluster's nodes is left after O(exclude_states) and
+        O(node_filter).
+      - A cluster that does not exist yet, or has no nodes, is always a warning and reads as empty, so that
+        C(site.yml) can create or scale it. See docs/operations.md, The inventory.
     type: bool
     default: false
   known_hosts:
     description:
-      - Manage the controller's known_hosts for the nodes, so that SSH host key checking stays
-        on without a prompt, with each node id's host keys pinned in the plugin's own record
-        (C(<known_hosts_file>.nodes.json)); known_hosts is written from the pins on every read.
-      - A node id not seen before is scanned with C(ssh-keyscan), its keys are pinned, and a
-        warning names it with its fingerprints (trust on first use). When AmlCompute replaced a
-        node (same endpoint C([address]:port), another C(nodeId)) the old node's lines go and a
-        warning names the node; the new node id is a new node.
-      - A node id with a pin is never scanned and trusted again. Its lines in known_hosts are
-        put back from the pin where they are missing, truncated, emptied or edited (a warning
-        names the nodes), and its live keys are compared with the pin (O(known_hosts_verify));
-        a node that offers another key is named in a warning (ssh refuses it) with the fix,
-        O(known_hosts_repin).
-      - An endpoint missing from a read (an empty or partial node list, such as a cluster scaled
-        to 0 or a transient answer) keeps its pinned keys.
-      - Every host gets C(ansible_ssh_common_args) C(-o UserKnownHostsFile=<file>
-        -o GlobalKnownHostsFile=/dev/null -o StrictHostKeyChecking=yes) (ssh never asks, it
-        refuses an unknown key, and no system-wide line stands in for a pin) and
-        C(aml_known_hosts_file). Put ssh options of your own in O(ssh_common_args).
-      - "Every host also gets C(ansible_host_key_checking) and C(ansible_ssh_host_key_checking) true,
-        so host key checking turned off in the environment, ansible.cfg or group_vars does not void the
-        pins; the validate play of C(site.yml) refuses, in one sentence, a setting that would (host_vars,
-        play or extra vars, C(ssh_args))."
-      - C(false) leaves host keys to you (an SSH certificate authority, your own known_hosts).
+      - Keep the controller's known_hosts for the nodes, so that ssh checks their host keys without a prompt.
+        Each node id's keys are pinned when it is first seen (a warning names it); a node that later offers
+        another key is refused, whatever host key checking says, and a warning names the fix.
+      - C(false) leaves host keys to you (an SSH certificate authority, your own known_hosts). See
+        docs/operations.md, Host keys and node replacement.
     type: bool
     default: true
     env:
       - name: AMLHPC_KNOWN_HOSTS
   known_hosts_file:
     description:
-      - The controller's known_hosts file for the nodes; the record of which node id each
-        entry belongs to, and each node id's pinned keys, lie beside it (C(<file>.nodes.json)).
-        Removing the record forgets the pins (every node is then trusted anew on first use,
-        each named in a warning; C(make forget-pins) does it after a backup); a record that does
-        not parse stops the read.
-      - "Set in C(ansible.cfg) (C([inventory_plugin_azureml_compute] known_hosts_file), relative to
-        that file; the project's C(ansible.cfg) says C(state/known_hosts): state, which C(make clean)
-        leaves, not a cache), the environment, or
-        this configuration file (relative to its folder). Default: C(amlhpc/known_hosts) in
-        Ansible's home folder (C([defaults] home), C(~/.ansible))."
+      - The controller's known_hosts file for the nodes, with each node id's pinned keys beside it in
+        C(<file>.nodes.json), which C(make clean) leaves and C(make forget-pins) removes.
+      - Set in C(ansible.cfg) or this file, a relative path is relative to that file; without it,
+        C(amlhpc/known_hosts) in O(ansible_home). See docs/operations.md, Host keys and node replacement.
     type: path
     env:
       - name: AMLHPC_KNOWN_HOSTS_FILE
@@ -212,11 +171,9 @@ options:
     version_added: 2.2.0
   known_hosts_migrate_from:
     description:
-      - Where the pins were kept before (the project's C(ansible.cfg) says C(.cache/known_hosts), 2.2.0's
-        place, which C(make clean) removes). Where O(known_hosts_file) has no record yet and this one has,
-        the first read moves the pins and the known_hosts lines from here (a warning says so); the old
-        place is not read again, and nothing in it is trusted anew.
-      - Set like O(known_hosts_file) (ansible.cfg, relative to that file; the environment; this file).
+      - Where the pins were kept before (C(.cache/known_hosts) in 2.2.0). Where O(known_hosts_file) has no
+        pins yet, the first read moves them from here, with a warning, and never reads this place again. See
+        docs/operations.md, Host keys and node replacement.
     type: path
     env:
       - name: AMLHPC_KNOWN_HOSTS_MIGRATE_FROM
@@ -226,8 +183,8 @@ options:
     version_added: 2.3.0
   ansible_home:
     description:
-      - Ansible's home folder, where the default O(known_hosts_file) goes (the C(home) setting of
-        C(ansible.cfg), read here so the plugin needs no Ansible internals).
+      - Ansible's home folder (the C(home) setting of C(ansible.cfg)), where the default O(known_hosts_file)
+        goes. See docs/architecture.md, Inventory plugin design.
     type: path
     default: ~/.ansible
     env:
@@ -238,15 +195,11 @@ options:
     version_added: 2.2.0
   known_hosts_verify:
     description:
-      - Whose live host keys are compared with their pin on a read (one C(ssh-keyscan) per node,
-        in parallel), so that a node offering another key is named in a warning, and in the host
-        var C(aml_host_key_refused), with the fix. Nothing scanned here is ever trusted.
-      - C(edited) (the default) compares the known nodes whose lines in known_hosts had to be put
-        back from their pins (deleted, emptied or edited by hand); where the file was left alone,
-        ssh itself refuses a changed key (C(REMOTE HOST IDENTIFICATION HAS CHANGED)).
-      - C(always) compares every known node on every read (about 0.11 s of controller CPU per node,
-        a minute per read at 512 nodes, which is why it is not the default).
-      - C(never) compares none.
+      - Whose live host keys a read compares with their pin; a node that offers another key is named in a
+        warning, and in the host var C(aml_host_key_refused), with the fix.
+      - C(edited) compares the nodes whose known_hosts lines were deleted or edited (elsewhere ssh itself
+        refuses a changed key), C(always) every node on every read (slow at scale), C(never) none. See
+        docs/architecture.md, Inventory plugin design.
     type: str
     default: edited
     choices: [edited, always, never]
@@ -255,9 +208,8 @@ options:
     version_added: 2.2.0
   known_hosts_repin:
     description:
-      - Node ids whose pin is replaced by the keys they offer now, for a node you know was
-        re-imaged under the same node id (a warning names each). Set it for one run, then
-        remove it.
+      - Node ids whose pin is replaced by the keys they offer now, for a node you know was re-imaged under the
+        same node id (a warning names each). Set it for one run, then remove it.
     type: list
     elements: str
     default: []
@@ -266,17 +218,16 @@ options:
     version_added: 2.2.0
   ssh_control_path:
     description:
-      - Give every host an C(ansible_control_path) of its own node id, so that a new node behind
-        an old endpoint gets a new ssh ControlPersist master. C(false) leaves the ssh connection's
-        own C(control_path) (and yours) in force.
+      - Give every host an C(ansible_control_path) of its own node id, so that a new node behind an old
+        endpoint gets a new ssh connection. C(false) leaves the ssh connection's own C(control_path) (and
+        yours) in force. See docs/architecture.md, Inventory plugin design.
     type: bool
     default: true
     version_added: 2.2.0
   control_path_dir:
     description:
-      - The ssh connection's C(control_path_dir), where the ssh ControlPersist master of a node that
-        offers another host key than its pin is closed (read here so the plugin needs no Ansible
-        internals); without it, C(cp) in O(ansible_home), the ssh connection's default.
+      - The ssh connection's C(control_path_dir), where the kept connection to a node whose key is refused is
+        closed; without it, C(cp) in O(ansible_home). See docs/architecture.md, Inventory plugin design.
     type: path
     env:
       - name: ANSIBLE_SSH_CONTROL_PATH_DIR
@@ -286,9 +237,8 @@ options:
     version_added: 2.3.0
   fact_caching:
     description:
-      - The fact cache plugin whose entries of a host are emptied when the node behind the host
-        name changed (the C([defaults] fact_caching) setting, read here so the plugin needs no
-        Ansible internals; its connection and prefix are the cache plugin's own settings).
+      - The fact cache plugin (C([defaults] fact_caching)) whose entries of a host are emptied when the node
+        behind the host name changed. See docs/architecture.md, Inventory plugin design.
     type: str
     default: memory
     env:
@@ -391,15 +341,17 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.trust.host_k
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.trust.known_hosts import (
     Endpoint,
     RECORD_SUFFIX,
-    NodeRecord,
-    RecordError,
-    close_master,
     control_path,
     follow_pins,
     pin_of,
-    scan_keys,
     ssh_common_args,
     stale_fact_hosts,
+)
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.trust.known_hosts_io import (
+    NodeRecord,
+    RecordError,
+    close_master,
+    scan_keys,
 )
 
 _TEMPLATED = ("subscription_id", "resource_group", "workspace_name", "client_id", "secret", "tenant", "profile",
@@ -548,10 +500,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                     args = " ".join(a for a in (ssh_common_args(self._known_hosts_file()),
                                                 self.get_option("ssh_common_args")) if a)
                     self.inventory.set_variable(host.name, "ansible_ssh_common_args", args)
-                    # Host key checking off (the environment, ansible.cfg, group_vars) would put
-                    # StrictHostKeyChecking=no before the pins' =yes, and ssh takes the first
-                    # value: these host vars outrank those; the validate play refuses the ones
-                    # that outrank them (host_key_checks.host_key_problem).
+                    # Host key checking turned off elsewhere would void the pins: these host vars outrank
+                    # it (docs/architecture.md, Inventory plugin design).
                     for checking in HOST_KEY_CHECKING_VARS:
                         self.inventory.set_variable(host.name, checking, True)
                     self.inventory.set_variable(host.name, "aml_known_hosts_file", self._known_hosts_file())
@@ -638,10 +588,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         return outcome.text
 
     def _forget_facts(self, hosts: list[str]) -> None:
-        """Empty the cached facts of host names that now stand for another node: the next play
-        with fact gathering (gathering = smart) gathers them again. Through the inventory API's
-        cache (get_cache_plugin, what Cacheable.load_cache_plugin uses), on the fact cache
-        plugin that [defaults] fact_caching names; its connection and prefix are its own settings."""
+        """Empty the cached facts of host names that now stand for another node, in the fact cache
+        [defaults] fact_caching names: the next play with fact gathering gathers them again."""
         name = self.get_option("fact_caching") or "memory"
         if name in ("memory", "ansible.builtin.memory"):
             return  # nothing outlives the process that gathered it

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..recovery import node_loss
-from ..health import pair_gate
+from ..health import pair_gate_report
 from ..staging.azcopy_sas import redact
 
 # Ansible's `| bool` truth (ansible.module_utils.parsing.convert_bool, non-strict), kept here so
@@ -171,7 +171,7 @@ def run_report(node_vars: Sequence[Mapping[str, Any]], controller_vars: Mapping[
         lines.append(f"healthcheck: {health['summary']}")
     gate = next((hv.get("healthcheck_pair_gate") for hv in node_vars if hv.get("healthcheck_pair_gate")), None)
     if isinstance(gate, Mapping) and gate.get("summary"):
-        lines += pair_gate.report_lines(gate)
+        lines += pair_gate_report.report_lines(gate)
     verdict = controller_vars.get("healthcheck_verdict")  # the gate's decision (health_verdict.py)
     if isinstance(verdict, Mapping) and verdict.get("action") not in (None, "pass"):
         lines += [f"healthcheck: {line}" for line in verdict.get("report_lines") or []]

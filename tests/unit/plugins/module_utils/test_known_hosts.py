@@ -161,3 +161,21 @@ def test_ssh_args_never_ask():
 def test_facts_of_a_host_name_that_moved_are_stale():
     assert stale_fact_hosts({"gpu-0": "a", "gpu-1": "b2", "gpu-2": "c"},
                             {"gpu-0": "a", "gpu-1": "b"}) == ["gpu-1", "gpu-2"]
+
+
+def test_the_pin_logic_does_no_io_and_the_io_lives_apart():
+    """known_hosts.py plans pins, known_hosts text, sentences and control paths from data alone;
+    running ssh-keyscan and ssh, and the locked record file, are known_hosts_io.py's (issue 47:
+    the I/O apart from the pure logic)."""
+    import ast
+    from pathlib import Path
+
+    import amlhpc.trust.known_hosts as pure
+    from amlhpc.trust import known_hosts_io
+
+    tree = ast.parse(Path(pure.__file__).read_text(encoding="utf-8"))
+    nodes = list(ast.walk(tree))
+    imported = {a.name.split(".")[0] for n in nodes if isinstance(n, ast.Import) for a in n.names}
+    imported |= {(n.module or "").split(".")[0] for n in nodes if isinstance(n, ast.ImportFrom) and not n.level}
+    assert imported & {"subprocess", "fcntl", "tempfile", "concurrent", "os"} == set()
+    assert {"scan_keys", "close_master", "NodeRecord", "RecordError"} <= set(vars(known_hosts_io))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from amlhpc.health import pair_gate, pair_tools
+from amlhpc.health import pair_gate, pair_gate_report, pair_tools
 from gate_sim import simulate
 
 FIX = Path(__file__).parent / "fixtures"
@@ -30,7 +30,7 @@ def node_fault(bad: set[str]):
 
 
 def verdicts(state):
-    return {node: checks[0] for node, checks in pair_gate.node_checks(state).items()}
+    return {node: checks[0] for node, checks in pair_gate_report.node_checks(state).items()}
 
 
 def failing(state):
@@ -42,11 +42,11 @@ def test_one_bad_node_is_named_in_a_fixed_number_of_rounds(n):
     nodes = names(n)
     for bad in sorted({nodes[0], nodes[n // 2], nodes[-1]}):
         state = simulate(nodes, node_fault({bad}))
-        assert failing(state) == [bad], (n, bad, pair_gate.summary(state))
+        assert failing(state) == [bad], (n, bad, pair_gate_report.summary(state))
         assert state["blamed"][bad]["kind"] == "node"
         # Round 1, then its known-good partners: 2 rounds where its round-1 partner passes with
         # another node in round 2, 3 where it waits a round (an odd N, or N = 5).
-        assert len(state["rounds"]) <= 3, pair_gate.summary(state)
+        assert len(state["rounds"]) <= 3, pair_gate_report.summary(state)
         # Every node runs at most one test per round.
         for r in state["rounds"]:
             ends = [x for m in r["pairs"] for x in (m["a"], m["b"])]
@@ -136,7 +136,7 @@ def test_roles_one_per_node_per_round():
 
 def test_summary_prints_rounds_pairs_and_figures():
     state = simulate(names(4), node_fault({"n002"}))
-    lines = pair_gate.summary(state)
+    lines = pair_gate_report.summary(state)
     assert lines[0].startswith("pair gate: iperf3 over 4 node(s), 2 round(s)")
     assert "round 1: n002 <-> n003: 0.05 Gb/s FAIL" in "\n".join(lines)
     assert "round 2: n000 <-> n002: 0.05 Gb/s FAIL" in "\n".join(lines) and "best of 3 readings" in lines[3]
@@ -205,7 +205,7 @@ def test_only_the_gates_own_server_on_that_port_counts_as_stale():
 def test_the_run_report_has_the_gate_section():
     from amlhpc.report import report
 
-    state = pair_gate.with_roles(simulate(names(4), node_fault({"n002"})), {}, 5300)
+    state = pair_gate_report.with_roles(simulate(names(4), node_fault({"n002"})), {}, 5300)
     lines = report.run_report([{"inventory_hostname": n, "healthcheck_pair_gate": state} for n in names(4)], {})
     section = [line for line in lines if line.startswith("healthcheck pair gate") or line.startswith("healthcheck round")
                or line.startswith("healthcheck verdict")]
@@ -213,8 +213,8 @@ def test_the_run_report_has_the_gate_section():
     assert "healthcheck round 2: n000 <-> n002: 0.05 Gb/s FAIL" in section[3]
     assert section[-1] == "healthcheck verdict: n002 (node)"
     # At scale the passing pairs are counted, every failing one listed.
-    big = pair_gate.with_roles(simulate(names(512), node_fault({"n100"})), {}, 5300)
-    lines = pair_gate.report_lines(big)
+    big = pair_gate_report.with_roles(simulate(names(512), node_fault({"n100"})), {}, 5300)
+    lines = pair_gate_report.report_lines(big)
     # round 1's 255 passing pairs, then n101 with a known-good partner and 16 control pairs
     assert lines[1] == "healthcheck 272 pair(s) passed, 10.00 to 10.00 Gb/s"
     assert [line for line in lines if "FAIL" in line] == [
@@ -224,7 +224,7 @@ def test_the_run_report_has_the_gate_section():
 
 
 def test_a_clients_readings_of_this_round_are_taken_the_best_counts():
-    state = pair_gate.with_roles({**pair_gate.start(names(4), "iperf3"), "next_readings": 3}, {}, 5300)
+    state = pair_gate_report.with_roles({**pair_gate.start(names(4), "iperf3"), "next_readings": 3}, {}, 5300)
     assert state["roles"]["n001"]["ports"] == [5301, 5401, 5501]
     figures = pair_gate.client_figures(state, {
         "n001": {"port": 5301, "value": 9.5, "readings": [2.0, 9.5, 9.1], "error": ""},
@@ -240,4 +240,4 @@ def test_a_clients_readings_of_this_round_are_taken_the_best_counts():
 def test_between_rounds_the_summary_decides_nothing():
     state = pair_gate.advance(pair_gate.start(names(4), "iperf3"), {"n001": {"value": 9.0}, "n003": {"value": 0.01}})
     assert not state["done"]
-    assert pair_gate.summary(state)[-1] == "verdict so far: nobody named; round 2 next"
+    assert pair_gate_report.summary(state)[-1] == "verdict so far: nobody named; round 2 next"

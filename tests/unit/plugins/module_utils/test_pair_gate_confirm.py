@@ -17,7 +17,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amlhpc.health import pair_gate
+from amlhpc.health import pair_gate, pair_gate_report
 from gate_sim import simulate
 
 FIX = Path(__file__).parent / "fixtures" / "pair_gate"
@@ -29,7 +29,7 @@ def names(n: int, prefix: str = "n") -> list[str]:
 
 
 def failing(state) -> list[str]:
-    return sorted(n for n, checks in pair_gate.node_checks(state).items() if checks[0]["status"] == "fail")
+    return sorted(n for n, checks in pair_gate_report.node_checks(state).items() if checks[0]["status"] == "fail")
 
 
 def drive(state, figure):
@@ -47,12 +47,12 @@ def test_one_low_reading_is_retested_and_cleared_not_blamed():
     # 0.61 below 0.5 x the upper median (1.37) failed round 1 in 2.1.0; a low reading makes a
     # suspect at most, never a verdict.
     state = drive(state, lambda a, b, n: 0.61 if {a, b} == {"h-0", "h-1"} and n == 1 else 1.37 if n == 1 else 1.25)
-    assert failing(state) == [], pair_gate.summary(state)
+    assert failing(state) == [], pair_gate_report.summary(state)
     # Even a pair far below the rest is retested, not blamed, when it passes again later.
     state = drive(pair_gate.start([f"h-{i}" for i in range(5)], "iperf3"),
                   lambda a, b, n: 0.2 if {a, b} == {"h-0", "h-1"} and n == 1 else 1.3)
-    assert failing(state) == [], pair_gate.summary(state)
-    lines = pair_gate.summary(state)
+    assert failing(state) == [], pair_gate_report.summary(state)
+    lines = pair_gate_report.summary(state)
     assert any(line.startswith("retested: h-0 <-> h-1") for line in lines), lines
     assert lines[-1] == "verdict: every node passed", lines
 
@@ -101,21 +101,21 @@ def test_two_bad_nodes_in_different_first_round_pairs_are_both_named():
     for bad in ({"h-1": 0.009, "h-2": 0.0008}, {"h-0": 0.009, "h-3": 0.0008}, {"h-1": 0.009, "h-3": 0.0008}):
         state = simulate([f"h-{i}" for i in range(5)],
                          lambda a, b, bad=bad: min(bad.get(a, 2.0), bad.get(b, 2.0)), minimum=0.05)
-        assert failing(state) == sorted(bad), (bad, pair_gate.summary(state))
+        assert failing(state) == sorted(bad), (bad, pair_gate_report.summary(state))
         assert all(state["blamed"][n]["kind"] == "node" for n in bad)
         assert len(state["rounds"]) <= 4
-        assert pair_gate.summary(state)[-1] == "verdict: " + "; ".join(f"{n} (node)" for n in sorted(bad))
+        assert pair_gate_report.summary(state)[-1] == "verdict: " + "; ".join(f"{n} (node)" for n in sorted(bad))
 
 
 def test_too_few_good_nodes_says_so_and_the_summary_agrees():
     # Four nodes, three bad: no known-good pair of partners is left for anyone.
     bad = {"n000", "n001", "n002"}
     state = simulate(names(4), lambda a, b: 0.01 if {a, b} & bad else 2.0, minimum=0.05)
-    checks = pair_gate.node_checks(state)
+    checks = pair_gate_report.node_checks(state)
     undecided = [n for n, c in checks.items() if c[0]["status"] == "fail" and "undecided" in c[0]["reason"]]
-    assert undecided, pair_gate.summary(state)
+    assert undecided, pair_gate_report.summary(state)
     assert all("too few known-good nodes" in checks[n][0]["reason"] for n in undecided)
-    verdict = pair_gate.summary(state)
+    verdict = pair_gate_report.summary(state)
     assert "every node passed" not in "\n".join(verdict)
     assert all(n in verdict[-1] or any(n in line for line in verdict if line.startswith("undecided"))
                for n in failing(state))
@@ -137,7 +137,7 @@ def test_up_to_n_over_8_bad_nodes_named_in_at_most_4_rounds(cluster):
     nodes = names(n)
     rate = {nodes[i]: speed[i] * (worse[i] if i in bad else 1.0) for i in range(n)}
     state = simulate(nodes, lambda a, b: min(rate[a], rate[b]))
-    assert failing(state) == sorted(nodes[i] for i in bad), pair_gate.summary(state)
+    assert failing(state) == sorted(nodes[i] for i in bad), pair_gate_report.summary(state)
     assert len(state["rounds"]) <= 4
     for r in state["rounds"]:
         ends = [x for m in r["pairs"] for x in (m["a"], m["b"])]
@@ -151,7 +151,7 @@ def test_the_summary_never_contradicts_the_checks(n, rng, low_share):
     nodes = names(n)
     state = simulate(nodes, lambda a, b: rng.choice([0.001, 0.02, 1.0, 5.0]) if rng.random() < low_share
                      else 5.0, minimum=0.05)
-    lines = pair_gate.summary(state)
+    lines = pair_gate_report.summary(state)
     fails = failing(state)
     said = "\n".join(line for line in lines if line.startswith(("verdict:", "undecided:")))
     if fails:

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from amlhpc.health import pair_gate
+from amlhpc.health import pair_gate, pair_gate_report
 from gate_sim import simulate
 
 LEVEL, BAD = 2.0, 0.35
@@ -27,7 +27,7 @@ def names(n: int) -> list[str]:
 
 
 def failing(state) -> list[str]:
-    return sorted(n for n, checks in pair_gate.node_checks(state).items() if checks[0]["status"] == "fail")
+    return sorted(n for n, checks in pair_gate_report.node_checks(state).items() if checks[0]["status"] == "fail")
 
 
 def fabric(bad: set[str], noise: float = 0.0, seed: int = 0):
@@ -45,7 +45,7 @@ def test_two_bad_nodes_among_five_in_different_first_round_pairs_are_both_named(
     nodes = names(5)
     slow = {nodes[i] for i in bad}
     state = simulate(nodes, fabric(slow, noise, seed=len(bad)))
-    assert named(state) == sorted(slow) and failing(state) == sorted(slow), pair_gate.summary(state)
+    assert named(state) == sorted(slow) and failing(state) == sorted(slow), pair_gate_report.summary(state)
     assert len(state["rounds"]) <= 4
 
 
@@ -54,7 +54,7 @@ def test_four_nodes_with_both_bad_ones_in_one_pair_are_both_named(bad):
     nodes = names(4)
     slow = {nodes[i] for i in bad}
     state = simulate(nodes, fabric(slow))
-    assert named(state) == sorted(slow) and failing(state) == sorted(slow), pair_gate.summary(state)
+    assert named(state) == sorted(slow) and failing(state) == sorted(slow), pair_gate_report.summary(state)
     assert state["links"] == []
 
 
@@ -62,7 +62,7 @@ def test_four_nodes_with_both_bad_ones_in_one_pair_are_both_named(bad):
 def test_three_nodes_with_one_bad_name_it(bad):
     nodes = names(3)
     state = simulate(nodes, fabric({nodes[bad]}))
-    assert named(state) == [nodes[bad]] and failing(state) == [nodes[bad]], pair_gate.summary(state)
+    assert named(state) == [nodes[bad]] and failing(state) == [nodes[bad]], pair_gate_report.summary(state)
 
 
 def test_a_node_that_passed_beside_a_bad_partner_is_not_good_for_good():
@@ -71,7 +71,7 @@ def test_a_node_that_passed_beside_a_bad_partner_is_not_good_for_good():
     nodes = names(3)
     state = simulate(nodes, fabric({"h-0"}))
     first = state["rounds"][0]["pairs"][0]
-    assert {first["a"], first["b"]} == {"h-0", "h-1"} and first["status"] == "fail", pair_gate.summary(state)
+    assert {first["a"], first["b"]} == {"h-0", "h-1"} and first["status"] == "fail", pair_gate_report.summary(state)
     assert "h-0" not in state["good"] and "h-1" in state["good"]
 
 
@@ -95,19 +95,19 @@ def test_the_readings_decide_or_the_gate_says_it_cannot(cluster):
     slow = {nodes[i] for i in bad}
     state = simulate(nodes, lambda a, b: (factor if {a, b} & slow else 1.0) * LEVEL)
     got = failing(state)
-    assert not (set(got) - slow) or state.get("cannot_tell"), pair_gate.summary(state)
-    assert set(named(state)) <= slow, pair_gate.summary(state)
+    assert not (set(got) - slow) or state.get("cannot_tell"), pair_gate_report.summary(state)
+    assert set(named(state)) <= slow, pair_gate_report.summary(state)
     if slow and not state.get("cannot_tell"):
-        assert got == sorted(slow), pair_gate.summary(state)
+        assert got == sorted(slow), pair_gate_report.summary(state)
     assert len(state["rounds"]) <= 4
     if got or state.get("cannot_tell"):
-        assert pair_gate.summary(state)[-1] != "verdict: every node passed"
+        assert pair_gate_report.summary(state)[-1] != "verdict: every node passed"
 
 
 def test_one_pair_cannot_tell_and_says_what_to_set():
     state = simulate(names(2), fabric({"h-0"}))
     assert state["cannot_tell"]
-    line = pair_gate.summary(state)[-1]
+    line = pair_gate_report.summary(state)[-1]
     assert "every node passed" not in line
     assert "healthcheck_pair_thresholds" in line and "more nodes" in line, line
     assert failing(state) == names(2)
@@ -117,7 +117,7 @@ def test_a_floor_decides_what_the_readings_cannot():
     # Two nodes, both at the fabric's level, above the floor: they pass, nothing is unsure.
     state = simulate(names(2), fabric(set()), minimum=1.0)
     assert failing(state) == [] and not state.get("cannot_tell")
-    assert pair_gate.summary(state)[-1] == "verdict: every node passed"
+    assert pair_gate_report.summary(state)[-1] == "verdict: every node passed"
 
 
 def test_a_size_without_a_floor_is_warned_about_by_name():
@@ -127,7 +127,7 @@ def test_a_size_without_a_floor_is_warned_about_by_name():
     assert "Standard_ND96isr_MI300X_v5" in warning and "ib_write_bw" in warning
     assert "healthcheck_pair_thresholds" in warning
     state = pair_gate.start(names(4), "ib_write_bw", warnings=[warning])
-    assert pair_gate.summary(state)[1] == f"warning: {warning}"
+    assert pair_gate_report.summary(state)[1] == f"warning: {warning}"
     # A size in the table, or a floor set for it, warns of nothing.
     assert pair_gate.floor_warning("Standard_ND96isr_H100_v5", "ib_write_bw") == ""
     assert pair_gate.floor_warning("Standard_ND96isr_MI300X_v5", "ib_write_bw",
@@ -145,5 +145,5 @@ def test_fixed_seed_cells_of_the_small_sweep(n, bad):
         rng = random.Random(seed)
         speed = {x: rng.lognormvariate(0, 0.01) * (BAD if x in slow else 1.0) for x in nodes}
         state = simulate(nodes, lambda a, b, s=speed, r=rng: min(s[a], s[b]) * LEVEL * r.lognormvariate(0, 0.01))
-        assert failing(state) == sorted(slow) and named(state) == sorted(slow), (seed, pair_gate.summary(state))
+        assert failing(state) == sorted(slow) and named(state) == sorted(slow), (seed, pair_gate_report.summary(state))
         assert len(state["rounds"]) <= 4
