@@ -429,15 +429,39 @@ class Twin:
         AmlCompute marks the hung VM ``state`` once the lag is over; without one the listing keeps
         it as it was (the frozen node is only seen by what talks to it)."""
         node = self._node(which)
-        docker("pause", node.container, *self._job_containers(node), check=False)
+        self._set_paused([node.container, *self._job_containers(node)], True)
         if self.listing_lag:
             node.mark_lost(state)
 
     def thaw(self, which: TwinNode | int) -> None:
         node = self._node(which)
-        docker("unpause", node.container, *self._job_containers(node), check=False)
+        self._set_paused([node.container, *self._job_containers(node)], False)
         if node.lost_at is not None:
             node.mark_back()
+
+    @staticmethod
+    def _set_paused(containers: list[str], paused: bool, attempts: int = 10) -> None:
+        """docker pause (or unpause) every container of ``containers``, checked: on a loaded machine
+        the cgroup freezer can fail ("OCI runtime pause failed: unable to freeze"), which left a
+        "frozen" node running its job. Tried again for a few seconds; a container it cannot set
+        fails the test that asked, in one sentence, rather than a fault that never happened."""
+        verb, want = ("pause", "true") if paused else ("unpause", "false")
+
+        def unset() -> list[str]:  # a container gone or stopped has nothing to pause
+            return [c for c in containers if docker("inspect", "-f", "{{.State.Paused}}", c, check=False) != want
+                    and docker("inspect", "-f", "{{.State.Running}}", c, check=False) == "true"]
+
+        for attempt in range(attempts):
+            left = unset()
+            if not left:
+                return
+            docker(verb, *left, check=False)
+            time.sleep(0.5 * attempt)
+        left = unset()
+        if not left:
+            return
+        raise RuntimeError(f"docker could not {verb} {', '.join(left)} in {attempts} tries (the cgroup freezer "
+                           f"refused; /tmp/amlhpc-dockerd.log says why)")
 
     def _job_containers(self, node: TwinNode) -> list[str]:
         """The job containers running on ``node`` (in its network namespace)."""
