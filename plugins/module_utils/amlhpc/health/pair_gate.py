@@ -517,13 +517,23 @@ def evidence(state: Mapping[str, Any]) -> dict[str, Any]:
             "good_failures": good_failures}
 
 
+def _met(state: Mapping[str, Any]) -> set[frozenset]:
+    """The pairs measured so far. A pair whose only measurement left no figure (the tool failed:
+    no JSON totals, a refused connection) is not: one reading decides nothing, so it may be
+    measured again; a second one without a figure stands."""
+    tries: dict[frozenset, list[Any]] = {}
+    for m in tested_pairs(state):
+        tries.setdefault(frozenset((m["a"], m["b"])), []).append(m.get("value"))
+    return {pair for pair, values in tries.items() if len(values) >= 2 or any(v is not None for v in values)}
+
+
 def plan(state: Mapping[str, Any], ev: Mapping[str, Any]) -> list[list[str]]:
     """The next round's pairs, each node in at most one: every link suspect retested; every
     suspect (most evidence first) and untested node beside a known-good partner it has not met;
     what is left paired among itself, never a pair met before (a pass there finds good nodes);
     then up to :data:`CONTROL_PAIRS` pairs of idle known-good nodes, the round's own reference."""
     order = {n: i for i, n in enumerate(state["nodes"])}
-    met = {frozenset((m["a"], m["b"])) for m in tested_pairs(state)}
+    met = _met(state)
     busy: set[str] = set()
     pairs: list[list[str]] = []
     for a, b in ev["link_suspects"]:
