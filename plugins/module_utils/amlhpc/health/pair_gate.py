@@ -56,19 +56,25 @@ from . import health
 TOOLS = ("nccl", "ib_write_bw", "iperf3")
 UNITS = {"nccl": "GB/s", "ib_write_bw": "Gb/s", "iperf3": "Gb/s"}
 
-# Floors per VM size and tool (None: judged against the pairs' statistic only).
-#   nccl         two-node all_reduce_perf bus bandwidth, GB/s: health.py's
-#                allreduce_cluster_busbw (80% of aznhc's InfiniBand floor per node).
-#   ib_write_bw  one HCA port, Gb/s, GPU-direct: aznhc conf/<size>.conf check_ib_bw_gdr
-#                (ND A100 v4 185 Gb/s HDR; ND H100 v5 and ND H200 v5 380 Gb/s NDR);
-#                ND40rs_v2 check_ib_bw_non_gdr 78 (EDR).
+# Floors per VM size and tool (None: judged against the pairs' statistic only). Every figure is
+# checks.py's VM_THRESHOLDS figure for the size (tests/unit/plugins/module_utils/test_pair_floors.py
+# holds the two tables together), from AzNHC, github.com/Azure/azurehpc-health-checks, conf/<size>.conf:
+#   ib_write_bw  one HCA port, Gb/s: the conf's check_ib_bw_gdr (from GPU memory) or
+#                check_ib_bw_non_gdr (host memory) line, as VM_THRESHOLDS' ib_bw_gbps.
+#   nccl         two-node all_reduce_perf bus bandwidth, GB/s: VM_THRESHOLDS'
+#                allreduce_cluster_busbw, 80% of the node's AzNHC InfiniBand floor
+#                (ports x per-port Gb/s / 8); AzNHC publishes no two-node figure.
 #   iperf3       TCP both ways, Gb/s: no published figure; Azure's "expected network
 #                bandwidth" of a size is a cap, not a floor, so the relative rule judges.
 PAIR_THRESHOLDS: dict[str, dict[str, float | None]] = {
+    # nd96asr_v4.conf, nd96amsr_a100_v4.conf: check_ib_bw_gdr 185.0; check_hw_ib 200 mlx5_ib0:1 ... mlx5_ib7:1
     "standard_nd96asr_v4": {"nccl": 148.0, "ib_write_bw": 185.0, "iperf3": None},
     "standard_nd96amsr_a100_v4": {"nccl": 148.0, "ib_write_bw": 185.0, "iperf3": None},
+    # nd96isr_h100_v5.conf: check_ib_bw_gdr 380; check_hw_ib 400 mlx5_ib0:1 ... mlx5_ib7:1
     "standard_nd96isr_h100_v5": {"nccl": 304.0, "ib_write_bw": 380.0, "iperf3": None},
-    "standard_nd96isr_h200_v5": {"nccl": 304.0, "ib_write_bw": 380.0, "iperf3": None},
+    # nd96isr_h200_v5.conf: check_ib_bw_gdr 360; check_hw_ib 400 mlx5_ib0:1 ... mlx5_ib7:1
+    "standard_nd96isr_h200_v5": {"nccl": 288.0, "ib_write_bw": 360.0, "iperf3": None},
+    # nd40rs_v2.conf: check_ib_bw_non_gdr 78 65536; check_hw_ib 100 mlx5_ib0:1 (one EDR port)
     "standard_nd40rs_v2": {"nccl": 7.8, "ib_write_bw": 78.0, "iperf3": None},
 }
 

@@ -157,7 +157,7 @@ def test_choose_tool_by_what_every_node_has():
 
 
 def test_pair_thresholds_per_size_and_overrides():
-    assert pair_gate.pair_minimum("Standard_ND96isr_H200_v5", "ib_write_bw") == 380.0
+    assert pair_gate.pair_minimum("Standard_ND96isr_H200_v5", "ib_write_bw") == 360.0
     assert pair_gate.pair_minimum("Standard_ND96asr_v4", "nccl") == 148.0
     assert pair_gate.pair_minimum("Standard_D2s_v3", "iperf3") is None
     assert pair_gate.pair_minimum("Standard_D2s_v3", "iperf3", {"default": {"iperf3": 2}}) == 2.0
