@@ -55,6 +55,14 @@ SKIP = "skip"
 #     check_hw_ib 100 mlx5_ib0:1 (one EDR port); check_ib_bw_non_gdr 78 65536 (Gb/s; an
 #     earlier version of the file reads check_ib_bw_non_gdr 90: the lower is kept, as a floor
 #     must not fail a healthy node, and it is the one allreduce_cluster_busbw 7.8 derives from).
+#   nd128isr_ndr_gb200_v6.conf: check_gpu_count 4; check_gpu_bw 48 335; check_nccl_allreduce 432.0
+#     1 16G; check_hw_ib 400 mlx5_ib0:1 ... mlx5_ib3:1 (4 NDR ports); check_ib_bw_gdr 360;
+#     check_gpu_ecc 20000000 10000; check_gpu_clock_throttling; check_ib_link_flapping;
+#     check_nvlink_status; no check_nvme_count.
+#   nd96isr_mi300x_v5.conf: check_hw_ib 400 mlx5_ib0:1 ... mlx5_ib7:1 (8 NDR ports);
+#     check_ib_bw_non_gdr 390; check_ib_link_flapping 6 (another version: 24). Its GPU lines are
+#     ROCm's (check_gpu_count 8 rocm, check_gpu_bw 48 44, check_rccl_allreduce 314 1 16G), which
+#     the checks here (nvidia-smi, nccl-tests, nvbandwidth) do not run: its GPU keys stay None.
 #   Every size: check_gpu_xid (customTests/azure_gpu_xid.nhc) and check_gpu_ecc (any
 #     uncorrectable error, a pending or failed row remap: customTests/azure_gpu_ecc.nhc).
 #   nd96asr_v4.conf, nd96isr_h100_v5.conf, nd96isr_h200_v5.conf: check_gpu_ecc 20000000 10000
@@ -105,6 +113,25 @@ VM_THRESHOLDS: dict[str, dict[str, float | int | None]] = {
         "fs_write_mbps": 1000.0, "fs_read_mbps": 1000.0,
         "ib_ports": 8, "ib_rate_gbps": 400.0, "ib_bw_gbps": 360.0, "nvme_count": 8, "p2p_gbps": 335.0,
         **_AZNHC_ECC,
+    },
+    # 4 GPUs, each with its own NDR port: cluster all-reduce 0.8 x 4 x 360 / 8 = 144, alltoall
+    # 0.6 x 360 / 8 = 27 (the rule below, as for H200 v5).
+    "standard_nd128isr_ndr_gb200_v6": {
+        "gpus": 4, "h2d_gbps": 48.0, "allreduce_node_busbw": 432.0, "alltoall_node_busbw": None,
+        "allreduce_cluster_busbw": 144.0, "alltoall_cluster_busbw": 27.0,
+        "fs_write_mbps": 1000.0, "fs_read_mbps": 1000.0,
+        "ib_ports": 4, "ib_rate_gbps": 400.0, "ib_bw_gbps": 360.0, "nvme_count": None, "p2p_gbps": 335.0,
+        **_AZNHC_ECC,
+    },
+    # InfiniBand only (the GPU checks here are NVIDIA's); ib_write_bw from host memory, as the
+    # node's loopback runs it where nvidia-smi finds no GPU.
+    "standard_nd96isr_mi300x_v5": {
+        "gpus": None, "h2d_gbps": None, "allreduce_node_busbw": None, "alltoall_node_busbw": None,
+        "allreduce_cluster_busbw": None, "alltoall_cluster_busbw": None,
+        "fs_write_mbps": 1000.0, "fs_read_mbps": 1000.0,
+        "ib_ports": 8, "ib_rate_gbps": 400.0, "ib_bw_gbps": 390.0, "nvme_count": None, "p2p_gbps": None,
+        "ecc_sram_correctable_max": None, "ecc_dram_correctable_max": None, "remap_uncorrectable_max": None,
+        "gpu_slowdown_max": None, "ib_link_downed_max": 1,
     },
     "standard_nd40rs_v2": {
         "gpus": 8, "h2d_gbps": 10.0, "allreduce_node_busbw": None, "alltoall_node_busbw": None,

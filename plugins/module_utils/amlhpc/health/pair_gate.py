@@ -76,7 +76,16 @@ PAIR_THRESHOLDS: dict[str, dict[str, float | None]] = {
     "standard_nd96isr_h200_v5": {"nccl": 288.0, "ib_write_bw": 360.0, "iperf3": None},
     # nd40rs_v2.conf: check_ib_bw_non_gdr 78 65536; check_hw_ib 100 mlx5_ib0:1 (one EDR port)
     "standard_nd40rs_v2": {"nccl": 7.8, "ib_write_bw": 78.0, "iperf3": None},
+    # nd128isr_ndr_gb200_v6.conf: check_ib_bw_gdr 360; check_hw_ib 400 mlx5_ib0:1 ... mlx5_ib3:1
+    "standard_nd128isr_ndr_gb200_v6": {"nccl": 144.0, "ib_write_bw": 360.0, "iperf3": None},
+    # nd96isr_mi300x_v5.conf: check_ib_bw_non_gdr 390; check_hw_ib 400 mlx5_ib0:1 ... mlx5_ib7:1.
+    # No nccl floor: its all-reduce is RCCL (check_rccl_allreduce 314, one node) and the nccl
+    # tool needs nvidia-smi.
+    "standard_nd96isr_mi300x_v5": {"nccl": None, "ib_write_bw": 390.0, "iperf3": None},
 }
+# No source gives a floor for ND GB300 v6 (Azure's size page lists 4 x 800 Gb/s InfiniBand;
+# AzNHC has no conf file for it) or for the NC sizes (no InfiniBand pair figure): those, and
+# every size with the iperf3 tool, get floor_warning's sentence.
 
 
 def pair_minimum(vm_size: str | None, tool: str, overrides: Mapping[str, Any] | None = None) -> float | None:
@@ -96,16 +105,15 @@ def pair_minimum(vm_size: str | None, tool: str, overrides: Mapping[str, Any] | 
 
 
 def floor_warning(vm_size: str | None, tool: str, overrides: Mapping[str, Any] | None = None) -> str:
-    """One sentence where ``vm_size`` is not in :data:`PAIR_THRESHOLDS` and no override sets a
-    floor of ``tool`` for it (ND MI300X v5, ND GB200 v6 and the NC sizes have no published
-    two-node figure the table could cite), else "". No size known (the twin): ""."""
-    key = (vm_size or "").strip().lower()
-    if not key or key in PAIR_THRESHOLDS or pair_minimum(vm_size, tool, overrides) is not None:
+    """One sentence where no floor of ``tool`` is known for ``vm_size``: a size outside
+    :data:`PAIR_THRESHOLDS` (ND GB300 v6, the NC sizes), a tool the table has no figure of for
+    it (iperf3 everywhere, nccl on ND MI300X v5), and no override sets one; else "". No size
+    known (the twin): ""."""
+    size = (vm_size or "").strip()
+    if not size or pair_minimum(vm_size, tool, overrides) is not None:
         return ""
-    return (f"no {tool} pair floor is known for {vm_size.strip()} (the table has "
-            f"{', '.join(sorted(PAIR_THRESHOLDS))}): only the pairs' relative rule judges, and where it "
-            f"cannot tell the gate says so; set healthcheck_pair_thresholds: "
-            f"{{{vm_size.strip()}: {{{tool}: <figure>}}}}")
+    return (f"no {tool} pair floor is known for {size}: only the pairs' relative rule judges, and where "
+            f"it cannot tell the gate says so; set healthcheck_pair_thresholds: {{{size}: {{{tool}: <figure>}}}}")
 
 
 def choose_tool(found: Mapping[str, Mapping[str, Any]], preferred: str = "auto") -> tuple[str, str]:

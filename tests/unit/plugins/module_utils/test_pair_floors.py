@@ -43,3 +43,52 @@ def test_each_sizes_floors_are_its_conf_line(size, ib_write_bw, nccl):
     assert pair_gate.pair_minimum(size, "ib_write_bw") == ib_write_bw
     assert pair_gate.pair_minimum(size, "nccl") == nccl
     assert checks.thresholds_for(size)["ib_bw_gbps"] == ib_write_bw
+
+
+@pytest.mark.parametrize("size, ib_write_bw, nccl", [
+    # nd128isr_ndr_gb200_v6.conf: check_ib_bw_gdr 360; check_hw_ib 400 mlx5_ib0:1 ... mlx5_ib3:1
+    # (4 ports): nccl 0.8 x 4 x 360 / 8 = 144.
+    ("Standard_ND128isr_NDR_GB200_v6", 360.0, 144.0),
+    # nd96isr_mi300x_v5.conf: check_ib_bw_non_gdr 390; check_hw_ib 400 mlx5_ib0:1 ... mlx5_ib7:1. Its
+    # all-reduce is RCCL (check_rccl_allreduce 314, one node) and the gate's nccl tool needs
+    # nvidia-smi, so no nccl floor.
+    ("Standard_ND96isr_MI300X_v5", 390.0, None),
+])
+def test_the_newer_nd_sizes_have_their_conf_lines(size, ib_write_bw, nccl):
+    assert pair_gate.pair_minimum(size, "ib_write_bw") == ib_write_bw
+    assert pair_gate.pair_minimum(size, "nccl") == nccl
+    assert pair_gate.floor_warning(size, "ib_write_bw") == ""
+
+
+def test_a_size_outside_the_table_is_warned_about_in_one_sentence():
+    # NC A100 v4 has no InfiniBand and no two-node figure anywhere: the gate judges its pairs
+    # by the relative rule alone and says so, naming the size, the tool and the setting.
+    warning = pair_gate.floor_warning("Standard_NC24ads_A100_v4", "iperf3")
+    assert warning == (
+        "no iperf3 pair floor is known for Standard_NC24ads_A100_v4: only the pairs' relative rule "
+        "judges, and where it cannot tell the gate says so; set healthcheck_pair_thresholds: "
+        "{Standard_NC24ads_A100_v4: {iperf3: <figure>}}")
+    # ND GB300 v6: Azure's size page lists 4 x 800 Gb/s InfiniBand, but AzNHC has no conf file for
+    # it, so there is no measured floor to cite.
+    assert "Standard_ND128isr_GB300_v6" in pair_gate.floor_warning("Standard_ND128isr_GB300_v6", "ib_write_bw")
+    # A figure set for the size, or for every size, silences it.
+    assert pair_gate.floor_warning("Standard_NC24ads_A100_v4", "iperf3", {"Standard_NC24ads_A100_v4": {"iperf3": 5}}) == ""
+    assert pair_gate.floor_warning("Standard_NC24ads_A100_v4", "iperf3", {"default": {"iperf3": 5}}) == ""
+
+
+def test_a_size_in_the_table_without_a_floor_for_the_tool_is_warned_about_too():
+    # The table's sizes have no iperf3 floor (a size's network bandwidth is a cap, not a floor),
+    # and MI300X no nccl one: a gate run with that tool judges by the relative rule alone.
+    warning = pair_gate.floor_warning("Standard_ND96asr_v4", "iperf3")
+    assert warning.startswith("no iperf3 pair floor is known for Standard_ND96asr_v4: ")
+    assert "healthcheck_pair_thresholds" in warning
+    assert pair_gate.floor_warning("Standard_ND96isr_MI300X_v5", "nccl").startswith(
+        "no nccl pair floor is known for Standard_ND96isr_MI300X_v5: ")
+    assert pair_gate.floor_warning("", "iperf3") == ""  # no size known (the twin): nothing to name
+
+
+def test_every_size_with_floors_is_one_the_inventory_check_knows():
+    # A size with floors must not draw "not one of the VM sizes this collection knows".
+    from amlhpc.validate import variable_checks
+
+    assert set(checks.VM_THRESHOLDS) | set(pair_gate.PAIR_THRESHOLDS) <= variable_checks.KNOWN_VM_SIZES

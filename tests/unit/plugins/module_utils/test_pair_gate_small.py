@@ -121,17 +121,16 @@ def test_a_floor_decides_what_the_readings_cannot():
 
 
 def test_a_size_without_a_floor_is_warned_about_by_name():
-    # Issue 50 item 3: no published floor could be cited for ND MI300X v5 or ND GB200 v6, so
-    # the table has none; the gate says so, naming the size, the tool and the setting.
-    warning = pair_gate.floor_warning("Standard_ND96isr_MI300X_v5", "ib_write_bw")
-    assert "Standard_ND96isr_MI300X_v5" in warning and "ib_write_bw" in warning
+    # Issue 50 item 3: no published pair figure can be cited for the NC sizes (nor ND GB300 v6),
+    # so the table has none; the gate says so, naming the size, the tool and the setting.
+    warning = pair_gate.floor_warning("Standard_NC24ads_A100_v4", "iperf3")
+    assert "Standard_NC24ads_A100_v4" in warning and "iperf3" in warning
     assert "healthcheck_pair_thresholds" in warning
-    state = pair_gate.start(names(4), "ib_write_bw", warnings=[warning])
+    state = pair_gate.start(names(4), "iperf3", warnings=[warning])
     assert pair_gate_report.summary(state)[1] == f"warning: {warning}"
     # A size in the table, or a floor set for it, warns of nothing.
     assert pair_gate.floor_warning("Standard_ND96isr_H100_v5", "ib_write_bw") == ""
-    assert pair_gate.floor_warning("Standard_ND96isr_MI300X_v5", "ib_write_bw",
-                                   {"default": {"ib_write_bw": 300}}) == ""
+    assert pair_gate.floor_warning("Standard_NC24ads_A100_v4", "iperf3", {"default": {"iperf3": 5}}) == ""
     assert pair_gate.floor_warning("", "iperf3") == ""  # no size known (the twin): nothing to name
 
 
