@@ -28,12 +28,15 @@ def start(hostvars: Any, hosts: list[str], settings: dict[str, Any]) -> dict[str
     try:
         minimum = gate.pair_minimum(settings.get("vm_size"), tool, settings.get("thresholds"))
         warning = gate.floor_warning(settings.get("vm_size"), tool, settings.get("thresholds"))
+        # iperf3 runs over the interface the probe read the link speed of; the other tools over InfiniBand.
+        link = gate.link_speed_warning({h: (hostvars[h].get("healthcheck_pair_probe") or {}).get("link_speed_mbps")
+                                        for h in hosts}) if tool == "iperf3" else ""
     except ValueError as exc:
         from ansible.errors import AnsibleFilterError
         raise AnsibleFilterError(str(exc)) from exc
     state = gate.start(hosts, tool, minimum=minimum, relative=float(settings.get("relative", gate.RELATIVE)),
                        max_rounds=int(settings.get("max_rounds", gate.MAX_ROUNDS)),
-                       readings=int(settings.get("readings", gate.READINGS)), warnings=[warning])
+                       readings=int(settings.get("readings", gate.READINGS)), warnings=[warning, link])
     state["tool_reason"] = reason
     report = logic("health.pair_gate_report")
     return report.with_roles(state, _addresses(hostvars, hosts), int(settings.get("port", 5300)))

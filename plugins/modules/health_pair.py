@@ -18,7 +18,7 @@ description:
     round is one task per node whatever the node count.
   - O(role=probe) says which pair tools the node has - C(iperf3), C(ib_write_bw) (with an
     InfiniBand device in C(/sys/class/infiniband)), C(nccl) (C(all_reduce_perf), C(mpirun)
-    and C(nvidia-smi)).
+    and C(nvidia-smi)), and the link speed of the interface holding O(self_address).
   - O(role=server) starts the listening side in the background and returns (an C(iperf3 -s -1)
     or C(ib_write_bw) that serves one client and gives up when idle), one per port of O(ports);
     nccl-tests needs none.
@@ -121,6 +121,19 @@ found:
   description: With O(role=probe), whether each pair tool is usable here (C(iperf3), C(ib_write_bw), C(nccl)).
   type: dict
   returned: when role is probe
+interface:
+  description: With O(role=probe), the network interface that holds O(self_address) (iperf3's path); empty when none does.
+  type: str
+  returned: when role is probe
+  version_added: 2.3.0
+link_speed_mbps:
+  description:
+    - With O(role=probe), that interface's link speed in Mb/s (C(/sys/class/net/<interface>/speed)); null where
+      the driver reports none (virtio's -1, a link that is down, loopback).
+    - The pair gate names a node whose speed is below the one most nodes share (a link trained down).
+  type: float
+  returned: when role is probe
+  version_added: 2.3.0
 value:
   description: With O(role=client), the best reading (Gb/s for iperf3 and ib_write_bw, GB/s bus bandwidth for nccl); null when none gave a figure.
   type: float
@@ -141,10 +154,13 @@ output:
   returned: when role is client
 """
 
+import fcntl
 import os
 import shlex
 import shutil
 import signal
+import socket
+import struct
 import tempfile
 import time
 
@@ -165,6 +181,35 @@ def has_ib() -> bool:
         return bool(os.listdir("/sys/class/infiniband"))
     except OSError:
         return False
+
+
+SIOCGIFADDR = 0x8915  # linux/sockios.h: an interface's IPv4 address
+
+
+def interface_of(address: str) -> str:
+    """The interface holding ``address`` (a name is resolved first), "" when none does."""
+    try:
+        wanted = socket.gethostbyname(address)
+    except OSError:
+        return ""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for _index, name in socket.if_nameindex():
+            try:
+                raw = fcntl.ioctl(sock.fileno(), SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+            except OSError:
+                continue  # no IPv4 address on it
+            if socket.inet_ntoa(raw[20:24]) == wanted:
+                return name
+    return ""
+
+
+def link_speed(interface: str, root: str = "/sys/class/net") -> float | None:
+    """The link speed the kernel reports for ``interface``, Mb/s; None where it reports none."""
+    try:
+        with open(os.path.join(root, interface, "speed"), encoding="ascii") as f:
+            return pair_tools.parse_link_speed(f.read())
+    except (OSError, ValueError):
+        return None
 
 
 def end_stale_server(pidfile: str, port: int) -> None:
@@ -211,7 +256,9 @@ def main() -> None:
     names = {**DEFAULT_NAMES, **{k: str(v) for k, v in (p["binaries"] or {}).items() if v}}
     paths = {k: find(v, p["tool_dirs"]) for k, v in names.items()}
     if p["role"] == "probe":
-        module.exit_json(changed=False, paths=paths, address=p["self_address"], found={
+        interface = interface_of(p["self_address"]) if p["self_address"] else ""
+        module.exit_json(changed=False, paths=paths, address=p["self_address"], interface=interface,
+                         link_speed_mbps=link_speed(interface) if interface else None, found={
             "iperf3": bool(paths["iperf3"]),
             "ib_write_bw": bool(paths["ib_write_bw"]) and has_ib(),
             "nccl": all(paths[k] for k in ("all_reduce_perf", "mpirun", "nvidia_smi")),

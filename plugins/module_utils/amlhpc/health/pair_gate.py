@@ -116,6 +116,25 @@ def floor_warning(vm_size: str | None, tool: str, overrides: Mapping[str, Any] |
             f"it cannot tell the gate says so; set healthcheck_pair_thresholds: {{{size}: {{{tool}: <figure>}}}}")
 
 
+def link_speed_warning(speeds: Mapping[str, float | None]) -> str:
+    """One sentence naming the nodes whose pair-test interface reports a lower link speed (Mb/s,
+    :func:`.pair_tools.parse_link_speed`) than the speed more than half of the reporting nodes
+    share: a link trained down or a bad cable, seen without a byte sent. "" where no speed has
+    such a majority. A warning, not a floor: iperf3's figure is not a share of the link's speed
+    (Azure caps each size below it; healthy twin pairs read 4 % of theirs under load)."""
+    known = {node: float(v) for node, v in speeds.items() if v}
+    counts: dict[float, int] = {}
+    for value in known.values():
+        counts[value] = counts.get(value, 0) + 1
+    usual = next((v for v, n in counts.items() if 2 * n > len(known)), None)
+    slow = sorted(node for node, v in known.items() if usual is not None and v < usual)
+    if not slow:
+        return ""
+    named = ", ".join(f"{node} ({known[node]:g} Mb/s)" for node in slow)
+    return (f"{named} report(s) a lower link speed on the pair-test interface than the {usual:g} Mb/s most "
+            f"nodes report (a link trained down or a bad cable): reseat or replace the cable, or leave the node out")
+
+
 def choose_tool(found: Mapping[str, Mapping[str, Any]], preferred: str = "auto") -> tuple[str, str]:
     """``(tool, reason)`` from what each node has (``found[node]``: ``{"nccl": bool,
     "ib_write_bw": bool, "iperf3": bool}``); ``("", reason)`` when no tool is on every node."""

@@ -57,6 +57,16 @@ def parse_iperf3(text: str) -> tuple[float | None, str]:
     return min(rates) / 1e9, ""
 
 
+def parse_link_speed(text: str) -> float | None:
+    """Mb/s of ``/sys/class/net/<iface>/speed``; None where the driver knows none (virtio writes
+    -1, reading a link that is down fails and leaves "")."""
+    try:
+        value = float(text.strip())
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
 def ib_write_bw_argv(binary: str, role: str, peer_address: str, port: int, seconds: int,
                      device: str = "") -> list[str]:
     """perftest's RDMA write bandwidth: the server waits for one client, the client reports."""

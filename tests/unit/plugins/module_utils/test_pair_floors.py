@@ -10,9 +10,18 @@ the gate says so in one sentence naming the size, the tool and the setting.
 
 from __future__ import annotations
 
-import pytest
+import json
+from pathlib import Path
 
-from amlhpc.health import checks, pair_gate
+import pytest
+from ansible.plugins.loader import filter_loader, init_plugin_loader
+
+from amlhpc.health import checks, pair_gate, pair_gate_report, pair_tools
+
+ROOT = Path(__file__).resolve().parents[4]
+FIX = Path(__file__).parent / "fixtures" / "pair_gate"
+# /sys/class/net/<iface>/speed as read on the development machine (fixtures/pair_gate/README.md).
+SPEEDS = json.loads((FIX / "sys_class_net_speed_devbox.json").read_text())["interfaces"]
 
 
 def test_every_pair_floor_is_the_node_tables_figure():
@@ -92,3 +101,56 @@ def test_every_size_with_floors_is_one_the_inventory_check_knows():
     from amlhpc.validate import variable_checks
 
     assert set(checks.VM_THRESHOLDS) | set(pair_gate.PAIR_THRESHOLDS) <= variable_checks.KNOWN_VM_SIZES
+
+
+# ---------------------------------------------------------------- iperf3: the link's speed
+def test_a_link_speed_is_read_where_the_driver_knows_one():
+    assert pair_tools.parse_link_speed(SPEEDS["vethdb296d5"]["speed"]) == 10000.0  # a Docker veth
+    assert pair_tools.parse_link_speed(SPEEDS["eth0"]["speed"]) is None  # virtio says -1: unknown
+    assert "error" in SPEEDS["lo"]  # reading it fails (EINVAL): the module passes ""
+    assert pair_tools.parse_link_speed("") is None
+    assert pair_tools.parse_link_speed("fast\n") is None
+
+
+def test_the_recorded_healthy_pairs_rule_out_an_iperf3_floor_from_the_links_speed():
+    # Healthy twin pairs over veths that report 10000 Mb/s read 0.42 to 5.5 Gb/s at load 8.5
+    # (bench/data/twin_iperf3_pairs.json): one at about 4 % of its link's speed. On Azure the
+    # size's bandwidth cap sits below the NIC's link speed too. A floor at any useful share of
+    # the link would fail healthy nodes, so the table keeps none for iperf3.
+    readings = json.loads((ROOT / "bench" / "data" / "twin_iperf3_pairs.json").read_text())["readings"]
+    link_gbps = pair_tools.parse_link_speed(SPEEDS["vethdb296d5"]["speed"]) / 1000
+    assert min(readings) / link_gbps < 0.05
+    assert all(floors["iperf3"] is None for floors in pair_gate.PAIR_THRESHOLDS.values())
+
+
+def test_a_node_whose_link_reports_less_than_most_is_named_in_one_sentence():
+    speeds = {"h-0": 10000.0, "h-1": 10000.0, "h-2": 1000.0, "h-3": 10000.0, "h-4": None}
+    assert pair_gate.link_speed_warning(speeds) == (
+        "h-2 (1000 Mb/s) report(s) a lower link speed on the pair-test interface than the 10000 Mb/s most "
+        "nodes report (a link trained down or a bad cable): reseat or replace the cable, or leave the node out")
+    two = pair_gate.link_speed_warning({"a": 25000.0, "b": 100000.0, "c": 50000.0, "d": 100000.0, "e": 100000.0})
+    assert two.startswith("a (25000 Mb/s), c (50000 Mb/s) report(s) a lower link speed on the pair-test interface "
+                          "than the 100000 Mb/s most nodes report")
+    # No speed held by more than half of the nodes that report one, or every node alike: nothing.
+    assert pair_gate.link_speed_warning({"a": 1000.0, "b": 10000.0}) == ""
+    assert pair_gate.link_speed_warning({"a": 10000.0, "b": 10000.0, "c": None}) == ""
+    assert pair_gate.link_speed_warning({"a": None, "b": None}) == ""
+
+
+def _hostvars(speeds: dict) -> dict:
+    return {h: {"healthcheck_pair_probe": {"address": f"10.0.0.{i}", "link_speed_mbps": v,
+                                           "found": {"iperf3": True, "ib_write_bw": False, "nccl": False}}}
+            for i, (h, v) in enumerate(speeds.items())}
+
+
+def test_the_gate_heads_its_summary_with_the_slow_link_when_it_runs_iperf3():
+    init_plugin_loader()
+    start = filter_loader.get("amlhpc.azureml.amlhpc_pair_gate_start").j2_function
+    speeds = {"h-0": 10000.0, "h-1": 10000.0, "h-2": 1000.0, "h-3": 10000.0}
+    state = start(_hostvars(speeds), list(speeds), {"tool": "auto", "vm_size": "", "thresholds": {}})
+    assert state["tool"] == "iperf3"
+    assert pair_gate_report.summary(state)[1] == f"warning: {pair_gate.link_speed_warning(speeds)}"
+    # Alike links: no warning line.
+    alike = {h: 10000.0 for h in speeds}
+    state = start(_hostvars(alike), list(alike), {"tool": "auto", "vm_size": "", "thresholds": {}})
+    assert not any(line.startswith("warning:") for line in pair_gate_report.summary(state))
