@@ -154,3 +154,18 @@ def test_the_gate_heads_its_summary_with_the_slow_link_when_it_runs_iperf3():
     alike = {h: 10000.0 for h in speeds}
     state = start(_hostvars(alike), list(alike), {"tool": "auto", "vm_size": "", "thresholds": {}})
     assert not any(line.startswith("warning:") for line in pair_gate_report.summary(state))
+
+
+@pytest.mark.parametrize("size, message", [
+    # The message size of each AzNHC check_nccl_allreduce line the node figures come from.
+    ("Standard_ND96isr_H100_v5", "16G"), ("Standard_ND96isr_H200_v5", "16G"),
+    ("Standard_ND128isr_NDR_GB200_v6", "16G"),  # check_nccl_allreduce 432.0 1 16G
+    ("Standard_ND96asr_v4", "8G"),
+])
+def test_the_node_all_reduce_runs_at_the_message_size_of_its_figure(size, message):
+    import jinja2
+    import yaml
+
+    defaults = yaml.safe_load((ROOT / "roles" / "healthcheck" / "defaults" / "main.yml").read_text())
+    rendered = jinja2.Environment().from_string(defaults["healthcheck_nccl_message"]).render(healthcheck_vm_size=size)
+    assert rendered == message
