@@ -29,8 +29,8 @@ def start(hostvars: Any, hosts: list[str], settings: dict[str, Any]) -> dict[str
         minimum = gate.pair_minimum(settings.get("vm_size"), tool, settings.get("thresholds"))
         warning = gate.floor_warning(settings.get("vm_size"), tool, settings.get("thresholds"))
         # iperf3 runs over the interface the probe read the link speed of; the other tools over InfiniBand.
-        link = gate.link_speed_warning({h: (hostvars[h].get("healthcheck_pair_probe") or {}).get("link_speed_mbps")
-                                        for h in hosts}) if tool == "iperf3" else ""
+        speeds = {h: (hostvars[h].get("healthcheck_pair_probe") or {}).get("link_speed_mbps") for h in hosts}
+        link = gate.link_speed_warning(speeds) if tool == "iperf3" else ""
     except ValueError as exc:
         from ansible.errors import AnsibleFilterError
         raise AnsibleFilterError(str(exc)) from exc

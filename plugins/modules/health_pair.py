@@ -122,14 +122,16 @@ found:
   type: dict
   returned: when role is probe
 interface:
-  description: With O(role=probe), the network interface that holds O(self_address) (iperf3's path); empty when none does.
+  description:
+    - With O(role=probe), the network interface that holds O(self_address) (iperf3's path); empty when
+      none does.
   type: str
   returned: when role is probe
   version_added: 2.3.0
 link_speed_mbps:
   description:
-    - With O(role=probe), that interface's link speed in Mb/s (C(/sys/class/net/<interface>/speed)); null where
-      the driver reports none (virtio's -1, a link that is down, loopback).
+    - With O(role=probe), that interface's link speed in Mb/s (C(/sys/class/net/<interface>/speed)); null
+      where the driver reports none (virtio's -1, a link that is down, loopback).
     - The pair gate names a node whose speed is below the one most nodes share (a link trained down).
   type: float
   returned: when role is probe

@@ -113,7 +113,8 @@ def floor_warning(vm_size: str | None, tool: str, overrides: Mapping[str, Any] |
     if not size or pair_minimum(vm_size, tool, overrides) is not None:
         return ""
     return (f"no {tool} pair floor is known for {size}: only the pairs' relative rule judges, and where "
-            f"it cannot tell the gate says so; set healthcheck_pair_thresholds: {{{size}: {{{tool}: <figure>}}}}")
+            f"it cannot tell the gate says so; set healthcheck_pair_thresholds: "
+            f"{{{size}: {{{tool}: <figure>}}}}")
 
 
 def link_speed_warning(speeds: Mapping[str, float | None]) -> str:
@@ -132,7 +133,8 @@ def link_speed_warning(speeds: Mapping[str, float | None]) -> str:
         return ""
     named = ", ".join(f"{node} ({known[node]:g} Mb/s)" for node in slow)
     return (f"{named} report(s) a lower link speed on the pair-test interface than the {usual:g} Mb/s most "
-            f"nodes report (a link trained down or a bad cable): reseat or replace the cable, or leave the node out")
+            f"nodes report (a link trained down or a bad cable): reseat or replace the cable, or leave the "
+            f"node out")
 
 
 def choose_tool(found: Mapping[str, Mapping[str, Any]], preferred: str = "auto") -> tuple[str, str]:

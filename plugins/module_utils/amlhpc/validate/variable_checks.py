@@ -31,9 +31,9 @@ VM_SIZE_NAME = re.compile(r"(?i)Standard_[A-Za-z0-9]+(?:_[A-Za-z0-9]+)*")
 # table among them); another well-formed name is a warning, not an error.
 KNOWN_VM_SIZES = frozenset(s.lower() for s in (
     "Standard_ND96asr_v4", "Standard_ND96amsr_A100_v4", "Standard_ND96isr_H100_v5", "Standard_ND96isr_H200_v5",
-    "Standard_ND96isr_MI300X_v5", "Standard_ND128isr_NDR_GB200_v6", "Standard_ND128isr_GB300_v6", "Standard_ND40rs_v2",
-    "Standard_NC24ads_A100_v4", "Standard_NC48ads_A100_v4",
-    "Standard_NC96ads_A100_v4", "Standard_NC40ads_H100_v5", "Standard_NC80adis_H100_v5", "Standard_NC6s_v3",
+    "Standard_ND96isr_MI300X_v5", "Standard_ND128isr_NDR_GB200_v6", "Standard_ND128isr_GB300_v6",
+    "Standard_ND40rs_v2", "Standard_NC24ads_A100_v4", "Standard_NC48ads_A100_v4", "Standard_NC96ads_A100_v4",
+    "Standard_NC40ads_H100_v5", "Standard_NC80adis_H100_v5", "Standard_NC6s_v3",
     "Standard_NC12s_v3", "Standard_NC24s_v3", "Standard_NC24rs_v3", "Standard_NC4as_T4_v3", "Standard_NC8as_T4_v3",
     "Standard_NC16as_T4_v3", "Standard_NC64as_T4_v3", "Standard_HB120rs_v3", "Standard_HB176rs_v4",
     "Standard_HC44rs", "Standard_D4s_v3", "Standard_D8s_v3", "Standard_DS3_v2", "Standard_F16s_v2"))

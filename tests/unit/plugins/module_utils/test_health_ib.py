@@ -35,19 +35,21 @@ def by_name(checks):
                                   "ib_ports": 8,
                                   "ib_rate_gbps": 400.0, "ib_bw_gbps": 360.0, "nvme_count": 8}),
     # conf/nd40rs_v2.conf: check_hw_ib 100 mlx5_ib0:1, check_ib_bw_non_gdr 78 65536 (an earlier version: 90)
-    ("Standard_ND40rs_v2", {"gpus": 8, "h2d_gbps": 10.0, "ib_ports": 1, "ib_rate_gbps": 100.0, "ib_bw_gbps": 78.0}),
+    ("Standard_ND40rs_v2", {"gpus": 8, "h2d_gbps": 10.0, "ib_ports": 1, "ib_rate_gbps": 100.0,
+                            "ib_bw_gbps": 78.0}),
     # conf/nd128isr_ndr_gb200_v6.conf: check_gpu_count 4, check_gpu_bw 48 335, check_nccl_allreduce 432.0,
     # check_hw_ib 400 x 4, check_ib_bw_gdr 360, check_gpu_ecc 20000000 10000
-    ("Standard_ND128isr_NDR_GB200_v6", {"gpus": 4, "h2d_gbps": 48.0, "p2p_gbps": 335.0, "allreduce_node_busbw": 432.0,
-                                        "ib_ports": 4, "ib_rate_gbps": 400.0, "ib_bw_gbps": 360.0, "nvme_count": None,
-                                        "allreduce_cluster_busbw": 144.0, "alltoall_cluster_busbw": 27.0,
-                                        "ecc_sram_correctable_max": 10000, "ib_link_downed_max": 1}),
+    ("Standard_ND128isr_NDR_GB200_v6", {
+        "gpus": 4, "h2d_gbps": 48.0, "p2p_gbps": 335.0, "allreduce_node_busbw": 432.0, "ib_ports": 4,
+        "ib_rate_gbps": 400.0, "ib_bw_gbps": 360.0, "nvme_count": None, "allreduce_cluster_busbw": 144.0,
+        "alltoall_cluster_busbw": 27.0, "ecc_sram_correctable_max": 10000, "ib_link_downed_max": 1}),
     # conf/nd96isr_mi300x_v5.conf: check_hw_ib 400 x 8, check_ib_bw_non_gdr 390; its GPU checks are
     # ROCm's (check_gpu_count 8 rocm, check_gpu_bw 48 44, check_rccl_allreduce 314), which the
     # node checks (nvidia-smi, nccl-tests, nvbandwidth) do not run: not gated here.
-    ("Standard_ND96isr_MI300X_v5", {"gpus": None, "h2d_gbps": None, "allreduce_node_busbw": None, "ib_ports": 8,
-                                    "ib_rate_gbps": 400.0, "ib_bw_gbps": 390.0, "allreduce_cluster_busbw": None,
-                                    "ecc_sram_correctable_max": None, "ib_link_downed_max": 1}),
+    ("Standard_ND96isr_MI300X_v5", {
+        "gpus": None, "h2d_gbps": None, "allreduce_node_busbw": None, "ib_ports": 8, "ib_rate_gbps": 400.0,
+        "ib_bw_gbps": 390.0, "allreduce_cluster_busbw": None, "ecc_sram_correctable_max": None,
+        "ib_link_downed_max": 1}),
 ])
 def test_each_size_carries_the_aznhc_figures(size, expected):
     t = health.thresholds_for(size)

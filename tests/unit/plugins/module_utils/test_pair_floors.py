@@ -79,10 +79,12 @@ def test_a_size_outside_the_table_is_warned_about_in_one_sentence():
         "{Standard_NC24ads_A100_v4: {iperf3: <figure>}}")
     # ND GB300 v6: Azure's size page lists 4 x 800 Gb/s InfiniBand, but AzNHC has no conf file for
     # it, so there is no measured floor to cite.
-    assert "Standard_ND128isr_GB300_v6" in pair_gate.floor_warning("Standard_ND128isr_GB300_v6", "ib_write_bw")
+    gb300 = "Standard_ND128isr_GB300_v6"
+    assert gb300 in pair_gate.floor_warning(gb300, "ib_write_bw")
     # A figure set for the size, or for every size, silences it.
-    assert pair_gate.floor_warning("Standard_NC24ads_A100_v4", "iperf3", {"Standard_NC24ads_A100_v4": {"iperf3": 5}}) == ""
-    assert pair_gate.floor_warning("Standard_NC24ads_A100_v4", "iperf3", {"default": {"iperf3": 5}}) == ""
+    nc = "Standard_NC24ads_A100_v4"
+    assert pair_gate.floor_warning(nc, "iperf3", {nc: {"iperf3": 5}}) == ""
+    assert pair_gate.floor_warning(nc, "iperf3", {"default": {"iperf3": 5}}) == ""
 
 
 def test_a_size_in_the_table_without_a_floor_for_the_tool_is_warned_about_too():
@@ -127,10 +129,12 @@ def test_a_node_whose_link_reports_less_than_most_is_named_in_one_sentence():
     speeds = {"h-0": 10000.0, "h-1": 10000.0, "h-2": 1000.0, "h-3": 10000.0, "h-4": None}
     assert pair_gate.link_speed_warning(speeds) == (
         "h-2 (1000 Mb/s) report(s) a lower link speed on the pair-test interface than the 10000 Mb/s most "
-        "nodes report (a link trained down or a bad cable): reseat or replace the cable, or leave the node out")
-    two = pair_gate.link_speed_warning({"a": 25000.0, "b": 100000.0, "c": 50000.0, "d": 100000.0, "e": 100000.0})
-    assert two.startswith("a (25000 Mb/s), c (50000 Mb/s) report(s) a lower link speed on the pair-test interface "
-                          "than the 100000 Mb/s most nodes report")
+        "nodes report (a link trained down or a bad cable): reseat or replace the cable, or leave the "
+        "node out")
+    two = pair_gate.link_speed_warning({"a": 25000.0, "b": 100000.0, "c": 50000.0, "d": 100000.0,
+                                        "e": 100000.0})
+    assert two.startswith("a (25000 Mb/s), c (50000 Mb/s) report(s) a lower link speed on the pair-test "
+                          "interface than the 100000 Mb/s most nodes report")
     # No speed held by more than half of the nodes that report one, or every node alike: nothing.
     assert pair_gate.link_speed_warning({"a": 1000.0, "b": 10000.0}) == ""
     assert pair_gate.link_speed_warning({"a": 10000.0, "b": 10000.0, "c": None}) == ""
@@ -167,5 +171,5 @@ def test_the_node_all_reduce_runs_at_the_message_size_of_its_figure(size, messag
     import yaml
 
     defaults = yaml.safe_load((ROOT / "roles" / "healthcheck" / "defaults" / "main.yml").read_text())
-    rendered = jinja2.Environment().from_string(defaults["healthcheck_nccl_message"]).render(healthcheck_vm_size=size)
-    assert rendered == message
+    template = jinja2.Environment().from_string(defaults["healthcheck_nccl_message"])
+    assert template.render(healthcheck_vm_size=size) == message
