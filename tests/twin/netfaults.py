@@ -17,6 +17,12 @@ the node changes and the node needs no capability:
   fine with every other.
 * :func:`cut_off` - ``ip link set <veth> down``: the node is cut off from the network, its
   processes running on (a head whose NIC or top-of-rack port died; issue 48).
+* :func:`slow_uploads` - what the node sends to one TCP port (a storage endpoint) at a low rate,
+  everything else at full speed: an ``htb`` qdisc on the node's own ``eth0``, a ``u32`` filter on
+  the destination port picking the slow class (the node's egress is the host veth's ingress,
+  which a qdisc there cannot shape). Made from the host in the node's network namespace
+  (``nsenter -n``, the host's ``tc``): nothing inside the node changes, its job container (which
+  shares that namespace) is shaped alike. A slow path to the blob store, not a slow node.
 
 All but :func:`cut_off` are context managers and always clean up (the veth goes with the container, the rule is
 deleted by its exact text). :func:`host_veth` finds the host-side end from the node's
@@ -95,6 +101,37 @@ def lossy_link(twin: Any, node: Any, probability: float = 0.3) -> Iterator[str]:
         yield veth
     finally:
         _run("iptables", "-D", *rule)
+
+
+def slow_uploads_argv(port: int, rate: str) -> list[list[str]]:
+    """The ``tc`` commands (run in the node's network namespace) that send what goes to TCP
+    ``port`` through an ``htb`` class of ``rate`` and the rest through one of 40 Gbit/s (faster
+    than the twin's links; this kernel has ``htb`` and ``u32``, not ``prio``)."""
+    if not _RATE.match(str(rate).strip()):
+        raise ValueError(f"rate '{rate}' is not one tc reads: give a number and a unit like 500kbit or 10mbit")
+    dev = ["dev", "eth0"]
+    return [["tc", "qdisc", "add", *dev, "root", "handle", "1:", "htb", "default", "10"],
+            ["tc", "class", "add", *dev, "parent", "1:", "classid", "1:10", "htb", "rate", "40gbit"],
+            ["tc", "class", "add", *dev, "parent", "1:", "classid", "1:30", "htb", "rate", str(rate), "ceil", str(rate)],
+            ["tc", "filter", "add", *dev, "protocol", "ip", "parent", "1:", "prio", "1", "u32",
+             "match", "ip", "dport", str(int(port)), "0xffff", "flowid", "1:30"]]
+
+
+@contextlib.contextmanager
+def slow_uploads(twin: Any, node: Any, port: int, rate: str = "500kbit") -> Iterator[None]:
+    """What ``node`` sends to TCP ``port`` (on any address) leaves at ``rate``; the rest at full speed."""
+    pid = _run("docker", "inspect", "-f", "{{.State.Pid}}", node.container).stdout.strip()
+    if not pid.isdigit() or pid == "0":
+        raise RuntimeError(f"{node.container} is not running (docker inspect gave pid '{pid}')")
+    ns = ["nsenter", "-t", pid, "-n"]
+    try:
+        for argv in slow_uploads_argv(port, rate):
+            done = _run(*ns, *argv)
+            if done.returncode != 0:
+                raise RuntimeError(f"tc could not slow {node.container}'s uploads to port {port}: {done.stderr.strip()}")
+        yield
+    finally:
+        _run(*ns, "tc", "qdisc", "del", "dev", "eth0", "root")
 
 
 def _private_ip(twin: Any, node: Any) -> str:

@@ -36,3 +36,14 @@ def test_rates_ten_times_apart_get_bursts_ten_times_apart():
 def test_a_rate_tc_would_not_read_is_refused_in_one_sentence():
     with pytest.raises(ValueError, match="rate '10 megabits'.*like 10mbit"):
         netfaults.tbf_argv("v", "10 megabits")
+
+
+def test_slow_uploads_shape_only_what_goes_to_the_port():
+    root, fast, slow, match = netfaults.slow_uploads_argv(10000, "500kbit")
+    assert root[-4:] == ["1:", "htb", "default", "10"] and root[4] == "eth0"
+    assert fast[fast.index("classid") + 1] == "1:10"
+    assert slow[slow.index("classid") + 1] == "1:30" and slow[-4:] == ["rate", "500kbit", "ceil", "500kbit"]
+    assert match[match.index("dport") + 1: match.index("dport") + 3] == ["10000", "0xffff"]
+    assert match[-2:] == ["flowid", "1:30"]
+    with pytest.raises(ValueError, match="500kbit"):
+        netfaults.slow_uploads_argv(10000, "half a megabit")
