@@ -16,4 +16,10 @@ if not os.path.isdir(os.path.join(HERE, "amlhpc")):
 from cosmoflow.train import main  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except SystemExit as exc:
+        if isinstance(exc.code, str):  # a refusal: one line the submit role finds (job_runs.refusal)
+            print(f"[cosmoflow] refused: {' '.join(exc.code.split())}", file=sys.stderr, flush=True)
+            sys.exit(1)
+        raise

@@ -388,6 +388,7 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azure.job_ru
     COMPLETED,
     failing_log,
     failure_message,
+    log_refusal,
     log_tail,
     node_logs,
     write_record,
@@ -422,8 +423,9 @@ def unfinished(p: dict[str, Any], result: dict[str, Any], log_path: str) -> str:
         name, tail = f"the streamed log {log_path}", log_tail(log_path)
         if result.get("download_error"):
             name += f" (the node logs did not come down: {result['download_error']})"
+    refused = log_refusal(result.get("failed_log") or log_path)
     return failure_message(result["run_id"], result["status"], result.get("portal_url"), error,
-                           result.get("next_attempt", "a new name"), name, tail)
+                           result.get("next_attempt", "a new name"), name, tail, refused)
 
 
 def workspace_client(p: dict[str, Any]) -> AmlClient:
@@ -519,6 +521,9 @@ def main() -> None:
         if p["backend"] == "local":
             message = (f"run {result['run_id']} ended {result['status']} (local run); running the task again runs "
                        f"it again. Last lines of {log_path}:\n{log_tail(log_path)}")
+            refused = log_refusal(log_path)
+            if refused:
+                message = f"run {result['run_id']} refused to train: {refused} ({message[0].upper()}{message[1:]})"
         else:
             message = unfinished(p, result, log_path)
         if loss:

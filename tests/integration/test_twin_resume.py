@@ -12,7 +12,9 @@ listed node does not answer within ``node_loss_probe_timeout`` and leaves it out
 nodes left, moves only the lost node's files, resubmits and resumes from the last durable
 checkpoint: rc 0, four epochs trained, one interruption recorded and resumed, every training sample
 read once an epoch on the four nodes left. It prints the time from the loss to training again (the
-resumed job's own split, and the load average).
+resumed job's own split, and the load average). Then another run into the same store (the same
+``submit_name``, another model, ``submit_force``) is refused before it trains, in one sentence
+naming both runs, the store unchanged (issue 48 item 5: "resume into a store of another run").
 
 Measured on the development machine (AMD EPYC, 2 cores, shared), with the listing marking the node at
 once: loss to training again 112 s, 117 s and 127 s at a load average of 5.8, 6.1 and 9.3. With the
@@ -31,7 +33,7 @@ from pathlib import Path
 
 from test_multinode import ANSIBLE_PLAYBOOK, ROOT, twin_env
 from test_twin_node_loss import job_metrics, mllog, when_in_epoch
-from twin_recovery import EPOCHS, recovery_site
+from twin_recovery import EPOCHS, recovery_site, store_manifest
 
 BOUND = 45  # submit_node_loss_timeout, as test_twin_node_loss.py
 
@@ -116,3 +118,22 @@ def test_a_worker_lost_in_epoch_2_and_still_listed_is_recovered_by_the_same_run(
               f"{time.time() - started:.0f} s")
         assert split["waiting_for_rerun"] <= 30, split  # nobody waited for: the run went on by itself
         assert split["total"] < 600, split
+
+        # Another run into this run's store (the same submit_name, another model, a new attempt by
+        # submit_force): refused before training in one sentence naming both; the store unchanged.
+        before = store_manifest(site.account, "rs1")
+        other = {**site.group_vars["submit_train_args"], "conv_size": 8}
+        again = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), "site.yml", "--tags", "submit", "-e", "submit_name=rs1",
+                                "-e", json.dumps({"submit_force": True, "submit_train_args": other})], cwd=ROOT,
+                               env=twin_env(state), capture_output=True, text=True, timeout=900, check=False)
+        (where / "rs1-other.log").write_text(again.stdout + again.stderr)
+        said = re.sub(r"\s+", " ", again.stdout)
+        assert again.returncode != 0, said[-6000:]
+        # The sentence first, not torchrun's traceback (the failing node's last lines follow it).
+        assert re.search(r"run rs1-r\d refused to train: --resume auto: \S+/checkpoints/runs/rs1 holds the checkpoints "
+                         r"of another run \(.*\), not of this one \(.*; they differ in model\), so it is not resumed: "
+                         r"to start afresh give this run another submit_name", said), said[-6000:]
+        assert "sig=" not in again.stdout
+        assert store_manifest(site.account, "rs1") == before
+        [third] = [name for name in json.loads(state.read_text())["jobs"] if name not in ("rs1", "rs1-r2")]
+        assert '"kind": "step"' not in (job_metrics(twin, third).read_text() if job_metrics(twin, third).exists() else "")

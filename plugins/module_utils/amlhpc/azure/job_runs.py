@@ -176,9 +176,23 @@ def node_logs(folder: str) -> dict[str, str]:
     return found
 
 
+# The line the training prints when it refuses to start (workload/train.py): its one sentence.
+REFUSED = "[cosmoflow] refused: "
+
+
+def refusal(text: str) -> str:
+    """The sentence of the first refusal line in a run's log (``[cosmoflow] refused: ...``), or ""."""
+    for line in text.splitlines():
+        at = line.find(REFUSED)
+        if at >= 0 and line[at + len(REFUSED):].strip():
+            return line[at + len(REFUSED):].strip()
+    return ""
+
+
 def failure_message(run_id: str, status: str, portal_url: str | None, error: str, next_attempt: str,
-                    log_name: str | None, tail: str) -> str:
-    """The one message of a run that did not complete: the run, its status and link, the
+                    log_name: str | None, tail: str, refused: str = "") -> str:
+    """The one message of a run that did not complete: the training's own refusal first where it
+    refused to start (its sentence names the fix), then the run, its status and link, the
     service's error, what to do, and the last lines of the failing node's log."""
     ended = status in FAILED
     head = f"run {run_id} {'ended' if ended else 'is'} {status}" + (f" ({portal_url})" if portal_url else "")
@@ -198,6 +212,8 @@ def failure_message(run_id: str, status: str, portal_url: str | None, error: str
         then = (f"AzureML reports status {status}, which aml_job does not know: look at the run in the studio; "
                 "force: true submits a new attempt")
     message = f"{head}; {then}."
+    if refused:
+        message = f"run {run_id} refused to train: {refused} ({message[0].upper()}{message[1:]})"
     if log_name:
         message += f" Last lines of {log_name}:\n{tail}"
     return message
@@ -344,6 +360,17 @@ def quiet(log_path: str | None) -> Iterator[IO[str]]:
     with open(log_path or os.devnull, "a", encoding="utf-8") as log, contextlib.redirect_stdout(log), \
             contextlib.redirect_stderr(log):
         yield log
+
+
+def log_refusal(path: str, limit: int = 8 << 20) -> str:
+    """:func:`refusal` in the log at ``path`` (its last ``limit`` bytes; "" when unreadable)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - limit))
+            return refusal(f.read().decode("utf-8", "replace"))
+    except OSError:
+        return ""
 
 
 def log_tail(path: str, lines: int = 30) -> str:

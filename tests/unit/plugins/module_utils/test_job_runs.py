@@ -19,6 +19,7 @@ from amlhpc.azure.job_runs import (
     failing_log,
     failure_message,
     read_record,
+    refusal,
     service_error,
     settle,
     status_text,
@@ -197,3 +198,15 @@ def test_no_record_without_the_outputs_or_from_a_damaged_file(tmp_path):
     os.unlink(os.path.join(where, "artifacts", "outputs", "summary.json"))
     assert read_record(where, IDENTITY) is None, "the outputs are gone: the workspace is asked again"
     assert read_record(str(tmp_path / "nowhere"), IDENTITY) is None
+
+
+def test_the_refusal_is_the_first_refused_line_and_only_that():
+    log = ("[launch] node rs-0 trains: 4 node(s) meet at 10.0.0.10:29400\n"
+           "[cosmoflow] refused: --resume auto: the store holds the checkpoints of another run (...)\n"
+           "[cosmoflow] refused: --resume auto: the store holds the checkpoints of another run (...)\n"
+           "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n")
+    assert refusal(log) == "--resume auto: the store holds the checkpoints of another run (...)"
+    assert refusal("Traceback (most recent call last):\n[cosmoflow] refused:   \n") == ""
+    plain = failure_message("r", "Failed", None, "boom", "r-2", "log", "tail")
+    assert failure_message("r", "Failed", None, "boom", "r-2", "log", "tail", "") == plain
+    assert plain.startswith("run r ended Failed: boom;")
