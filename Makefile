@@ -85,7 +85,7 @@ test-ansible-units: setup  ## ansible-test units on ansible-core 2.18, the oldes
 test-ansible-integration: setup  ## ansible-test integration: the targets in tests/integration/targets, on this machine
 	.ci/integration
 
-test-collection: setup  ## Build the collection, install the tarball, run the local default from it; galaxy-importer, antsibull-docs; EE context
+test-collection: setup  ## Build the collection, install the tarball, run the local default from it; galaxy-importer, antsibull-docs; EE context; one environment with azure.azcollection (pip over PyPI)
 	@.ci/sysdeps node
 	@.ci/bootstrap lint
 	$(PYTEST) tests/collection
