@@ -220,7 +220,7 @@ def test_every_range_is_pinned_at_its_newest_and_its_oldest():
         pins = _pins(path)
         assert sorted(pins) == sorted(ranges), f"{path.relative_to(ROOT)} pins exactly the packages of the ranges"
         for name, version in pins.items():
-            assert ranges[name].specifier.contains(version, prereleases=True), (path.name, name, version)
+            assert ranges[name].specifier.contains(version, prereleases=True), (str(path.relative_to(ROOT)), name, version)
     lower = {name: next(s.version for s in req.specifier if s.operator == ">=") for name, req in ranges.items()}
     assert _pins(OLDEST) == lower
 
