@@ -77,7 +77,7 @@ test-oldest-core: setup  ## ansible-core 2.18, the oldest supported (.venv-core2
 	@.ci/bootstrap core217
 	.ci/oldest-core
 
-test-ansible-units: setup  ## ansible-test units on ansible-core 2.18, the oldest supported: tests/unit as a collection's CI runs them (its venv, its three contexts)
+test-ansible-units: setup  ## ansible-test units on ansible-core 2.18, the oldest supported, and requirements.txt's lower bounds (tests/unit/constraints.txt): tests/unit as a collection's CI runs them (its venv, its three contexts)
 	@.ci/bootstrap sanity
 	@.ci/bootstrap core218
 	.ci/units
