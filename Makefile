@@ -77,7 +77,7 @@ test-oldest-core: setup  ## ansible-core 2.18, the oldest supported (.venv-core2
 	@.ci/bootstrap core217
 	.ci/oldest-core
 
-test-ansible-units: setup  ## ansible-test units on ansible-core 2.18, the oldest supported: tests/unit as a collection's CI runs them (its venv, its three contexts)
+test-ansible-units: setup  ## ansible-test units on ansible-core 2.18, the oldest supported, and requirements.txt's lower bounds (tests/unit/constraints.txt): tests/unit as a collection's CI runs them (its venv, its three contexts)
 	@.ci/bootstrap sanity
 	@.ci/bootstrap core218
 	.ci/units
@@ -85,7 +85,7 @@ test-ansible-units: setup  ## ansible-test units on ansible-core 2.18, the oldes
 test-ansible-integration: setup  ## ansible-test integration: the targets in tests/integration/targets, on this machine
 	.ci/integration
 
-test-collection: setup  ## Build the collection, install the tarball, run the local default from it; galaxy-importer, antsibull-docs; EE context
+test-collection: setup  ## Build the collection, install the tarball, run the local default from it; galaxy-importer, antsibull-docs; EE context; one environment with azure.azcollection (pip over PyPI)
 	@.ci/sysdeps node
 	@.ci/bootstrap lint
 	$(PYTEST) tests/collection

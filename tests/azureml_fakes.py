@@ -521,6 +521,14 @@ def fault_answer(status: int, storage: bool = False) -> tuple[dict[str, str], by
     return headers, json.dumps({"error": {"code": code, "message": f"The service answered {status} {code}."}}).encode()
 
 
+def request_body(request: Any, kinds: tuple[type, ...] = (str, bytes)) -> Any:
+    """What the SDK sent: azure-core's HttpRequest of azure.core.rest carries it in ``content``; the
+    legacy one of azure.core.pipeline.transport, which azure-ai-ml 1.31's compute operations still
+    send, in ``body`` alone."""
+    content = getattr(request, "content", None)
+    return content if isinstance(content, kinds) else request.body
+
+
 def fake_transport(world: World):
     """An azure-core HTTP transport that answers azure-ai-ml's REST calls from ``world``."""
     import requests
@@ -602,8 +610,7 @@ def fake_transport(world: World):
                 name = m.group(1)
                 world.calls[f"v2 {method} compute"] += 1
                 if method == "PUT":
-                    body = json.loads(request.content if isinstance(request.content, (str, bytes))
-                                      else request.body)
+                    body = json.loads(request_body(request))
                     inner = body["properties"]["properties"]
                     if name not in world.clusters:
                         world.identities[name] = body.get("identity")
@@ -629,8 +636,7 @@ def fake_transport(world: World):
                 if method == "PATCH":
                     # ClusterUpdateParameters: the scale settings and/or the identity; nothing else changes
                     # (ARM merges the user-assigned identities sent into those there).
-                    body = json.loads(request.content if isinstance(request.content, (str, bytes))
-                                      else request.body)
+                    body = json.loads(request_body(request))
                     world.patches.setdefault(name, []).append(body)
                     scale = ((body.get("properties") or {}).get("properties") or {}).get("scaleSettings")
                     if scale:
@@ -874,7 +880,7 @@ def fake_login(seen: list[dict[str, Any]] | None = None):
 
         def send(self, request, **kwargs):
             url = urlsplit(request.url)
-            body = request.content if isinstance(request.content, (str, bytes, dict)) else request.body
+            body = request_body(request, (str, bytes, dict))
             if body and not isinstance(body, dict):
                 body = {k: v[0] for k, v in parse_qs(body.decode() if isinstance(body, bytes) else body).items()}
             form = body or None

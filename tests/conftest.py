@@ -100,6 +100,8 @@ def pytest_configure(config):
     """The markers, here rather than in pyproject.toml: `ansible-test units` runs pytest with an
     ini file of its own (and --strict-markers)."""
     config.addinivalue_line("markers", "slow: takes more than a few seconds")
+    config.addinivalue_line("markers", "pypi: reads the package index (pip's resolver over PyPI): a minute or "
+                                       "so, and only where PyPI is reachable (make test-collection)")
     config.addinivalue_line("markers", "alone: an integration test make test-integration runs by itself "
                                        "(tests/integration/conftest.py ALONE)")
 

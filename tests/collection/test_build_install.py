@@ -110,7 +110,7 @@ def test_the_local_default_runs_from_the_installed_collection(tarball, tmp_path)
 
 
 def test_ansible_builder_creates_the_execution_environment_context(tarball, tmp_path):
-    for name in ("execution-environment.yml", "bindep.txt", "requirements.txt"):
+    for name in ("execution-environment.yml", "bindep.txt"):
         shutil.copy(ROOT / name, tmp_path / name)
     (tmp_path / "context-src").mkdir()
     shutil.copy(tarball, tmp_path / "context-src" / tarball.name)
@@ -123,12 +123,18 @@ def test_ansible_builder_creates_the_execution_environment_context(tarball, tmp_
     assert (build / "collection" / tarball.name).is_file()
     assert "ansible-galaxy collection install --offline --no-deps" in containerfile
     assert "/usr/local/bin/azcopy" in containerfile and "ansible-core==2.21.5" in containerfile
-    # The Python requirements and the system packages go into the context unchanged.
-    assert (build / "requirements.txt").read_text() == (ROOT / "requirements.txt").read_text()
+    # The Python requirements: the `ansible` bundle the project runs (requirements-test.txt), then
+    # the ranges of requirements.txt and requirements-sdk-v1.txt, which pip resolves to their newest.
+    ee = yaml.safe_load((ROOT / "execution-environment.yml").read_text())
+    bundle = next(line for line in (ROOT / "requirements-test.txt").read_text().splitlines() if line.startswith("ansible=="))
+    ranges = [line for name in ("requirements.txt", "requirements-sdk-v1.txt")
+              for line in (ROOT / name).read_text().splitlines() if line.strip() and not line.startswith("#")]
+    assert ee["dependencies"]["python"] == [bundle, *ranges]
+    assert (build / "requirements.txt").read_text().split() == [bundle, *ranges]
+    # The system packages go into the context unchanged.
     bindep = (build / "bindep.txt").read_text()
     for pkg in ("libsecret-1-0 [platform:dpkg]", "libsecret [platform:rpm]", "mdadm"):
         assert pkg in bindep, pkg
-    ee = yaml.safe_load((ROOT / "execution-environment.yml").read_text())
     assert ee["version"] == 3
 
 

@@ -62,7 +62,7 @@ def test_the_image_runs_ansible_core_with_the_collection_and_the_azure_sdks(imag
     listed = ee(image, "ansible-galaxy", "collection", "list", "amlhpc.azureml", "--format", "json").stdout
     assert json.loads(listed) == {"/usr/share/ansible/collections/ansible_collections": {
         "amlhpc.azureml": {"version": GALAXY["version"]}}}
-    # The collection's dependencies come with requirements.txt's `ansible` bundle.
+    # The collection's dependencies come with the `ansible` bundle execution-environment.yml lists.
     for dep in GALAXY["dependencies"]:
         assert dep in ee(image, "ansible-galaxy", "collection", "list", dep).stdout, dep
     ee(image, "python3", "-c", "import azureml.core, azure.ai.ml, azure.identity, azure.storage.blob, ansible_runner")

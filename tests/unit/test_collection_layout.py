@@ -8,9 +8,13 @@ import importlib.util
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from ansible_cli import ansible_cli
 
@@ -169,31 +173,97 @@ def test_no_plugin_file_is_longer_than_a_reader_can_hold():
 
 def _pins(path: Path) -> dict[str, str]:
     lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
-    return dict(line.split("==", 1) for line in lines if line)
+    return {canonicalize_name(name): version for name, version
+            in (line.split("==", 1) for line in lines if line and not line.startswith("-"))}
 
 
-def test_ansible_test_units_installs_what_make_test_unit_has():
-    """tests/unit/requirements.txt (ansible-test units reads it alone: no -r includes) pins what
-    .venv has from requirements.txt, less the ansible bundle (ansible-test brings ansible-core,
-    and .ci/units links the bundle's collections that galaxy.yml depends on), and the test-only
-    packages the unit tests import, at requirements-test.txt's versions."""
-    units = _pins(ROOT / "tests" / "unit" / "requirements.txt")
-    runtime = _pins(ROOT / "requirements.txt")
+def _requirement_lines(path: Path) -> list[str]:
+    lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
+    return [line for line in lines if line and not line.startswith("-")]
+
+
+def _ranges(*paths: Path) -> dict[str, Requirement]:
+    return {canonicalize_name(r.name): r for path in paths for r in map(Requirement, _requirement_lines(path))}
+
+
+RANGES = (ROOT / "requirements.txt", ROOT / "requirements-sdk-v1.txt")
+NEWEST = ROOT / "constraints.txt"
+OLDEST = ROOT / "tests" / "unit" / "constraints.txt"
+
+
+def test_what_users_install_is_ranges_each_with_its_reason():
+    """requirements.txt (and requirements-sdk-v1.txt, SDK v1 apart: it cannot share an environment
+    with azure.azcollection) say the versions the collection supports: `name>=oldest,<next major`,
+    never a pin, and the comment above each line says why that oldest. The `ansible` bundle is the
+    project's own (requirements-test.txt), not a requirement of the collection."""
+    for path in RANGES:
+        lines = path.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if not line.strip() or line.startswith("#"):
+                continue
+            req = Requirement(line)
+            specs = sorted((s.operator, s.version) for s in req.specifier)
+            assert [op for op, _ in specs] == ["<", ">="], f"{path.name}: {line} is not a range >=oldest,<next major"
+            oldest, upper = specs[1][1], specs[0][1]
+            assert upper == str(Version(oldest).major + 1), f"{path.name}: {line}: the upper bound is the next major"
+            assert lines[i - 1].startswith("#"), f"{path.name}: {line} has no comment above it saying why {oldest}"
+        assert "ansible" not in _ranges(path) and "ansible-core" not in _ranges(path), path.name
+    assert re.fullmatch(r"14\.\d+\.\d+", _pins(ROOT / "requirements-test.txt")["ansible"])
+
+
+def test_every_range_is_pinned_at_its_newest_and_its_oldest():
+    """constraints.txt pins what .venv has (make setup: the newest tested), tests/unit/constraints.txt
+    the lower bounds (ansible-test units on ansible-core 2.18: the oldest tested); each pin inside its
+    range, one pin for each package of the ranges and nothing else."""
+    ranges = _ranges(*RANGES)
+    for path in (NEWEST, OLDEST):
+        pins = _pins(path)
+        assert sorted(pins) == sorted(ranges), f"{path.relative_to(ROOT)} pins exactly the packages of the ranges"
+        for name, version in pins.items():
+            assert ranges[name].specifier.contains(version, prereleases=True), (str(path.relative_to(ROOT)), name, version)
+    lower = {name: next(s.version for s in req.specifier if s.operator == ">=") for name, req in ranges.items()}
+    assert _pins(OLDEST) == lower
+
+
+def test_this_environment_holds_one_of_the_two_pin_sets():
+    """.venv has constraints.txt's versions; another environment running the unit tests
+    (ansible-test units' venv, .venv-core218) has the one or the other, never a mix."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(name: str) -> str | None:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    have = {name: installed(name) for name in _ranges(*RANGES)}
+    if Path(sys.prefix).resolve() == (ROOT / ".venv").resolve():
+        assert have == _pins(NEWEST), "run make setup: .venv is not at constraints.txt's pins"
+    else:
+        assert have in (_pins(NEWEST), _pins(OLDEST)), have
+
+
+def test_ansible_test_units_installs_the_ranges_at_their_oldest():
+    """tests/unit/requirements.txt (ansible-test units reads it alone: no -r includes) repeats the
+    ranges of requirements.txt and requirements-sdk-v1.txt, and ansible-test installs them under
+    tests/unit/constraints.txt, the lower bounds; besides them the test-only packages the unit
+    tests import, at requirements-test.txt's versions."""
+    units = _requirement_lines(ROOT / "tests" / "unit" / "requirements.txt")
+    ranges = [line for path in RANGES for line in _requirement_lines(path)]
+    assert units[:len(ranges)] == ranges
     test = _pins(ROOT / "requirements-test.txt")
-    runtime.pop("ansible")
-    assert {name: units[name] for name in runtime if name in units} == runtime
-    extra = {name: version for name, version in units.items() if name not in runtime}
-    assert extra == {name: test[name] for name in ("hypothesis", "mitogen")}
+    assert units[len(ranges):] == [f"{name}=={test[name]}" for name in ("hypothesis", "mitogen")]
 
 
-def test_the_oldest_core_venv_has_the_oldest_supported_core_and_the_unit_test_pins():
+def test_the_oldest_core_venv_has_the_oldest_supported_core_and_the_oldest_sdks():
     """requirements-core218.txt (.venv-core218, make test-oldest-core): an exact `ansible` 11
     bundle (ansible-core 2.18, the floor of meta/runtime.yml's requires_ansible), and besides it
-    tests/unit/requirements.txt's pins (the runtime's less the bundle) and requirements-test.txt's
-    pytest, so the unit tests and the local default run there as in .venv."""
+    tests/unit/requirements.txt under tests/unit/constraints.txt (the ranges at their oldest) and
+    requirements-test.txt's pytest, so the unit tests and the local default run there as
+    ansible-test units runs them."""
     lines = [line.split("#", 1)[0].strip() for line in (ROOT / "requirements-core218.txt").read_text().splitlines()]
     lines = [line for line in lines if line]
-    assert "-r tests/unit/requirements.txt" in lines
+    assert "-r tests/unit/requirements.txt" in lines and "-c tests/unit/constraints.txt" in lines
     pins = dict(line.split("==", 1) for line in lines if "==" in line)
     assert re.fullmatch(r"11\.\d+\.\d+", pins.pop("ansible"))
     assert pins == {"pytest": _pins(ROOT / "requirements-test.txt")["pytest"]}

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import importlib
 import json
 import os
 
@@ -53,8 +54,20 @@ def test_a_failed_or_cancelled_attempt_is_resubmitted_under_a_new_name():
     assert decide("cf", [("cf", "Failed"), ("cf-r2", "Canceled")])["run_name"] == "cf-r3"
 
 
+def _job_status():
+    """azure-ai-ml's JobStatus enum, from the REST models its jobs use: arm_ml_service from 1.35 on,
+    the newest dated API version's models before (v2025_01_01_preview in 1.31, requirements.txt's oldest)."""
+    import pkgutil
+
+    import azure.ai.ml._restclient as restclient
+    names = {m.name for m in pkgutil.iter_modules(restclient.__path__)}
+    dated = sorted(n for n in names if n.startswith("v20"))
+    package = "arm_ml_service" if "arm_ml_service" in names else dated[-1]
+    return importlib.import_module(f"azure.ai.ml._restclient.{package}.models").JobStatus
+
+
 def _sdk_statuses() -> dict[str, set[str]]:
-    from azure.ai.ml._restclient.arm_ml_service.models import JobStatus
+    JobStatus = _job_status()
     from azure.ai.ml.operations._run_history_constants import RunHistoryConstants
     from azureml._restclient.constants import RunStatus
     return {"azure-ai-ml JobStatus": {s.value for s in JobStatus},
@@ -88,7 +101,7 @@ def test_a_held_or_unknown_attempt_is_not_resubmitted_on_its_own(status):
 
 
 def test_status_text_spells_the_enum_members_as_the_service_does():
-    from azure.ai.ml._restclient.arm_ml_service.models import JobStatus
+    JobStatus = _job_status()
     assert status_text(JobStatus.NOT_RESPONDING) == "NotResponding" and status_text("Failed") == "Failed"
 
 

@@ -68,10 +68,18 @@ def test_v1_script_run_config_as_the_service_sees_it():
     assert SAS not in json.dumps(payload) and "TOPSECRET" not in json.dumps(payload)
 
 
+def wire_properties(job) -> dict:
+    """The job's properties as the service receives them (wire names, jobType, computeId): the REST
+    models of azure-ai-ml 1.35 (arm_ml_service) give them from as_dict(), the msrest models of
+    1.31 (requirements.txt's oldest) from serialize()."""
+    rest = job._to_job()._to_rest_object()
+    return (rest.serialize() if hasattr(rest, "serialize") else rest.as_dict())["properties"]
+
+
 def test_v2_command_job_as_the_service_sees_it():
     spec = build_spec(request("azure_ai_ml"))
     job = v2_job(spec, str(ROOT / "workload"))
-    rest = job._to_job()._to_rest_object().as_dict()["properties"]
+    rest = wire_properties(job)
     assert rest["jobType"] == "Command" and rest["computeId"] == "gpu"
     assert rest["distribution"] == {"distributionType": "Mpi", "processCountPerInstance": 8}
     assert rest["resources"]["instanceCount"] == 4
@@ -350,7 +358,7 @@ def test_v2_submit_builds_the_command_job_streams_and_downloads(capsys, tmp_path
     out = run_module(capsys, module_args(tmp_path, backend="azure_ai_ml"))
     assert out["changed"] is True and out["status"] == "Completed", out
     ((job, experiment),) = jobs.created
-    rest = job._to_job()._to_rest_object().as_dict()["properties"]
+    rest = wire_properties(job)
     assert experiment == "cosmoflow" and rest["distribution"]["processCountPerInstance"] == 8
     assert rest["resources"]["instanceCount"] == 4 and rest["resources"]["dockerArgs"] == "-v /mnt/scratch:/data"
     assert "TOPSECRET" not in json.dumps(rest, default=str) + json.dumps(out)
@@ -421,7 +429,7 @@ def test_nccl_settings_and_data_scope_reach_both_services():
     assert payload["environmentVariables"] == NCCL["environment_variables"]
     assert payload["arguments"][payload["arguments"].index("--data-scope") + 1] == "node"
     rest = v2_job(build_spec(request("azure_ai_ml", **kw)), str(ROOT / "workload"))
-    rest = rest._to_job()._to_rest_object().as_dict()["properties"]
+    rest = wire_properties(rest)
     assert rest["resources"]["dockerArgs"] == " ".join(mounts)
     assert rest["environmentVariables"] == NCCL["environment_variables"]
     assert "--data-scope node" in rest["command"]
