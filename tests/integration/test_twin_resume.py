@@ -29,7 +29,7 @@ import threading
 import time
 from pathlib import Path
 
-from test_multinode import ANSIBLE_PLAYBOOK, ROOT, twin_env
+from test_multinode import ANSIBLE_PLAYBOOK, twin_env
 from test_twin_node_loss import job_metrics, mllog, when_in_epoch
 from twin_recovery import EPOCHS, recovery_site
 
@@ -70,8 +70,8 @@ def test_a_worker_lost_in_epoch_2_and_still_listed_is_recovered_by_the_same_run(
         started = time.time()
         try:
             res = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), "site.yml", "--tags",
-                                  "healthcheck,prepare_dataset,stage,submit", "-e", "submit_name=rs1"], cwd=ROOT,
-                                 env=twin_env(state), capture_output=True, text=True, timeout=1800, check=False)
+                                  "healthcheck,prepare_dataset,stage,submit", "-e", "submit_name=rs1"], cwd=site.project,
+                                 env=twin_env(state, site.project), capture_output=True, text=True, timeout=1800, check=False)
         finally:
             stop.set()
             watcher.join(5)
