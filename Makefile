@@ -64,7 +64,7 @@ lint: setup  ## public Ansible APIs only in plugins/ + ansible-lint (production 
 	@.ci/bootstrap lint
 	$(VENV)/bin/python .ci/public-apis plugins
 	$(LINTBIN)/yamllint --strict .
-	ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/.cache/collections $(LINTBIN)/ansible-lint --profile production
+	ANSIBLE_CACHE_PLUGIN=memory ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/.cache/collections $(LINTBIN)/ansible-lint --profile production
 	.ci/changelog
 
 test-sanity: setup  ## ansible-test sanity, every test, Python 3.12, on the collection amlhpc.azureml

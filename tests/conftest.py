@@ -126,8 +126,8 @@ _PROJECT_FILES: dict[str, Any] = {"last": None, "by_test": {}, "reporter": None}
 # local default and the VM tier's playbooks run in a project copy too (.ci/oldest-core,
 # tests/vm/conftest.py), ansible-test in its copies (.cache/units, .cache/integration,
 # .cache/sanity*), the VM image is built and read in .cache/vm, molecule works in its own
-# ephemeral folder, lint only reads. Not watched: tests/core, tests/collection and tests/vm (a run
-# that holds any of them), whose own folders are their tmp_path.
+# ephemeral folder, lint keeps no fact cache (Makefile). Not watched: tests/core, tests/collection
+# and tests/vm (a run that holds any of them), whose own folders are their tmp_path.
 WATCHED_TIERS = (ROOT / "tests" / "unit", ROOT / "tests" / "workload", ROOT / "tests" / "integration")
 
 
