@@ -40,11 +40,12 @@ teardown: setup  ## Undo a run (playbooks/teardown.yml)
 	$(ANSIBLE)/ansible-playbook playbooks/teardown.yml $(ARGS)
 
 # make test: the unit and workload tiers alone (their session check fails a test that writes the
-# checkout's outputs/ or .cache/, and other tiers write there), the collection's alone (galaxy-importer
-# gives ansible-lint 180 s, which it ran past beside the others), then two lanes side by side: the
-# ansible-test units (in a copy) and the integration tier, beside the tiers that use a core at a
-# time or wait on containers and a VM (the local default's two in the checkout first, before the
-# integration tier's five that run alone look at it). The system packages, then the venvs, the
+# checkout's outputs/ or .cache/), the collection's alone (galaxy-importer gives ansible-lint 180 s,
+# which it ran past beside the others), then two lanes side by side: the ansible-test units (in a
+# copy) and the integration tier (its session check too: every test runs in a project folder of its
+# own), beside the tiers that use a core at a time or wait on containers and a VM, none of which
+# writes the checkout's outputs/ or .cache/ (the oldest core's local default and the VM's playbooks
+# run in project copies; tests/conftest.py WATCHED_TIERS). The system packages, then the venvs, the
 # node tools and the two images every tier shares are made first, side by side (.ci/bootstrap
 # parallel), so that no two tiers make them at once. Times: docs/testing.md.
 test:  ## Every test tier, each timed (.ci/tiers): unit, workload, collection, then ansible-test units and integration beside oldest core, lint, sanity, ansible-test integration, molecule, vm
@@ -63,7 +64,7 @@ lint: setup  ## public Ansible APIs only in plugins/ + ansible-lint (production 
 	@.ci/bootstrap lint
 	$(VENV)/bin/python .ci/public-apis plugins
 	$(LINTBIN)/yamllint --strict .
-	ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/.cache/collections $(LINTBIN)/ansible-lint --profile production
+	ANSIBLE_CACHE_PLUGIN=memory ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/.cache/collections $(LINTBIN)/ansible-lint --profile production
 	.ci/changelog
 
 test-sanity: setup  ## ansible-test sanity, every test, Python 3.12, on the collection amlhpc.azureml

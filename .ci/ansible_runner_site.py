@@ -3,11 +3,14 @@
 
     .venv/bin/python .ci/ansible_runner_site.py [--playbook site.yml] [--inventory PATH]
         [--tags T1,T2] [--limit PATTERN] [--extra-vars-file FILE] [--private-data-dir DIR]
+        [--project-dir DIR]
 
 It prints a one-line summary per host and writes ``summary.json`` (status, rc, per-host
 stats, failed tasks) into the artifacts folder of the run; the exit code is the
 playbook's. Pass secrets with ``--extra-vars-file`` from a file the pipeline's secret store
-writes, never on the command line.
+writes, never on the command line. ``--project-dir`` names the project folder the run uses (its
+``ansible.cfg``, playbooks and inventory; what the run writes, ``outputs/`` and ``.cache/``, goes
+under it); by default the checkout that holds this script.
 
 Nothing secret is written into the private data dir, however often it runs:
 
@@ -140,20 +143,23 @@ def _rotate(artifacts: Path, keep: int = KEEP_RUNS) -> None:
 def run_playbook(playbook: str = "site.yml", inventory: str | None = None, tags: str | None = None,
                  limit: str | None = None, extravars: dict[str, Any] | None = None,
                  private_data_dir: str | None = None, quiet: bool = False,
-                 extravars_file: str | None = None) -> RunOutcome:
+                 extravars_file: str | None = None, project_dir: str | None = None) -> RunOutcome:
     """Run ``playbook`` with ansible-runner (module docstring): ``extravars_file`` is handed over
-    by reference; ``extravars`` (a dict, from Python) through a private temporary file."""
+    by reference; ``extravars`` (a dict, from Python) through a private temporary file. The run
+    uses ``project_dir`` (default: the checkout that holds this script): its ansible.cfg, its
+    playbooks and inventory, and what the run writes lands under it."""
     import ansible_runner
     import yaml
 
-    pdd = Path(private_data_dir or ROOT / ".cache" / "runner").resolve()
+    project = Path(project_dir).resolve() if project_dir else ROOT
+    pdd = Path(private_data_dir or project / ".cache" / "runner").resolve()
     pdd.mkdir(parents=True, exist_ok=True)
     file_vars = yaml.safe_load(Path(extravars_file).read_text()) if extravars_file else {}
     secrets = secret_values({"file": file_vars, "inline": extravars}, dict(os.environ))
     clean_private_data_dir(pdd, secrets)
     bindir = str(Path(sys.executable).parent)
     envvars = {
-        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "ANSIBLE_CONFIG": str(project / "ansible.cfg"),
         "ANSIBLE_INVENTORY_UNPARSED_FAILED": "true",
         "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
         "PYTHONUNBUFFERED": "1",
@@ -171,9 +177,9 @@ def run_playbook(playbook: str = "site.yml", inventory: str | None = None, tags:
         kwargs: dict[str, Any] = {
             "private_data_dir": str(pdd),
             "artifact_dir": str(scratch / "artifacts"),
-            "project_dir": str(ROOT),
+            "project_dir": str(project),
             "playbook": playbook,
-            "inventory": str(Path(inventory or ROOT / "inventory" / "local").resolve()),
+            "inventory": str(Path(inventory or project / "inventory" / "local").resolve()),
             "envvars": envvars,
             "quiet": quiet,
             "suppress_env_files": True,
@@ -217,10 +223,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--extra-vars-file", help="YAML/JSON file of extra vars (e.g. written by the secret store); "
                                                   "handed to ansible-playbook as -e @FILE, never copied")
     parser.add_argument("--private-data-dir")
+    parser.add_argument("--project-dir", help="the project folder (its ansible.cfg, playbooks, inventory; outputs/ and "
+                                              ".cache/ written under it); default: the checkout holding this script")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     outcome = run_playbook(args.playbook, args.inventory, args.tags, args.limit, None,
-                           args.private_data_dir, args.quiet, extravars_file=args.extra_vars_file)
+                           args.private_data_dir, args.quiet, extravars_file=args.extra_vars_file,
+                           project_dir=args.project_dir)
     summary = summarize(outcome)
     Path(outcome.artifact_dir, "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     for host in sorted({h for s in (outcome.stats or {}).values() if isinstance(s, dict) for h in s}):

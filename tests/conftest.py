@@ -112,22 +112,29 @@ def pytest_configure(config):
 # run fails at its end with the paths. Left out, as Ansible's and the tiers' own working space,
 # not the operator's: .cache/collections (the link above), .cache/ansible-local (Ansible's
 # local_tmp, made and removed by every Ansible process), .cache/ansible-home (Ansible's home:
-# Galaxy's cache, collections `make setup` installs), .cache/cp (ssh's control sockets) and the
-# copies ansible-test works in (.cache/units, .cache/integration, .cache/sanity*: project_copy.COPIES).
+# Galaxy's cache, collections `make setup` installs), .cache/cp (ssh's control sockets), .cache/vm
+# (the VM tier's image) and the copies ansible-test works in (.cache/units, .cache/integration,
+# .cache/sanity*: project_copy.COPIES).
 from project_copy import project_files_changes, project_files_snapshot  # noqa: E402
 
 _PROJECT_FILES: dict[str, Any] = {"last": None, "by_test": {}, "reporter": None}
 
 
-# Watched: the sessions of tests/unit and tests/workload alone, the tiers make test runs by
-# themselves. Not the integration tier, whose tests run the local default in the checkout itself
-# (issue 49 item 4 is theirs next), nor the tiers that run beside it (tests/core, tests/collection,
-# tests/vm: make test's second lane), which would see its writes as their own.
-WATCHED_TIERS = (ROOT / "tests" / "unit", ROOT / "tests" / "workload")
+# Watched: the sessions of tests/unit, tests/workload and tests/integration (a run whose tests are
+# all of these tiers). The integration tier's tests run their playbooks, ansible-runner and the
+# local default in a project folder of their own (tests/project_copy.py). make test runs it in
+# lane 1 beside lane 2 (oldest core, lint, sanity, ansible-test integration, molecule, the VM),
+# whose tiers write the checkout's outputs/ and .cache/ nowhere the check looks: the oldest core's
+# local default and the VM tier's playbooks run in a project copy too (.ci/oldest-core,
+# tests/vm/conftest.py), ansible-test in its copies (.cache/units, .cache/integration,
+# .cache/sanity*), the VM image is built and read in .cache/vm, molecule works in its own
+# ephemeral folder, lint keeps no fact cache (Makefile). Not watched: tests/core, tests/collection
+# and tests/vm (a run that holds any of them), whose own folders are their tmp_path.
+WATCHED_TIERS = (ROOT / "tests" / "unit", ROOT / "tests" / "workload", ROOT / "tests" / "integration")
 
 
 def pytest_collection_finish(session):
-    """The snapshot before the first test, where every test collected is a unit or workload test."""
+    """The snapshot before the first test, where every test collected is of a watched tier."""
     if not session.items or not all(any(Path(str(item.fspath)).is_relative_to(tier) for tier in WATCHED_TIERS)
                                     for item in session.items):
         return

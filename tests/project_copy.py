@@ -1,7 +1,7 @@
 """A project folder of a test's own, for the tests that run the project's playbooks.
 
 It holds links to every part of the checkout except the folders a run writes (outputs/, .cache/,
-.scratch/) and the project's configuration (ansible.cfg, copied). Its ansible.cfg is the
+.scratch/, state/) and the project's configuration (ansible.cfg, copied). Its ansible.cfg is the
 project's, so a run there places everything as it would in the project (amlhpc_project_dir, the
 fact cache, Ansible's home and local tmp, known_hosts and the pins: all follow the folder of the
 ansible.cfg Ansible read), and writes nothing of the operator's (docs/testing.md, "Tests leave the
@@ -14,7 +14,10 @@ import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PROJECT_WRITES = frozenset({"outputs", ".cache", ".scratch", "ansible.cfg", ".hypothesis", ".pytest_cache", ".git"})
+# state/ too: the nodes' host key pins (ansible.cfg's known_hosts_file) a run in the copy keeps are
+# its own, never the operator's.
+PROJECT_WRITES = frozenset({"outputs", ".cache", ".scratch", "state", "ansible.cfg", ".hypothesis", ".pytest_cache",
+                            ".git"})
 
 
 def make_project_copy(where: Path, root: Path = ROOT) -> Path:
@@ -50,7 +53,9 @@ WATCHED = ("outputs", ".cache")
 # The copies .ci/collection-copy makes for ansible-test (.cache/units, .cache/integration,
 # .cache/sanity and .cache/sanity-core218, ...) are the tiers' working space, not walked either.
 COPIES = ("units", "integration", "sanity", "sanity-core218", "sanity-core217")
-NOT_WATCHED = frozenset({".cache/collections", ".cache/ansible-local", ".cache/ansible-home", ".cache/cp",
+# .cache/vm: the VM tier's Debian image, built by .ci/bootstrap (tests/vm/build-image.sh) and read by
+# tests/vm beside the integration tier (make test's second lane), as the tier's working space.
+NOT_WATCHED = frozenset({".cache/collections", ".cache/ansible-local", ".cache/ansible-home", ".cache/cp", ".cache/vm",
                          *(f".cache/{copy}" for copy in COPIES)})
 
 

@@ -8,6 +8,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,43 +27,40 @@ ACCOUNT_KEY = ("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K
 
 
 # make test-integration runs the files two at a time (pytest-xdist --dist loadfile: a worker runs
-# a file whole, its module fixtures once), then the ALONE ones by themselves: the pair gate's
-# verdicts hang on the bandwidth the twin's links measure, the local frozen rank on its watchdog's
-# timing on a quiet machine, and the local default (runner) and the stage's SAS search
-# (staging_sync) look at what was written in the checkout and under $HOME, where another file's
-# test would write meanwhile. The CHECKOUT files run the run `cosmoflow` (the default
-# submit_name), whose folder in the checkout (outputs/cosmoflow: health.json, nodes.json, the
-# report) they share: one worker runs them one after the other. The other twin tests passed with a
-# second twin's job beside them (a load of 6 to 9; docs/testing.md).
+# a file whole, its module fixtures once), then the ALONE ones by themselves, each for what it
+# measures or looks at on the whole machine: the pair gate's verdicts hang on the bandwidth the
+# twin's links measure (test_twin_pair_gate, test_twin_pair_gate_rounds), the local frozen rank on
+# its watchdog's timing on a quiet machine (test_node_loss_local), and the stage's SAS search
+# (test_staging_sync) samples every process's command line on the machine and any new folder in
+# the system's temporary folder for a signature (`sig=`), where another file's azcopy would show.
+# No file shares a folder with another: every test runs its playbooks, ansible-runner and the
+# local default in a project folder of its own under its tmp_path (tests/project_copy.py), and
+# reads the run's files (health.json, nodes.json, the report pages, outputs/<run>) there; the
+# session check of tests/conftest.py fails the tier if one writes the checkout's outputs/ or
+# .cache/. The other twin tests passed with a second twin's job beside them (a load of 6 to 9;
+# docs/testing.md).
 ALONE = frozenset({
-    "test_node_loss_local.py", "test_runner.py", "test_staging_sync.py", "test_twin_pair_gate.py",
-    "test_twin_pair_gate_rounds.py",
+    "test_node_loss_local.py", "test_staging_sync.py", "test_twin_pair_gate.py", "test_twin_pair_gate_rounds.py",
 })
-CHECKOUT = frozenset({
-    "test_local_blob.py", "test_multinode.py", "test_prepare_dataset.py", "test_stage_playbook.py",
-    "test_stage_safety.py", "test_twin_cluster.py", "test_twin_data_scope.py", "test_twin_health_faults.py",
-    "test_twin_healthcheck.py", "test_twin_stage_safety.py",
-})
+
+
+# ssh's control sockets (ansible.cfg's control_path_dir, .cache/cp of the project) in a short folder
+# of the test run's own, removed at its end: under a project folder in a test's tmp_path
+# (/tmp/pytest-of-root/pytest-N/popen-gw1/test_<30 characters>0/project/.cache/cp/<12>.<16>) the
+# socket's path passes the 107 bytes a unix socket takes, and ssh refuses every node ("too long
+# for Unix domain socket"). A test that sets its own (test_known_hosts.py) keeps it.
+TEST_CONTROL_PATHS = tempfile.mkdtemp(prefix="amlhpc-cp-")
+os.environ.setdefault("ANSIBLE_SSH_CONTROL_PATH_DIR", TEST_CONTROL_PATHS)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(TEST_CONTROL_PATHS, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items):
     for item in items:
         if Path(str(item.fspath)).name in ALONE:
             item.add_marker(pytest.mark.alone)
-
-
-def pytest_xdist_make_scheduler(config, log):
-    """--dist loadfile, the CHECKOUT files one unit of work (pytest-xdist's scheduler hook)."""
-    if config.getvalue("dist") != "loadfile":
-        return None
-    from xdist.scheduler import LoadFileScheduling  # pylint: disable=import-outside-toplevel
-
-    class CheckoutTogether(LoadFileScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            file = super()._split_scope(nodeid)
-            return "checkout" if Path(file).name in CHECKOUT else file
-
-    return CheckoutTogether(config, log)
 
 
 def free_port() -> int:

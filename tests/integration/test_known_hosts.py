@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -33,6 +32,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
+from project_copy import make_project_copy, project_env  # noqa: E402
 from twin.cluster import ADMIN_USER, Twin, free_base_port  # noqa: E402
 from twin.nat import NatRule  # noqa: E402
 
@@ -80,13 +80,15 @@ def _short_dir_removed(tmp_path):
 
 
 def ansible_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    return dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
-                ANSIBLE_SSH_CONTROL_PATH_DIR=str(short_dir(tmp_path) / "cp"), **extra)
+    """Ansible's environment in the test's project folder (tmp_path/project: run it with that cwd)."""
+    project = make_project_copy(tmp_path / "project")
+    return project_env(project, ANSIBLE_FORCE_COLOR="0", ANSIBLE_SSH_CONTROL_PATH_DIR=str(short_dir(tmp_path) / "cp"),
+                       **extra)
 
 
 def ping(tmp_path: Path, config: Path, **extra: str) -> subprocess.CompletedProcess:
     # stdin closed: a host key prompt would fail the run (under ansible-runner it hangs).
-    return subprocess.run([ANSIBLE, "-i", str(config), "aml_nodes", "-m", "ansible.builtin.ping"], cwd=ROOT,
+    return subprocess.run([ANSIBLE, "-i", str(config), "aml_nodes", "-m", "ansible.builtin.ping"], cwd=tmp_path / "project",
                           env=ansible_env(tmp_path, **extra), stdin=subprocess.DEVNULL, capture_output=True,
                           text=True, timeout=180, check=False)
 
@@ -127,7 +129,7 @@ def test_host_keys_follow_the_nodes_with_checking_on(tmp_path, cluster):
     # pinned key: after it, the same key change under the same node id is refused still.
     pinned = known.read_text()
     empty = subprocess.run([ANSIBLE.replace("/ansible", "/ansible-inventory"), "-i",
-                            str(write_inventory(tmp_path, cluster, empty=True)), "--list"], cwd=ROOT,
+                            str(write_inventory(tmp_path, cluster, empty=True)), "--list"], cwd=tmp_path / "project",
                            env=ansible_env(tmp_path), stdin=subprocess.DEVNULL, capture_output=True, text=True,
                            timeout=180, check=False)
     assert "has no nodes" in " ".join((empty.stdout + empty.stderr).split()), empty.stdout + empty.stderr
@@ -266,7 +268,7 @@ def test_host_key_checking_off_lets_no_re_keyed_node_in(tmp_path, pinned_cluster
     def run(control_dir: str, **extra: str) -> tuple[int, str]:
         env = dict(ansible_env(tmp_path), ANSIBLE_HOST_KEY_CHECKING="False", ANSIBLE_SSH_CONTROL_PATH_DIR=control_dir,
                    **extra)
-        done = subprocess.run([ANSIBLE, "-i", str(config), "aml_nodes", "-m", "ansible.builtin.ping"], cwd=ROOT,
+        done = subprocess.run([ANSIBLE, "-i", str(config), "aml_nodes", "-m", "ansible.builtin.ping"], cwd=tmp_path / "project",
                               env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180,
                               check=False)
         return done.returncode, done.stdout + done.stderr

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from conftest import free_port
+from project_copy import project_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,7 +34,7 @@ def _alive(pid: int) -> bool:
     return not (stat.exists() and stat.read_text().split(") ", 1)[1].startswith("Z"))
 
 
-def test_azurite_is_stopped_when_a_later_play_fails(tmp_path):
+def test_azurite_is_stopped_when_a_later_play_fails(tmp_path, project):
     port, blob_dir = free_port(), tmp_path / "azurite"
     playbook = tmp_path / "fails.yml"
     playbook.write_text(
@@ -44,10 +45,10 @@ def test_azurite_is_stopped_when_a_later_play_fails(tmp_path):
         "      ansible.builtin.wait_for: {host: 127.0.0.1, port: '{{ local_blob_port }}', timeout: 5}\n"
         "    - name: Fail as a stage or submit failure would\n"
         "      ansible.builtin.fail: {msg: a later phase failed}\n")
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="default")
+    env = project_env(project, ANSIBLE_STDOUT_CALLBACK="default")
     extra = {"local_blob_port": port, "local_blob_dir": str(blob_dir)}
     res = subprocess.run([str(ROOT / ".venv" / "bin" / "ansible-playbook"), str(playbook), "-e", json.dumps(extra)],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=180, check=False)
+                         cwd=project, env=env, capture_output=True, text=True, timeout=180, check=False)
     assert res.returncode != 0 and "a later phase failed" in res.stdout, res.stdout[-3000:] + res.stderr[-2000:]
     assert "Probe that Azurite answers" in res.stdout and "ok: [localhost]" in res.stdout
     pidfile = blob_dir / "azurite.pid"

@@ -27,6 +27,7 @@ import pytest
 import yaml
 
 from conftest import ACCOUNT_KEY, _spawn_azurite, free_port
+from project_copy import project_env
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -76,11 +77,13 @@ def user_inventory(twin: Twin, where: Path, cluster: str, group_vars: dict) -> P
     return inv
 
 
-def twin_env(state: Path) -> dict[str, str]:
-    """ansible-playbook's environment: the twin's AzureML stands in for azure-ai-ml's MLClient."""
+def twin_env(state: Path, project: Path) -> dict[str, str]:
+    """ansible-playbook's environment in the test's project folder (tests/project_copy.py: run it
+    with cwd=project; outputs/<run>, the report pages and .cache/aml_job land there): the twin's
+    AzureML stands in for azure-ai-ml's MLClient."""
     standin = str(ROOT / "tests" / "twin" / "azureml_standin")
-    return dict(os.environ, ANSIBLE_FORCE_COLOR="0", TWIN_AZUREML_STATE=str(state),
-                PYTHONPATH=os.pathsep.join(filter(None, [standin, os.environ.get("PYTHONPATH", "")])))
+    return project_env(project, ANSIBLE_FORCE_COLOR="0", TWIN_AZUREML_STATE=str(state),
+                       PYTHONPATH=os.pathsep.join(filter(None, [standin, os.environ.get("PYTHONPATH", "")])))
 
 
 def azureml_state(twin: Twin, where: Path, **extra) -> Path:
@@ -132,7 +135,7 @@ def gateway_azurite(twin, tmp_path_factory):
     proc.wait(10)
 
 
-def test_site_on_the_twin(twin, gateway_azurite, tmp_path):
+def test_site_on_the_twin(twin, gateway_azurite, tmp_path, project):
     scratch = tmp_path / "controller"
     group_vars = {
         **job_group_vars(twin),
@@ -158,13 +161,13 @@ def test_site_on_the_twin(twin, gateway_azurite, tmp_path):
     state = azureml_state(twin, tmp_path, audit_reads=True)
 
     def run() -> subprocess.CompletedProcess:
-        return subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), "site.yml"], cwd=ROOT, env=twin_env(state),
+        return subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), "site.yml"], cwd=project, env=twin_env(state, project),
                               capture_output=True, text=True, timeout=1800, check=False)
 
     # Check mode on nodes where nothing was done yet runs through, says what it would do, and
     # changes nothing on the nodes (no stage folder, no head key).
-    check = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), "site.yml", "--check", "--diff"], cwd=ROOT,
-                           env=twin_env(state), capture_output=True, text=True, timeout=1800, check=False)
+    check = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), "site.yml", "--check", "--diff"], cwd=project,
+                           env=twin_env(state, project), capture_output=True, text=True, timeout=1800, check=False)
     (tmp_path / "check.log").write_text(check.stdout + check.stderr)
     assert check.returncode == 0, check.stdout[-8000:] + check.stderr[-2000:]
     assert "would generate" in check.stdout, check.stdout[-8000:]
@@ -268,8 +271,8 @@ def test_site_on_the_twin(twin, gateway_azurite, tmp_path):
     # trust check are shell commands run through sudo without a tty (ansible.builtin.raw), each
     # node's task reads its files with one shell command. Before, the head ran the command
     # module twice, one after the other, with every node waiting.
-    trust = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), "playbooks/ssh_trust.yml", "-vvv"], cwd=ROOT,
-                           env=twin_env(state), capture_output=True, text=True, timeout=600, check=False)
+    trust = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), "playbooks/ssh_trust.yml", "-vvv"], cwd=project,
+                           env=twin_env(state, project), capture_output=True, text=True, timeout=600, check=False)
     (tmp_path / "trust.log").write_text(trust.stdout + trust.stderr)
     assert trust.returncode == 0, trust.stdout[-6000:]
     assert re.findall(r"Using module file \S+", trust.stdout) == []

@@ -18,6 +18,8 @@ import threading
 import time
 from pathlib import Path
 
+from project_copy import project_env
+
 ROOT = Path(__file__).resolve().parents[2]
 WORKLOAD_PYTHON = ROOT / ".venv-workload" / "bin" / "python"
 BOUND = 15
@@ -42,7 +44,7 @@ def rank_process(rank: int) -> int | None:
     return None
 
 
-def test_a_frozen_rank_ends_the_local_job_within_the_bound_named(tmp_path):
+def test_a_frozen_rank_ends_the_local_job_within_the_bound_named(tmp_path, project):
     data, out = tmp_path / "data", tmp_path / "outputs"
     gen = subprocess.run([str(WORKLOAD_PYTHON), "-m", "amlhpc.data.cosmoflow_data", "--out", str(data), "--cube", "16",
                           "--subvolumes", "32"], cwd=ROOT, capture_output=True, text=True,
@@ -69,10 +71,10 @@ def test_a_frozen_rank_ends_the_local_job_within_the_bound_named(tmp_path):
 
     watcher = threading.Thread(target=freeze, daemon=True)
     watcher.start()
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+    env = project_env(project)
     try:
         res = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "playbooks/submit.yml",
-                              "-e", json.dumps(extra)], cwd=ROOT, env=env, capture_output=True, text=True,
+                              "-e", json.dumps(extra)], cwd=project, env=env, capture_output=True, text=True,
                              timeout=900, check=False)
     finally:
         watcher.join(5)
@@ -90,4 +92,4 @@ def test_a_frozen_rank_ends_the_local_job_within_the_bound_named(tmp_path):
     [record] = json.loads((tmp_path / "run" / "interruptions.json").read_text())
     assert record["node"] == "local-0" and record["ranks"] == [1] and record["seen"] == "missed heartbeat"
     assert record["detected_at"] - stopped["at"] <= BOUND, (record, stopped)
-    assert not (ROOT / "outputs" / "loss-local").exists()
+    assert not (project / "outputs" / "loss-local").exists()  # written where it was told, nowhere else

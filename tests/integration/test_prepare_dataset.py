@@ -11,7 +11,7 @@ from test_stage_playbook import recap, run_playbook
 from amlhpc.sdk.blob_listing import list_blobs
 
 
-def test_prepare_dataset_uploads_gzip_encoded_and_is_idempotent(azurite, tmp_path):
+def test_prepare_dataset_uploads_gzip_encoded_and_is_idempotent(azurite, tmp_path, project):
     src = tmp_path / "src"
     extra = {"prepare_dataset_src": str(src), "prepare_dataset_generate": True, "prepare_dataset_cube": 8,
              "prepare_dataset_train_universes": 1, "prepare_dataset_val_universes": 1,
@@ -20,7 +20,7 @@ def test_prepare_dataset_uploads_gzip_encoded_and_is_idempotent(azurite, tmp_pat
              "prepare_dataset_account_key": "{{ lookup('ansible.builtin.env', 'TEST_ACCOUNT_KEY') }}"}
     key = azurite.connection_string.split("AccountKey=")[1].split(";")[0]
     env = {"TEST_ACCOUNT_KEY": key}
-    first = run_playbook("playbooks/prepare_dataset.yml", extra, env)
+    first = run_playbook(project, "playbooks/prepare_dataset.yml", extra, env)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
     assert "128 files" in first.stdout and "uploaded 128, already there 0" in first.stdout
     assert "compressed 128, unchanged since their copy was made 0" in first.stdout
@@ -38,11 +38,11 @@ def test_prepare_dataset_uploads_gzip_encoded_and_is_idempotent(azurite, tmp_pat
 
     # Check mode and the rerun only read: answered in the worker, no module run on the
     # controller (-vvv names the module file of every module run), and the key nowhere in the output.
-    check = run_playbook("playbooks/prepare_dataset.yml", extra, env, "--check", "-vvv")
+    check = run_playbook(project, "playbooks/prepare_dataset.yml", extra, env, "--check", "-vvv")
     assert check.returncode == 0 and recap_localhost(check.stdout)["changed"] == 0, check.stdout[-2000:]
     assert MODULE_RUN not in check.stdout and key not in check.stdout + check.stderr
     assert '"files": 128' in check.stdout and '"missing": 0' in check.stdout
-    second = run_playbook("playbooks/prepare_dataset.yml", extra, env, "-vvv")
+    second = run_playbook(project, "playbooks/prepare_dataset.yml", extra, env, "-vvv")
     assert second.returncode == 0, second.stdout[-3000:]
     assert MODULE_RUN not in second.stdout and key not in second.stdout + second.stderr
     assert "uploaded 0, already there 128" in second.stdout
@@ -56,17 +56,17 @@ def test_prepare_dataset_uploads_gzip_encoded_and_is_idempotent(azurite, tmp_pat
 
     # One blob gone: check mode says so, and the run is the module's, which uploads it again.
     azurite.service().get_blob_client("prepared", "v07/" + blob.name).delete_blob()
-    check = run_playbook("playbooks/prepare_dataset.yml", extra, env, "--check", "-vvv")
+    check = run_playbook(project, "playbooks/prepare_dataset.yml", extra, env, "--check", "-vvv")
     assert check.returncode == 0 and recap_localhost(check.stdout)["changed"] == 1, check.stdout[-2000:]
     assert '"missing": 1' in check.stdout and MODULE_RUN not in check.stdout
-    third = run_playbook("playbooks/prepare_dataset.yml", extra, env, "-vvv")
+    third = run_playbook(project, "playbooks/prepare_dataset.yml", extra, env, "-vvv")
     assert third.returncode == 0, third.stdout[-3000:]
     assert MODULE_RUN in third.stdout and key not in third.stdout + third.stderr
     assert "uploaded 1, already there 127" in third.stdout
     # A source touched since its copy was made: compressed again by the module (same bytes, so
     # nothing to upload).
     os.utime(src / "train" / "univ_ics_2019-03_a000000_007.tfrecord")
-    fourth = run_playbook("playbooks/prepare_dataset.yml", extra, env, "-vvv")
+    fourth = run_playbook(project, "playbooks/prepare_dataset.yml", extra, env, "-vvv")
     assert fourth.returncode == 0, fourth.stdout[-3000:]
     assert MODULE_RUN in fourth.stdout
     assert "compressed 1, unchanged since their copy was made 127" in fourth.stdout

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import free_port
+from project_copy import project_env
 from report_reader import decode_svg, image_bytes, read_report, table_dicts
 
 from amlhpc.azure import job_spec
@@ -27,11 +28,11 @@ def load_entry_point():
     return module
 
 
-def test_local_default_through_ansible_runner(tmp_path):
+def test_local_default_through_ansible_runner(tmp_path, project):
     entry = load_entry_point()
     port = free_port()  # the local blob store's port: others may run the local default meanwhile
     runner = entry.run_playbook("site.yml", private_data_dir=str(tmp_path / "runner"), quiet=True,
-                                extravars={"local_blob_port": port})
+                                extravars={"local_blob_port": port}, project_dir=str(project))
     summary = entry.summarize(runner)
     assert summary["status"] == "successful", json.dumps(summary, default=str)[:4000]
     assert summary["rc"] == 0 and summary["failed_tasks"] == []
@@ -78,8 +79,8 @@ def test_local_default_through_ansible_runner(tmp_path):
     where = next(e for e in events if e["event"] == "runner_on_ok"
                  and e["event_data"]["task"] == "Report | Say where the HTML report is")
     page_path = Path(where["event_data"]["res"]["msg"].removeprefix("report: ").split(" (this run: ")[0])
-    assert page_path == ROOT / "outputs" / "cosmoflow-local" / "report.html"
-    check_report(page_path.read_text(), lines, events)
+    assert page_path == project / "outputs" / "cosmoflow-local" / "report.html"
+    check_report(project, page_path.read_text(), lines, events)
     assert "nccl: skipped on local-0: nccl_enabled is false" in page_path.read_text()
 
     # No SAS signature anywhere in what the runner kept, nor in the report.
@@ -94,7 +95,8 @@ def test_local_default_through_ansible_runner(tmp_path):
     for extra in ([], ["--check", "--diff"]):
         again = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "site.yml", *extra,
                                 "-e", f"local_blob_port={port}"],
-                               cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+                               cwd=project, env=project_env(project), capture_output=True, text=True, timeout=600,
+                               check=False)
         assert again.returncode == 0, again.stdout[-4000:]
         recap = again.stdout.split("PLAY RECAP")[-1]
         for host in ("local-0", "localhost"):
@@ -113,8 +115,8 @@ def changed_tasks(stdout: str) -> list[str]:
     return found
 
 
-def check_report(page: str, summary_lines: list[str], events: list[dict]) -> None:
-    """report.html of the local default against what the run measured."""
+def check_report(project: Path, page: str, summary_lines: list[str], events: list[dict]) -> None:
+    """report.html of the local default run in ``project`` against what the run measured."""
     sections = read_report(page)["sections"]
     for sid in ("staging", "health", "nccl", "fsbench", "training"):
         assert sid in sections, sid
@@ -123,7 +125,7 @@ def check_report(page: str, summary_lines: list[str], events: list[dict]) -> Non
 
     # Staging: files and bytes on disk are the stage manifest's; seconds and what was already
     # there as in the text summary; a plot when azcopy fetched anything in this run.
-    manifest = json.loads((ROOT / ".scratch" / "cosmoflow" / ".amlhpc-staged" / "0.json").read_text())
+    manifest = json.loads((project / ".scratch" / "cosmoflow" / ".amlhpc-staged" / "0.json").read_text())
     row = table_dicts(sections["staging"]["tables"][0])[0]
     assert (row["node"], int(row["files"]), int(row["bytes on disk"])) == (
         "local-0", len(manifest["files"]), sum(manifest["files"].values()))
@@ -158,7 +160,7 @@ def check_report(page: str, summary_lines: list[str], events: list[dict]) -> Non
     assert len(sections["fsbench"]["images"]) == 1
 
     # Training: loss and validation MAE of every epoch in the job's metrics.jsonl.
-    epochs = job_spec.read_metrics(str(ROOT / "outputs" / "cosmoflow-local"))["epochs"]
+    epochs = job_spec.read_metrics(str(project / "outputs" / "cosmoflow-local"))["epochs"]
     rows = table_dicts(sections["training"]["tables"][0])
     assert len(rows) == len(epochs) >= 3
     for r, e in zip(rows, epochs):
@@ -179,7 +181,7 @@ def _files_holding(root: Path, needles: list[str]) -> list[str]:
     return hits
 
 
-def test_the_runner_entry_writes_no_secret_into_its_private_data_dir(tmp_path, monkeypatch, capsys):
+def test_the_runner_entry_writes_no_secret_into_its_private_data_dir(tmp_path, project, monkeypatch, capsys):
     """Issue 40 item 5 (red on 2.1.0): over repeated runs the entry copies no extra var into
     env/extravars (nor replays one), puts none on the argv it records in artifacts/<id>/command,
     and records no AZURE_SECRET of the environment; what a previous version left is cleaned."""
@@ -199,7 +201,7 @@ def test_the_runner_entry_writes_no_secret_into_its_private_data_dir(tmp_path, m
     needles = [SECRET_SIG, env_secret, "ClientSECRET-abcdef-0123456789"]
     for _run in range(2):
         rc = entry.main(["--playbook", "playbooks/validate.yml", "--extra-vars-file", str(extra),
-                         "--private-data-dir", str(pdd), "--quiet"])
+                         "--private-data-dir", str(pdd), "--project-dir", str(project), "--quiet"])
         assert rc == 0, capsys.readouterr().out[-3000:]
         assert _files_holding(pdd, needles) == []
     assert not (pdd / "env" / "extravars").exists()
@@ -212,7 +214,7 @@ def test_the_runner_entry_writes_no_secret_into_its_private_data_dir(tmp_path, m
     assert SECRET_SIG not in capsys.readouterr().out
 
 
-def test_no_sas_reaches_an_artifact_a_report_or_outputs_over_two_real_runs(tmp_path, monkeypatch, capsys):
+def test_no_sas_reaches_an_artifact_a_report_or_outputs_over_two_real_runs(tmp_path, project, monkeypatch, capsys):
     """Issue 40 item 5, the runner entry run for real twice with ansible-runner: the stage phase
     against Azurite (the local default), with a working SAS signed from Azurite's key, in two
     shapes (its fields in another order, the signature first or last), an AZURE_SECRET in the
@@ -232,7 +234,7 @@ def test_no_sas_reaches_an_artifact_a_report_or_outputs_over_two_real_runs(tmp_p
     pdd = tmp_path / "runner"
     monkeypatch.setenv("AZURE_SECRET", "EnvSECRET-for-the-runner-0123456789")
     signatures = []
-    before = set((ROOT / "outputs").rglob("*")) if (ROOT / "outputs").exists() else set()
+    before = set((project / "outputs").rglob("*")) if (project / "outputs").exists() else set()
     for shape in range(2):
         sas = container_sas("devstoreaccount1", "cosmoflow", key, permission="rl", start=now - timedelta(minutes=5),
                             expiry=now + timedelta(hours=1, minutes=shape))
@@ -245,7 +247,7 @@ def test_no_sas_reaches_an_artifact_a_report_or_outputs_over_two_real_runs(tmp_p
         extra.write_text(yaml.safe_dump({"stage_sas": sas, "local_blob_port": port,
                                          "amlhpc_ci_token": "ExtraSECRET-token-0123456789"}))
         rc = entry.main(["--playbook", "site.yml", "--tags", "stage,prepare_dataset", "--extra-vars-file", str(extra),
-                         "--private-data-dir", str(pdd), "--quiet"])
+                         "--private-data-dir", str(pdd), "--project-dir", str(project), "--quiet"])
         printed = capsys.readouterr().out
         assert rc == 0, printed[-3000:]
         summary = json.loads(next((pdd / "artifacts").glob("*/summary.json")).read_text())
@@ -254,7 +256,7 @@ def test_no_sas_reaches_an_artifact_a_report_or_outputs_over_two_real_runs(tmp_p
     needles += ["EnvSECRET-for-the-runner-0123456789", "ExtraSECRET-token-0123456789"]
     assert _files_holding(pdd, needles) == []
     assert not any(n in printed for n in needles)
-    written = [p for p in (ROOT / "outputs").rglob("*") if p not in before] + list((ROOT / ".scratch").rglob("*.json"))
+    written = [p for p in (project / "outputs").rglob("*") if p not in before] + list((project / ".scratch").rglob("*.json"))
     assert any(p.name.endswith(".html") for p in written), written
     for path in written:
         if path.is_file():

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
+from project_copy import make_project_copy, project_env
 from staging_helpers import ROOT, staged_files, upload_dataset
 from test_stage_playbook import nodes_inventory
 
@@ -55,10 +56,11 @@ def stage(azurite, container: str, prefix: str, stage_dir: Path, tmp_path: Path,
     inv = nodes_inventory(tmp_path / "inv.json", {"local-0": (0, stage_dir)}, **group_vars)
     extra = {"stage_account_url": azurite.endpoint, "stage_container": container, "stage_prefix": prefix,
              "stage_mode": "balanced", "stage_sas": "{{ lookup('ansible.builtin.env', 'TEST_STAGE_SAS') }}"}
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
-               TEST_STAGE_SAS=azurite.container_sas(container, "rl"))
-    return subprocess.run([str(PLAYBOOK), str(ROOT / "playbooks" / "stage.yml"), "-i", str(inv), "-e", json.dumps(extra),
-                           *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    project = make_project_copy(tmp_path / "project")  # the run's report pages land there, not in the checkout
+    env = project_env(project, ANSIBLE_FORCE_COLOR="0", TEST_STAGE_SAS=azurite.container_sas(container, "rl"))
+    return subprocess.run([str(PLAYBOOK), str(project / "playbooks" / "stage.yml"), "-i", str(inv), "-e",
+                           json.dumps(extra), *args], cwd=project, env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
 
 
 def said(out: subprocess.CompletedProcess) -> str:
@@ -219,7 +221,8 @@ def slow_dataset(azurite, tmp_path_factory):
     return upload_dataset(azurite, base / "raw", base / "gz", container, "v07")
 
 
-def test_kill_9_of_the_controller_ends_the_stage_and_azcopy_and_a_rerun_takes_over(azurite, slow_dataset, tmp_path):
+def test_kill_9_of_the_controller_ends_the_stage_and_azcopy_and_a_rerun_takes_over(azurite, slow_dataset, tmp_path,
+                                                                                   project):
     """``kill -9`` of ansible-playbook while azcopy runs: within 30 s nothing of that run is
     left (the worker, the module, azcopy with the SAS in its argv); a rerun right away is not
     refused, stages everything, and leaves no azcopy temporary folder of the killed run."""
@@ -228,11 +231,10 @@ def test_kill_9_of_the_controller_ends_the_stage_and_azcopy_and_a_rerun_takes_ov
     extra = {"stage_account_url": azurite.endpoint, "stage_container": slow_dataset.container,
              "stage_prefix": slow_dataset.prefix, "stage_mode": "balanced",
              "stage_sas": "{{ lookup('ansible.builtin.env', 'TEST_STAGE_SAS') }}"}
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
-               TEST_STAGE_SAS=azurite.container_sas(slow_dataset.container, "rl"))
-    cmd = [str(PLAYBOOK), str(ROOT / "playbooks" / "stage.yml"), "-i", str(inv), "-e", json.dumps(extra)]
+    env = project_env(project, ANSIBLE_FORCE_COLOR="0", TEST_STAGE_SAS=azurite.container_sas(slow_dataset.container, "rl"))
+    cmd = [str(PLAYBOOK), str(project / "playbooks" / "stage.yml"), "-i", str(inv), "-e", json.dumps(extra)]
     earlier = set(Path("/tmp").glob("amlhpc-azcopy-*"))
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    proc = subprocess.Popen(cmd, cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     try:
         deadline = time.monotonic() + 120
@@ -258,7 +260,7 @@ def test_kill_9_of_the_controller_ends_the_stage_and_azcopy_and_a_rerun_takes_ov
             if _alive(p) and p != os.getpid():
                 os.kill(p, signal.SIGKILL)
     uncapped = nodes_inventory(tmp_path / "inv2.json", {"local-0": (0, stage_dir)})
-    rerun = subprocess.run([*cmd[:3], str(uncapped), *cmd[4:]], cwd=ROOT, env=env, capture_output=True, text=True,
+    rerun = subprocess.run([*cmd[:3], str(uncapped), *cmd[4:]], cwd=project, env=env, capture_output=True, text=True,
                            timeout=300, check=False)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-2000:]
     assert sorted(staged_files(stage_dir)) == slow_dataset.names

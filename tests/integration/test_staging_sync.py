@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
+from project_copy import make_project_copy, project_env
 from staging_helpers import ROOT, WORKLOAD, assert_identical_subset, staged_files, upload_dataset
 
 from amlhpc.staging.azcopy import StageError
@@ -238,12 +239,13 @@ def _files_holding(roots: list[Path], needle: bytes) -> list[str]:
 
 
 def _playbook(tmp_path: Path, extra: dict, env_extra: dict, home: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0", HOME=str(home),
-               ANSIBLE_STDOUT_CALLBACK="default", **env_extra)
+    """playbooks/stage.yml in the test's project folder (tmp_path/project), with a HOME of its own."""
+    project = make_project_copy(tmp_path / "project")
+    env = project_env(project, ANSIBLE_FORCE_COLOR="0", HOME=str(home), ANSIBLE_STDOUT_CALLBACK="default", **env_extra)
     env.pop("ANSIBLE_PIPELINING", None)
-    cmd = [str(ROOT / ".venv" / "bin" / "ansible-playbook"), str(ROOT / "playbooks" / "stage.yml"),
+    cmd = [str(project / ".venv" / "bin" / "ansible-playbook"), str(project / "playbooks" / "stage.yml"),
            "-e", json.dumps(extra), "-e", "amlhpc_no_log=false"]  # no_log off: the output is scanned too
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240, check=False)
+    return subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=240, check=False)
 
 
 def test_sas_only_in_azcopys_argv_and_in_no_file_or_payload(azurite, azcopy, dataset, tmp_path):
@@ -256,7 +258,7 @@ def test_sas_only_in_azcopys_argv_and_in_no_file_or_payload(azurite, azcopy, dat
              "stage_prefix": dataset.prefix, "stage_dir": str(tmp_path / "stage"), "stage_cap_mbps": 1,
              "stage_sas": "{{ lookup('ansible.builtin.env', 'TEST_STAGE_SAS') }}", "stage_verify": "checksum"}
     stop, seen, payloads = threading.Event(), [], []
-    roots = [home, ROOT / ".cache", tmp_path / "stage"]
+    roots = [home, make_project_copy(tmp_path / "project") / ".cache", tmp_path / "stage"]
     sampler = threading.Thread(target=_sampler, args=(stop, seen, payloads, roots), daemon=True)
     sampler.start()
     try:
@@ -314,9 +316,10 @@ def test_identity_modes_hand_azcopy_no_sig_and_its_auto_login(tmp_path, auth, op
     task = {"amlhpc.azureml.azcopy_stage": args, "register": "r"}
     playbook.write_text(json.dumps([{"hosts": "local-0", "gather_facts": False,
                                      "tasks": [task, {"ansible.builtin.debug": {"var": "r.changed"}}]}]))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), FAKE_AZCOPY_RECORD=str(record),
-               TEST_CLIENT_SECRET="not-a-real-secret-0123456789", HOME=str(tmp_path))
-    out = subprocess.run([str(ROOT / ".venv" / "bin" / "ansible-playbook"), str(playbook)], cwd=ROOT, env=env,
+    project = make_project_copy(tmp_path / "project")
+    env = project_env(project, FAKE_AZCOPY_RECORD=str(record), TEST_CLIENT_SECRET="not-a-real-secret-0123456789",
+                      HOME=str(tmp_path))
+    out = subprocess.run([str(project / ".venv" / "bin" / "ansible-playbook"), str(playbook)], cwd=project, env=env,
                          capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     (call,) = [json.loads(line) for line in record.read_text().splitlines()]

@@ -9,17 +9,20 @@ import sys
 from pathlib import Path
 
 import pytest
+from project_copy import make_project_copy, project_env
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKLOAD_PYTHON = ROOT / ".venv-workload" / "bin" / "python"
 
 
 def playbook(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
-    # The json stdout callback; the timing callbacks of ansible.cfg would print around it.
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json",
-               ANSIBLE_CALLBACKS_ENABLED="ansible.builtin.junit", JUNIT_OUTPUT_DIR=str(tmp_path / "junit"))
+    """playbooks/submit.yml in the test's project folder (tmp_path/project, tests/project_copy.py).
+    The json stdout callback; the timing callbacks of ansible.cfg would print around it."""
+    project = make_project_copy(tmp_path / "project")
+    env = project_env(project, ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_CALLBACKS_ENABLED="ansible.builtin.junit",
+                      JUNIT_OUTPUT_DIR=str(tmp_path / "junit"))
     return subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "playbooks/submit.yml", *extra],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+                          cwd=project, env=env, capture_output=True, text=True, timeout=600, check=False)
 
 
 def task_result(out: str, name_part: str) -> dict:
@@ -61,7 +64,7 @@ def test_local_backend_trains_and_reports_metrics_then_is_idempotent(tmp_path):
     assert epochs[-1]["val_loss"] < 0.8 * epochs[0]["val_loss"], epochs
     summary = json.loads((out / "summary.json").read_text())
     assert summary["world_size"] == 2 and (out / "checkpoints" / "last.pt").is_file()
-    assert not (ROOT / "outputs" / "itest").exists()  # written where it was told, nowhere else
+    assert not (tmp_path / "project" / "outputs" / "itest").exists()  # written where it was told, nowhere else
 
     again = playbook(tmp_path, *extra)
     assert again.returncode == 0, again.stdout[-4000:]

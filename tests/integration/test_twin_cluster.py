@@ -84,11 +84,11 @@ def user_files(twin: Twin, where: Path, sdk: str) -> tuple[Path, Path]:
     return inv, state
 
 
-def play(inv: Path, state: Path, *args: str) -> subprocess.CompletedProcess:
+def play(project: Path, inv: Path, state: Path, *args: str) -> subprocess.CompletedProcess:
     # The role's auth_source auto takes the service principal from the environment (v1's
     # example reads it too); the v2 example logs in with the CLI's credential.
-    env = {**twin_env(state), **SP_ENV}
-    run = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), *args], cwd=ROOT, env=env,
+    env = {**twin_env(state, project), **SP_ENV}
+    run = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), *args], cwd=project, env=env,
                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600, check=False)
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
     assert SP_SECRET not in run.stdout + run.stderr
@@ -104,7 +104,7 @@ def containers(twin: Twin) -> int:
 
 
 @pytest.mark.parametrize("sdk", ["azure-ai-ml", "azureml-core"])
-def test_cluster_phase_and_teardown_on_the_twin(twin, tmp_path, sdk):
+def test_cluster_phase_and_teardown_on_the_twin(twin, tmp_path, project, sdk):
     inv, state = user_files(twin, tmp_path, sdk)
     # After the cluster play, a play on the nodes as the inventory now lists them.
     reach = tmp_path / "reach.yml"
@@ -115,7 +115,7 @@ def test_cluster_phase_and_teardown_on_the_twin(twin, tmp_path, sdk):
     # From nothing: the inventory is empty (with a warning), the cluster play makes the cluster
     # (2 new machines), waits for their sshd, reads the inventory again, and the next play
     # reaches both nodes.
-    made = play(inv, state, cluster_yml, str(reach))
+    made = play(project, inv, state, cluster_yml, str(reach))
     assert recap(made.stdout)["localhost"]["changed"] == 1, made.stdout[-4000:]
     assert f"cluster '{CLUSTER}': create; 2 node(s) idle" in made.stdout
     said = " ".join((made.stdout + made.stderr).split())
@@ -129,7 +129,7 @@ def test_cluster_phase_and_teardown_on_the_twin(twin, tmp_path, sdk):
                                                "adminUserSshPublicKey": twin.key.with_suffix(".pub").read_text().strip()}
     assert "identity" not in compute(state)
 
-    same = play(inv, state, cluster_yml, str(reach))
+    same = play(project, inv, state, cluster_yml, str(reach))
     assert recap(same.stdout)["localhost"]["changed"] == 0, same.stdout[-4000:]
     assert f"cluster '{CLUSTER}': none; 2 node(s) idle" in same.stdout
     assert {h: r["ok"] for h, r in recap(same.stdout).items() if h != "localhost"} == {
@@ -137,7 +137,7 @@ def test_cluster_phase_and_teardown_on_the_twin(twin, tmp_path, sdk):
 
     # One more node: AmlCompute (the twin) brings up a new machine at the next NAT port; the
     # inventory read after the scale has it, its host key is scanned, the play reaches it.
-    grown = play(inv, state, cluster_yml, str(reach), "-e", "aml_cluster_node_count=3")
+    grown = play(project, inv, state, cluster_yml, str(reach), "-e", "aml_cluster_node_count=3")
     assert recap(grown.stdout)["localhost"]["changed"] == 1
     assert f"cluster '{CLUSTER}': update (min_nodes 2 -> 3, max_nodes 2 -> 3); 3 node(s) idle" in grown.stdout
     assert containers(twin) == 3
@@ -148,23 +148,23 @@ def test_cluster_phase_and_teardown_on_the_twin(twin, tmp_path, sdk):
 
     # The nodes' identity, on a cluster made without it. Check mode: shown, not changed.
     ident = ["-e", "aml_cluster_node_count=3", "-e", f"aml_cluster_identity_resource_id={IDENTITY}"]
-    dry = play(inv, state, cluster_yml, *ident, "--check", "--diff")
+    dry = play(project, inv, state, cluster_yml, *ident, "--check", "--diff")
     assert recap(dry.stdout)["localhost"]["changed"] == 1
     assert re.search(r'\+\s+"' + re.escape(IDENTITY) + '"', dry.stdout), dry.stdout[-4000:]
     assert "identity" not in compute(state)
-    added = play(inv, state, cluster_yml, *ident)
+    added = play(project, inv, state, cluster_yml, *ident)
     assert recap(added.stdout)["localhost"]["changed"] == 1
     assert f"cluster '{CLUSTER}': update (identity [] -> ['{IDENTITY}']); 3 node(s) idle" in added.stdout
     identity = compute(state)["identity"]
     assert identity["type"] == "UserAssigned" and [k.lower() for k in identity["userAssignedIdentities"]] == [
         IDENTITY.lower()]
-    again = play(inv, state, cluster_yml, *ident)
+    again = play(project, inv, state, cluster_yml, *ident)
     assert recap(again.stdout)["localhost"]["changed"] == 0, again.stdout[-4000:]
 
     # The teardown: min 0 and a short idle time; it waits until AmlCompute let the nodes go.
     # make teardown: BeeOND (off) and the GPU clocks (no GPU on the twin) on the nodes, then
     # the cluster to 0.
-    down = play(inv, state, str(ROOT / "playbooks" / "teardown.yml"))
+    down = play(project, inv, state, str(ROOT / "playbooks" / "teardown.yml"))
     counts = recap(down.stdout)
     assert counts["localhost"]["changed"] == 1
     assert {h: (r["changed"], r["failed"], r["unreachable"]) for h, r in counts.items() if h != "localhost"} == {

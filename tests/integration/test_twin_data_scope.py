@@ -48,7 +48,7 @@ def place(twin: Twin, src: Path, files: list[str], shared: bool, tmp: Path) -> N
 
 
 @pytest.mark.parametrize("beeond", [False, True], ids=["node-local", "beeond"])
-def test_every_sample_read_once_per_epoch(beeond, tmp_path):
+def test_every_sample_read_once_per_epoch(beeond, tmp_path, project):
     with Twin(NODES, tmp_path / "twin", prefix=f"amlhpc-twin-scope-{int(beeond)}", base_port=free_base_port(NODES),
               shared_scratch=beeond) as twin:
         files = generate(tmp_path / "src")
@@ -61,8 +61,8 @@ def test_every_sample_read_once_per_epoch(beeond, tmp_path):
                       "submit_process_count_per_node": PROCS, "submit_download_dir": str(tmp_path / "out")}
         inv = user_inventory(twin, tmp_path / "inventory", "scope", group_vars)
         state = azureml_state(twin, tmp_path, audit_reads=True)
-        res = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), "site.yml", "--tags", "submit"], cwd=ROOT,
-                             env=twin_env(state), capture_output=True, text=True, timeout=900, check=False)
+        res = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), "site.yml", "--tags", "submit"], cwd=project,
+                             env=twin_env(state, project), capture_output=True, text=True, timeout=900, check=False)
         logs = Path(json.loads(state.read_text())["jobs"]["cosmoflow"]["logs"]).read_text()
         assert res.returncode == 0, res.stdout[-4000:] + logs[-4000:]
         assert f"{NODES * PROCS} process(es) on {NODES} node(s)" in logs

@@ -31,6 +31,7 @@ import sys
 from pathlib import Path
 
 from conftest import ACCOUNT_KEY, _spawn_azurite, free_port
+from project_copy import make_project_copy
 from test_multinode import (ANSIBLE_PLAYBOOK, ROOT, TRAIN_ARGS, assert_learned, azureml_state, job_group_vars,
                             twin_env, user_inventory)
 
@@ -76,7 +77,7 @@ def test_exclude_a_bad_node_then_take_it_back(tmp_path):
         ranked = twin.ranked()
         head = ranked[0]
         gpu_fault(twin, head)
-        project = tmp_path / "project"
+        project = make_project_copy(tmp_path / "project")
         group_vars = {
             **job_group_vars(twin),
             # No --n-train: the good nodes' shards differ by a file, and the job reads them evenly.
@@ -107,7 +108,7 @@ def test_exclude_a_bad_node_then_take_it_back(tmp_path):
                 *extra: str) -> subprocess.CompletedProcess:
             res = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), "site.yml", "--tags", tags,
                                   "-e", f"submit_name={name}", *extra],
-                                 cwd=ROOT, env=twin_env(state), capture_output=True, text=True, timeout=900,
+                                 cwd=project, env=twin_env(state, project), capture_output=True, text=True, timeout=900,
                                  check=False)
             (tmp_path / f"{name}.log").write_text(res.stdout + res.stderr)
             return res

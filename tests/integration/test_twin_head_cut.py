@@ -30,7 +30,7 @@ import threading
 import time
 from pathlib import Path
 
-from test_multinode import ANSIBLE_PLAYBOOK, ROOT, twin_env
+from test_multinode import ANSIBLE_PLAYBOOK, twin_env
 from test_twin_node_loss import job_metrics, mllog
 from twin_recovery import EPOCHS, recovery_site, store_manifest
 
@@ -134,8 +134,8 @@ def test_the_head_cut_off_in_epoch_3_is_named_and_the_run_resumes_from_the_durab
         started = time.time()
         try:
             res = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(site.inventory), "site.yml", "--tags",
-                                  "healthcheck,prepare_dataset,stage,submit", "-e", "submit_name=hc1"], cwd=ROOT,
-                                 env=twin_env(site.state), capture_output=True, text=True, timeout=1800, check=False)
+                                  "healthcheck,prepare_dataset,stage,submit", "-e", "submit_name=hc1"], cwd=site.project,
+                                 env=twin_env(site.state, site.project), capture_output=True, text=True, timeout=1800, check=False)
         finally:
             stop.set()
             for thread in (slowed, watcher, again):

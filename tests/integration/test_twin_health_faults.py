@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from project_copy import make_project_copy, project_env
 
 from test_multinode import ANSIBLE_PLAYBOOK, ROOT, user_inventory
 
@@ -36,6 +37,7 @@ CLUSTER = "hn"
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     where = tmp_path_factory.mktemp("hn")
+    make_project_copy(where / "project")  # the module's project folder: health.json and the reports land there
     with Twin(NODES, where / "twin", prefix="hn-faults", base_port=free_base_port(NODES, 52000, 52100)) as twin:
         for node in twin.nodes:
             faults.gpu_tools(twin, node)
@@ -56,9 +58,11 @@ def host(slot: int) -> str:
 
 def play(inv: Path, where: Path, name: str, playbook: str = "playbooks/healthcheck.yml",
          during=None, extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    """ansible-playbook; ``during(line)`` sees each output line as it comes."""
-    proc = subprocess.Popen([ANSIBLE_PLAYBOOK, "-i", str(inv), playbook, *extra], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    """ansible-playbook in the module's project folder (``where``/project); ``during(line)`` sees each
+    output line as it comes."""
+    project = where / "project"
+    proc = subprocess.Popen([ANSIBLE_PLAYBOOK, "-i", str(inv), playbook, *extra], cwd=project, env=project_env(project),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     timer = threading.Timer(400, proc.kill)
     timer.start()

@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 
+from project_copy import project_env
 from test_multinode import ANSIBLE_PLAYBOOK, ROOT, user_inventory
 
 sys.path.insert(0, str(ROOT / "tests"))
@@ -50,7 +51,7 @@ exec "$tool" "$@"
 }
 
 
-def test_health_checks_as_the_admin_user(tmp_path):
+def test_health_checks_as_the_admin_user(tmp_path, project):
     with Twin(2, tmp_path / "twin", prefix="amlhpc-twin-health", base_port=free_base_port(2)) as twin:
         for node in twin.nodes:
             for name, body in STANDINS.items():
@@ -70,14 +71,16 @@ def test_health_checks_as_the_admin_user(tmp_path):
         # Check mode on nodes where nothing was done yet runs through and says what it would do
         # (the head's .ssh folder and key included), and changes nothing.
         check = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), "site.yml", "--tags", "ssh_trust,healthcheck",
-                                "--check", "--diff"], cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
+                                "--check", "--diff"], cwd=project, env=project_env(project),
+                               capture_output=True, text=True, timeout=900, check=False)
         (tmp_path / "check.log").write_text(check.stdout + check.stderr)
         assert check.returncode == 0, check.stdout[-6000:] + check.stderr[-2000:]
         assert re.search(r"hc-0: would generate a \w+ key at /root/\.ssh/id_\w+ \(its folder /root/\.ssh is made first\)",
                          check.stdout), check.stdout[-6000:]
         assert twin.exec(twin.nodes[0], "test", "-e", "/root/.ssh").returncode != 0  # nothing made
         res = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), "site.yml", "--tags", "ssh_trust,healthcheck"],
-                             cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
+                             cwd=project, env=project_env(project), capture_output=True, text=True, timeout=900,
+                             check=False)
         out = res.stdout
         (tmp_path / "run.log").write_text(out + res.stderr)
         assert res.returncode == 0, out[-6000:] + res.stderr[-2000:]

@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 from conftest import ACCOUNT_KEY, _spawn_azurite, free_port
+from project_copy import make_project_copy
 from test_multinode import ANSIBLE_PLAYBOOK, ROOT, TRAIN_ARGS, azureml_state, job_group_vars, twin_env, user_inventory
 
 sys.path.insert(0, str(ROOT / "tests"))
@@ -58,7 +59,7 @@ def test_a_frozen_head_still_listed_is_left_out_and_the_rerun_recovers(tmp_path)
             **job_group_vars(twin),
             "submit_train_args": {**{k: v for k, v in TRAIN_ARGS.items() if k not in ("n_train", "n_valid")},
                                   "epochs": 1},
-            "amlhpc_project_dir": str(tmp_path / "project"),
+            "amlhpc_project_dir": str(make_project_copy(tmp_path / "project")),
             "submit_download_dir": str(tmp_path / "out"),
             "stage_account_url": f"http://{twin.gateway}:{port}/devstoreaccount1",
             "stage_container": "cosmoflow",
@@ -81,7 +82,8 @@ def test_a_frozen_head_still_listed_is_left_out_and_the_rerun_recovers(tmp_path)
         state = azureml_state(twin, tmp_path, audit_reads=True)
         # The nodes were seen while they answered (their host keys pinned by the inventory), as in a
         # run before the loss.
-        seen = subprocess.run([ANSIBLE_INVENTORY, "-i", str(inv), "--list"], cwd=ROOT, env=twin_env(state),
+        seen = subprocess.run([ANSIBLE_INVENTORY, "-i", str(inv), "--list"], cwd=tmp_path / "project",
+                              env=twin_env(state, tmp_path / "project"),
                               capture_output=True, text=True, timeout=300, check=False)
         assert seen.returncode == 0, seen.stderr[-3000:]
 
@@ -91,8 +93,8 @@ def test_a_frozen_head_still_listed_is_left_out_and_the_rerun_recovers(tmp_path)
         assert [n["nodeState"] for n in json.loads(listing.read_text())] == ["idle"] * NODES
         twin.save_state(tmp_path / "twin.json")
 
-        res = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), "site.yml", "-e", "submit_name=ls1"], cwd=ROOT,
-                             env=twin_env(state), capture_output=True, text=True, timeout=900, check=False)
+        res = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), "site.yml", "-e", "submit_name=ls1"],
+                             cwd=tmp_path / "project", env=twin_env(state, tmp_path / "project"), capture_output=True, text=True, timeout=900, check=False)
         (tmp_path / "ls1.log").write_text(res.stdout + res.stderr)
         jobs = json.loads(state.read_text())["jobs"]
         logs = Path(jobs["ls1"]["logs"]).read_text() if "ls1" in jobs else ""

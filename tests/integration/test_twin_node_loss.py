@@ -55,7 +55,8 @@ def site(tmp_path_factory):
             twin.write_nodes_file(where / "inventory" / "nodes.json")  # what AmlCompute lists now
             twin.save_state(where / "twin.json")
             proc = subprocess.Popen([ANSIBLE_PLAYBOOK, "-i", str(inv), "site.yml", "--tags", tags,
-                                     "-e", f"submit_name={name}", "-e", json.dumps(extra)], cwd=ROOT, env=twin_env(state),
+                                     "-e", f"submit_name={name}", "-e", json.dumps(extra)], cwd=rs.project,
+                                    env=twin_env(state, rs.project),
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             lines = []
             timer = threading.Timer(1500, proc.kill)

@@ -22,6 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from project_copy import make_project_copy, project_env
 from test_multinode import ANSIBLE_PLAYBOOK, ROOT, recap, user_inventory
 
 sys.path.insert(0, str(ROOT / "tests"))
@@ -34,8 +35,9 @@ BASE_PORT = 53000  # hgate's range (53000-53999)
 
 
 def gate(inv, tmp_path, name):
+    project = make_project_copy(tmp_path / "project")  # the test's project folder: health.json and the reports
     res = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), "site.yml", "--tags", "healthcheck"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
+                         cwd=project, env=project_env(project), capture_output=True, text=True, timeout=900, check=False)
     (tmp_path / f"{name}.log").write_text(res.stdout + res.stderr)
     out = res.stdout
     assert "Show the rounds, pairs and figures" in out, out[-6000:] + res.stderr[-2000:]
@@ -101,7 +103,8 @@ def test_pair_gate_names_the_node_with_a_bad_link(tmp_path):
         started = subprocess.run([str(Path(ANSIBLE_PLAYBOOK).with_name("ansible")), "-i", str(inv), "hg-0", "-b",
                                   "-m", "amlhpc.azureml.health_pair",
                                   "-a", "role=server tool=iperf3 port=5301 seconds=2"],
-                                 cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+                                 cwd=tmp_path / "project", env=project_env(tmp_path / "project"),
+                                 capture_output=True, text=True, timeout=120, check=False)
         assert started.returncode == 0, started.stdout + started.stderr
         twin.exec(hg1, "sh", "-c", f"iperf3 -c {hg0.private_ip} -p 5301 -t 300 >/dev/null 2>&1 & "
                                    "sleep 2; kill -STOP $!")

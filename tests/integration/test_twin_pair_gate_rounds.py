@@ -27,6 +27,7 @@ from pathlib import Path
 
 import yaml
 
+from project_copy import make_project_copy, project_env
 from test_multinode import ANSIBLE_PLAYBOOK, ROOT, recap, user_inventory
 
 sys.path.insert(0, str(ROOT / "tests"))
@@ -49,8 +50,10 @@ PLAY = [{
 
 
 def gate(inv: Path, playbook: Path, log: Path) -> tuple[subprocess.CompletedProcess, dict]:
-    res = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), str(playbook)], cwd=ROOT, capture_output=True, text=True,
-                         timeout=600, check=False)
+    """The gate's play run in a project folder of the test's own, beside its log."""
+    project = make_project_copy(log.parent / "project")
+    res = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), str(playbook)], cwd=project, env=project_env(project),
+                         capture_output=True, text=True, timeout=600, check=False)
     log.write_text(res.stdout + res.stderr)
     out = res.stdout
     assert "Show the rounds, pairs and figures" in out, out[-6000:] + res.stderr[-2000:]

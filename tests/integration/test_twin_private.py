@@ -58,7 +58,7 @@ def compute(state: Path) -> dict:
     return json.loads(state.read_text())["computes"][CLUSTER]
 
 
-def test_a_private_cluster_is_made_waited_for_listed_and_set_up_on_private_ips(twin, tmp_path, monkeypatch):
+def test_a_private_cluster_is_made_waited_for_listed_and_set_up_on_private_ips(twin, tmp_path, project, monkeypatch):
     monkeypatch.setattr(test_twin_cluster, "CLUSTER", CLUSTER)
     inv, state = user_files(twin, tmp_path, "azure-ai-ml")
     example = yaml.safe_load(inv.read_text())
@@ -68,7 +68,7 @@ def test_a_private_cluster_is_made_waited_for_listed_and_set_up_on_private_ips(t
                                         "aml_cluster_node_public_ip": False, "ssh_trust_become": True}))
     cluster_yml = str(ROOT / "playbooks" / "cluster.yml")
 
-    made = play(inv, state, cluster_yml, str(ROOT / "playbooks" / "ssh_trust.yml"))
+    made = play(project, inv, state, cluster_yml, str(ROOT / "playbooks" / "ssh_trust.yml"))
     assert recap(made.stdout)["localhost"]["changed"] == 1, made.stdout[-4000:]
     assert f"cluster '{CLUSTER}': create; 2 node(s) idle" in made.stdout
     props = compute(state)["properties"]["properties"]
@@ -84,8 +84,8 @@ def test_a_private_cluster_is_made_waited_for_listed_and_set_up_on_private_ips(t
         f"{CLUSTER}-0": (0, 0), f"{CLUSTER}-1": (0, 0)}, made.stdout[-4000:]
 
     # The inventory: private IPs, port 22, host keys pinned there.
-    env = {**twin_env(state), **SP_ENV}
-    listed = subprocess.run([str(ROOT / ".venv" / "bin" / "ansible-inventory"), "-i", str(inv), "--list"], cwd=ROOT,
+    env = {**twin_env(state, project), **SP_ENV}
+    listed = subprocess.run([str(ROOT / ".venv" / "bin" / "ansible-inventory"), "-i", str(inv), "--list"], cwd=project,
                             env=env, capture_output=True, text=True, timeout=300, check=False)
     assert listed.returncode == 0, listed.stderr[-3000:]
     hostvars = json.loads(listed.stdout)["_meta"]["hostvars"]
@@ -103,6 +103,6 @@ def test_a_private_cluster_is_made_waited_for_listed_and_set_up_on_private_ips(t
                     "hostname")
     assert hop.returncode == 0 and hop.stdout.strip() == other.container, hop.stderr
 
-    same = play(inv, state, cluster_yml)
+    same = play(project, inv, state, cluster_yml)
     assert recap(same.stdout)["localhost"]["changed"] == 0, same.stdout[-4000:]
     assert f"cluster '{CLUSTER}': none; 2 node(s) idle" in same.stdout

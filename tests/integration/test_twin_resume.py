@@ -31,7 +31,7 @@ import threading
 import time
 from pathlib import Path
 
-from test_multinode import ANSIBLE_PLAYBOOK, ROOT, twin_env
+from test_multinode import ANSIBLE_PLAYBOOK, twin_env
 from test_twin_node_loss import job_metrics, mllog, when_in_epoch
 from twin_recovery import EPOCHS, recovery_site, store_manifest
 
@@ -72,8 +72,8 @@ def test_a_worker_lost_in_epoch_2_and_still_listed_is_recovered_by_the_same_run(
         started = time.time()
         try:
             res = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), "site.yml", "--tags",
-                                  "healthcheck,prepare_dataset,stage,submit", "-e", "submit_name=rs1"], cwd=ROOT,
-                                 env=twin_env(state), capture_output=True, text=True, timeout=1800, check=False)
+                                  "healthcheck,prepare_dataset,stage,submit", "-e", "submit_name=rs1"], cwd=site.project,
+                                 env=twin_env(state, site.project), capture_output=True, text=True, timeout=1800, check=False)
         finally:
             stop.set()
             watcher.join(5)
@@ -124,8 +124,8 @@ def test_a_worker_lost_in_epoch_2_and_still_listed_is_recovered_by_the_same_run(
         before = store_manifest(site.account, "rs1")
         other = {**site.group_vars["submit_train_args"], "conv_size": 8}
         again = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inv), "site.yml", "--tags", "submit", "-e", "submit_name=rs1",
-                                "-e", json.dumps({"submit_force": True, "submit_train_args": other})], cwd=ROOT,
-                               env=twin_env(state), capture_output=True, text=True, timeout=900, check=False)
+                                "-e", json.dumps({"submit_force": True, "submit_train_args": other})], cwd=site.project,
+                               env=twin_env(state, site.project), capture_output=True, text=True, timeout=900, check=False)
         (where / "rs1-other.log").write_text(again.stdout + again.stderr)
         said = re.sub(r"\s+", " ", again.stdout)
         assert again.returncode != 0, said[-6000:]

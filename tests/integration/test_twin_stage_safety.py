@@ -22,6 +22,7 @@ import sys
 import time
 
 from conftest import ACCOUNT_KEY, _spawn_azurite, free_port
+from project_copy import project_env
 from test_multinode import ANSIBLE_PLAYBOOK, ROOT, job_group_vars, user_inventory
 from test_stage_safety import _alive, _tree
 
@@ -51,7 +52,7 @@ def node_ps(twin: Twin, node) -> list[tuple[int, int, str]]:
     return rows
 
 
-def test_a_root_owned_file_outside_survives_and_a_killed_controller_leaves_nothing_running(tmp_path):
+def test_a_root_owned_file_outside_survives_and_a_killed_controller_leaves_nothing_running(tmp_path, project):
     twin = Twin(NODES, tmp_path / "twin", prefix="stagesafe",
                 base_port=free_base_port(NODES, start=54200, stop=54300))
     azurite = None
@@ -82,11 +83,11 @@ def test_a_root_owned_file_outside_survives_and_a_killed_controller_leaves_nothi
         with open(tmp_path / "inventory" / "group_vars" / "all" / "main.yml", "a") as f:
             f.write("stage_sas: \"{{ lookup('amlhpc.azureml.blob_sas', stage_account_url, container=stage_container, "
                     "account_key=prepare_dataset_account_key) }}\"\n")
-        env = dict(os.environ, ANSIBLE_FORCE_COLOR="0")
+        env = project_env(project, ANSIBLE_FORCE_COLOR="0")
         cmd = [ANSIBLE_PLAYBOOK, "-i", str(inv), "playbooks/stage.yml"]
 
         # 1. The blob aimed at /etc: refused by the plan, named; nothing on the nodes changed.
-        first = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+        first = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=600, check=False)
         said = " ".join((first.stdout + first.stderr).split())
         assert first.returncode != 0, first.stdout[-4000:]
         assert f"'{SENTINEL}.gz' (it starts with '/', which would make it an absolute path)" in said, said[-4000:]
@@ -98,7 +99,7 @@ def test_a_root_owned_file_outside_survives_and_a_killed_controller_leaves_nothi
 
         # 2. kill -9 of the controller while every node's azcopy runs (1 Mbit/s each).
         capped = [*cmd, "-e", json.dumps({"stage_cap_mbps": 1})]
-        proc = subprocess.Popen(capped, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        proc = subprocess.Popen(capped, cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True)
         try:
             running: dict[str, list[int]] = {}
@@ -130,7 +131,7 @@ def test_a_root_owned_file_outside_survives_and_a_killed_controller_leaves_nothi
                 if _alive(p):
                     os.kill(p, signal.SIGKILL)
 
-        rerun = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+        rerun = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=600, check=False)
         assert rerun.returncode == 0, rerun.stdout[-4000:] + rerun.stderr[-2000:]
         held = set()
         for node in twin.nodes:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conftest import ACCOUNT_KEY, _spawn_azurite, free_port
+from project_copy import make_project_copy
 from test_multinode import ROOT, TRAIN_ARGS, azureml_state, job_group_vars, user_inventory
 
 sys.path.insert(0, str(ROOT / "tests"))
@@ -36,6 +37,7 @@ class RecoverySite:
     where: Path
     inventory: Path
     state: Path          # the AzureML stand-in's state (TWIN_AZUREML_STATE)
+    project: Path        # the test's project folder (tests/project_copy.py): run ansible-playbook there
     account: str         # Azurite's account URL, as the nodes reach it
     group_vars: dict
 
@@ -70,7 +72,7 @@ def recovery_site(where: Path, prefix: str, cluster: str, ports: tuple[int, int]
             **job_group_vars(twin),
             "submit_train_args": {**{k: v for k, v in TRAIN_ARGS.items() if k not in ("n_train", "n_valid")},
                                   "epochs": EPOCHS, "uneven_shards": "even", "conv_size": 16},
-            "amlhpc_project_dir": str(where / "project"),
+            "amlhpc_project_dir": str(make_project_copy(where / "project")),
             "submit_download_dir": str(where / "out"),
             "stage_account_url": account,
             "stage_container": "cosmoflow",
@@ -98,7 +100,7 @@ def recovery_site(where: Path, prefix: str, cluster: str, ports: tuple[int, int]
                     "container='checkpoints', permission='racwdl', "
                     "account_key=prepare_dataset_account_key) }}\"\n")
         state = azureml_state(twin, where, audit_reads=True)
-        yield RecoverySite(twin, where, inv, state, account, merged)
+        yield RecoverySite(twin, where, inv, state, where / "project", account, merged)
     finally:
         if azurite is not None:
             os.killpg(azurite.pid, 15)

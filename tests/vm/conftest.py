@@ -8,7 +8,6 @@ another test's changes, and new sparse disk images. qemu is always killed at the
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import subprocess
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from project_copy import make_project_copy, project_env
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "tests" / "vm" / "build-image.sh"
@@ -149,14 +149,16 @@ class VM:
         return path
 
     def playbook(self, playbook: str, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-        env = dict(os.environ)
-        env["ANSIBLE_CONFIG"] = str(ROOT / "ansible.cfg")
+        # In a project folder of the VM's own (tests/project_copy.py): a refusal's report page, the
+        # fact cache, never the checkout's outputs/ or .cache/ (the integration tier runs beside).
+        project = make_project_copy(self.workdir / "project")
+        env = project_env(project)
         # A fresh SSH master per boot: a reboot leaves the old one dead.
         env["ANSIBLE_SSH_CONTROL_PATH_DIR"] = str(self.workdir / f"cp{self.boots}")
         env["ANSIBLE_FORCE_COLOR"] = "0"
         env["ANSIBLE_NOCOLOR"] = "1"
-        res = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(self.inventory()), str(ROOT / playbook), *args],
-                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+        res = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(self.inventory()), str(project / playbook), *args],
+                             cwd=project, env=env, capture_output=True, text=True, timeout=timeout, check=False)
         (self.workdir / "ansible.log").open("a").write(f"$ {playbook} {' '.join(args)}\n{res.stdout}{res.stderr}\n")
         return res
 
