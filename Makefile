@@ -55,7 +55,7 @@ test:  ## Every test tier, each timed (.ci/tiers): unit, workload, collection, t
 	  "test-ansible-units test-integration | test-oldest-core lint test-sanity test-ansible-integration test-molecule test-vm"
 
 test-unit: setup  ## pytest tests/unit, on every core (pytest-xdist)
-	$(PYTEST) -n auto tests/unit
+	$(PYTEST) -n auto --durations=20 tests/unit
 
 test-workload: setup  ## pytest tests/workload with the workload venv (torch CPU)
 	.venv-workload/bin/python -m pytest tests/workload
@@ -97,8 +97,8 @@ test-ee: setup  ## Opt-in: build the execution environment for real (ansible-bui
 
 test-integration: setup image  ## Azurite + the real azcopy on 127.0.0.1, and the playbooks end to end: two files at a time, then those that run alone (tests/integration/conftest.py)
 	@.ci/sysdeps node docker
-	$(PYTEST) -n 2 --dist loadfile -m "not alone" tests/integration
-	$(PYTEST) -m alone tests/integration
+	$(PYTEST) -n 2 --dist loadfile -m "not alone" --durations=30 tests/integration
+	$(PYTEST) -m alone --durations=10 tests/integration
 
 soak: setup  ## Repetitions kept out of CI: ten healthy twin pair gates in a row under load (docs/testing.md "Soak")
 	@.ci/sysdeps node docker
