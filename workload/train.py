@@ -19,7 +19,7 @@ if __name__ == "__main__":
     try:
         sys.exit(main())
     except SystemExit as exc:
-        if isinstance(exc.code, str):  # a refusal: one line the submit role finds (job_runs.refusal)
-            print(f"[cosmoflow] refused: {' '.join(exc.code.split())}", file=sys.stderr, flush=True)
+        if isinstance(exc.code, str):  # its one sentence, on one line the submit role finds (job_runs.refusal)
+            print(f"[cosmoflow] stopped: {' '.join(exc.code.split())}", file=sys.stderr, flush=True)
             sys.exit(1)
         raise

@@ -523,7 +523,7 @@ def main() -> None:
                        f"it again. Last lines of {log_path}:\n{log_tail(log_path)}")
             refused = log_refusal(log_path)
             if refused:
-                message = f"run {result['run_id']} refused to train: {refused} ({message[0].upper()}{message[1:]})"
+                message = f"run {result['run_id']} stopped: {refused} ({message[0].upper()}{message[1:]})"
         else:
             message = unfinished(p, result, log_path)
         if loss:

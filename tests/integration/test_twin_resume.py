@@ -130,7 +130,7 @@ def test_a_worker_lost_in_epoch_2_and_still_listed_is_recovered_by_the_same_run(
         said = re.sub(r"\s+", " ", again.stdout)
         assert again.returncode != 0, said[-6000:]
         # The sentence first, not torchrun's traceback (the failing node's last lines follow it).
-        assert re.search(r"run rs1-r\d refused to train: --resume auto: \S+/checkpoints/runs/rs1 holds the checkpoints "
+        assert re.search(r"run rs1-r\d stopped: --resume auto: \S+/checkpoints/runs/rs1 holds the checkpoints "
                          r"of another run \(.*\), not of this one \(.*; they differ in model\), so it is not resumed: "
                          r"to start afresh give this run another submit_name", said), said[-6000:]
         assert "sig=" not in again.stdout

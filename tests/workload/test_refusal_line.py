@@ -22,10 +22,10 @@ def test_a_refusal_is_one_line_the_submit_role_finds(tmp_path):
     res = subprocess.run([sys.executable, str(WORKLOAD / "train.py"), "--output-dir", str(tmp_path / "out")],
                          capture_output=True, text=True, timeout=300, check=False)
     assert res.returncode == 1, res.stderr[-2000:]
-    lines = [line for line in res.stderr.splitlines() if line.startswith(job_runs.REFUSED)]
+    lines = [line for line in res.stderr.splitlines() if line.startswith(job_runs.STOPPED)]
     assert len(lines) == 1, res.stderr[-2000:]
     assert job_runs.refusal(res.stderr) == "give --data-dir, or --account/--container/--stage-dir to stage first"
     message = job_runs.failure_message("r-2", "Failed", None, "Execution failed.", "r-3", "std_log_node_0.txt",
                                        res.stderr, job_runs.refusal(res.stderr))
-    assert message.startswith("run r-2 refused to train: give --data-dir, or --account/--container/--stage-dir to "
+    assert message.startswith("run r-2 stopped: give --data-dir, or --account/--container/--stage-dir to "
                               "stage first (Run r-2 ended Failed: Execution failed.; running the task again")

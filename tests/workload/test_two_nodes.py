@@ -221,7 +221,7 @@ def test_a_rank_that_never_starts_fails_the_rendezvous_within_the_startup_timeou
         stop([proc])
     err = (tmp_path / "rank0.err").read_text()
     assert proc.returncode != 0
-    assert err.strip().splitlines()[-1].startswith("rank 0 of 2: the rendezvous at 127.0.0.1:"), err[-3000:]
+    assert err.strip().splitlines()[-1].startswith("[cosmoflow] stopped: rank 0 of 2: the rendezvous at 127.0.0.1:"), err[-3000:]
     assert " waited more than 3 s for the other ranks" in err and "raise --startup-timeout" in err
     # The default --startup-timeout is 1800 s: ending within 123 s of listening shows the 3 s one
     # was honoured, with 120 s for a loaded machine to report and tear the rank down.

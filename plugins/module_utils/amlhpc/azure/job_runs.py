@@ -176,23 +176,24 @@ def node_logs(folder: str) -> dict[str, str]:
     return found
 
 
-# The line the training prints when it refuses to start (workload/train.py): its one sentence.
-REFUSED = "[cosmoflow] refused: "
+# The line the training prints when it stops with one sentence (workload/train.py): a refusal to
+# start (another run's store, a bad argument) or a failure it names (a rendezvous that timed out).
+STOPPED = "[cosmoflow] stopped: "
 
 
 def refusal(text: str) -> str:
-    """The sentence of the first refusal line in a run's log (``[cosmoflow] refused: ...``), or ""."""
+    """The sentence of the first ``[cosmoflow] stopped: ...`` line in a run's log, or ""."""
     for line in text.splitlines():
-        at = line.find(REFUSED)
-        if at >= 0 and line[at + len(REFUSED):].strip():
-            return line[at + len(REFUSED):].strip()
+        at = line.find(STOPPED)
+        if at >= 0 and line[at + len(STOPPED):].strip():
+            return line[at + len(STOPPED):].strip()
     return ""
 
 
 def failure_message(run_id: str, status: str, portal_url: str | None, error: str, next_attempt: str,
                     log_name: str | None, tail: str, refused: str = "") -> str:
-    """The one message of a run that did not complete: the training's own refusal first where it
-    refused to start (its sentence names the fix), then the run, its status and link, the
+    """The one message of a run that did not complete: the training's own sentence first where it
+    stopped with one (a refusal to start, a failure it names; the sentence names the fix), then the run, its status and link, the
     service's error, what to do, and the last lines of the failing node's log."""
     ended = status in FAILED
     head = f"run {run_id} {'ended' if ended else 'is'} {status}" + (f" ({portal_url})" if portal_url else "")
@@ -213,7 +214,7 @@ def failure_message(run_id: str, status: str, portal_url: str | None, error: str
                 "force: true submits a new attempt")
     message = f"{head}; {then}."
     if refused:
-        message = f"run {run_id} refused to train: {refused} ({message[0].upper()}{message[1:]})"
+        message = f"run {run_id} stopped: {refused} ({message[0].upper()}{message[1:]})"
     if log_name:
         message += f" Last lines of {log_name}:\n{tail}"
     return message

@@ -215,11 +215,11 @@ def test_no_record_without_the_outputs_or_from_a_damaged_file(tmp_path):
 
 def test_the_refusal_is_the_first_refused_line_and_only_that():
     log = ("[launch] node rs-0 trains: 4 node(s) meet at 10.0.0.10:29400\n"
-           "[cosmoflow] refused: --resume auto: the store holds the checkpoints of another run (...)\n"
-           "[cosmoflow] refused: --resume auto: the store holds the checkpoints of another run (...)\n"
+           "[cosmoflow] stopped: --resume auto: the store holds the checkpoints of another run (...)\n"
+           "[cosmoflow] stopped: --resume auto: the store holds the checkpoints of another run (...)\n"
            "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n")
     assert refusal(log) == "--resume auto: the store holds the checkpoints of another run (...)"
-    assert refusal("Traceback (most recent call last):\n[cosmoflow] refused:   \n") == ""
+    assert refusal("Traceback (most recent call last):\n[cosmoflow] stopped:   \n") == ""
     plain = failure_message("r", "Failed", None, "boom", "r-2", "log", "tail")
     assert failure_message("r", "Failed", None, "boom", "r-2", "log", "tail", "") == plain
     assert plain.startswith("run r ended Failed: boom;")
