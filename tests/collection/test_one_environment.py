@@ -51,7 +51,7 @@ def errors(res: subprocess.CompletedProcess) -> str:
 def test_the_vendored_file_is_what_the_bundle_ships():
     """The test data is azure.azcollection's requirements.txt of the `ansible` bundle in .venv
     (requirements-test.txt): a new bundle with another azure.azcollection needs it vendored again."""
-    import ansible_collections.azure.azcollection as azcollection
+    from ansible_collections.azure import azcollection
 
     installed = Path(azcollection.__path__[0])
     manifest = json.loads((installed / "MANIFEST.json").read_text())

@@ -203,7 +203,7 @@ def test_what_users_install_is_ranges_each_with_its_reason():
                 continue
             req = Requirement(line)
             specs = sorted((s.operator, s.version) for s in req.specifier)
-            assert [op for op, _ in specs] == ["<", ">="], f"{path.name}: {line} is not a range >=oldest,<next major"
+            assert [spec[0] for spec in specs] == ["<", ">="], f"{path.name}: {line} is not a range >=oldest,<next major"
             oldest, upper = specs[1][1], specs[0][1]
             assert upper == str(Version(oldest).major + 1), f"{path.name}: {line}: the upper bound is the next major"
             assert lines[i - 1].startswith("#"), f"{path.name}: {line} has no comment above it saying why {oldest}"
