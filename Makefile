@@ -48,11 +48,11 @@ teardown: setup  ## Undo a run (playbooks/teardown.yml)
 # run in project copies; tests/conftest.py WATCHED_TIERS). The system packages, then the venvs, the
 # node tools and the two images every tier shares are made first, side by side (.ci/bootstrap
 # parallel), so that no two tiers make them at once. Times: docs/testing.md.
-test:  ## Every test tier, each timed (.ci/tiers): unit, workload, collection, then ansible-test units and integration beside oldest core, lint, sanity, ansible-test integration, molecule, vm
+test:  ## Every test tier, each timed (.ci/tiers): unit, workload, collection, then integration beside oldest core, lint, sanity, ansible-test units, ansible-test integration, molecule, vm
 	@.ci/sysdeps
 	@.ci/bootstrap parallel
 	.ci/tiers test-unit test-workload test-collection \
-	  "test-ansible-units test-integration | test-oldest-core lint test-sanity test-ansible-integration test-molecule test-vm"
+	  "test-integration | test-oldest-core lint test-sanity test-ansible-units test-ansible-integration test-molecule test-vm"
 
 test-unit: setup  ## pytest tests/unit, on every core (pytest-xdist)
 	$(PYTEST) -n auto --durations=20 tests/unit
