@@ -391,6 +391,7 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azure.job_ru
     log_refusal,
     log_tail,
     node_logs,
+    stopped_first,
     write_record,
 )
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azure.job_spec import (
@@ -521,9 +522,7 @@ def main() -> None:
         if p["backend"] == "local":
             message = (f"run {result['run_id']} ended {result['status']} (local run); running the task again runs "
                        f"it again. Last lines of {log_path}:\n{log_tail(log_path)}")
-            refused = log_refusal(log_path)
-            if refused:
-                message = f"run {result['run_id']} stopped: {refused} ({message[0].upper()}{message[1:]})"
+            message = stopped_first(result["run_id"], log_refusal(log_path), message)
         else:
             message = unfinished(p, result, log_path)
         if loss:

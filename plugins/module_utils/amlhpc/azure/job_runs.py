@@ -190,6 +190,11 @@ def refusal(text: str) -> str:
     return ""
 
 
+def stopped_first(run_id: str, sentence: str, message: str) -> str:
+    """``message`` headed by the training's own sentence (:func:`refusal`) where it has one."""
+    return f"run {run_id} stopped: {sentence} ({message[0].upper()}{message[1:]})" if sentence else message
+
+
 def failure_message(run_id: str, status: str, portal_url: str | None, error: str, next_attempt: str,
                     log_name: str | None, tail: str, refused: str = "") -> str:
     """The one message of a run that did not complete: the training's own sentence first where it
@@ -213,8 +218,7 @@ def failure_message(run_id: str, status: str, portal_url: str | None, error: str
         then = (f"AzureML reports status {status}, which aml_job does not know: look at the run in the studio; "
                 "force: true submits a new attempt")
     message = f"{head}; {then}."
-    if refused:
-        message = f"run {run_id} stopped: {refused} ({message[0].upper()}{message[1:]})"
+    message = stopped_first(run_id, refused, message)
     if log_name:
         message += f" Last lines of {log_name}:\n{tail}"
     return message
