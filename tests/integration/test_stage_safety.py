@@ -211,6 +211,12 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def _copying(pid: int, stage_dir: Path) -> bool:
+    """``pid`` is azcopy copying into ``stage_dir`` (not a shell command that names azcopy)."""
+    argv = _cmdline(pid).split()
+    return bool(argv) and os.path.basename(argv[0]) == "azcopy" and "copy" in argv[1:3] and any(str(stage_dir) in a for a in argv)
+
+
 @pytest.fixture(scope="module")
 def slow_dataset(azurite, tmp_path_factory):
     """One universe of cube 32 (64 files, a few MB gzip-encoded): with a bandwidth cap of
@@ -237,17 +243,19 @@ def test_kill_9_of_the_controller_ends_the_stage_and_azcopy_and_a_rerun_takes_ov
     proc = subprocess.Popen(cmd, cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     try:
+        # azcopy's copy itself (argv[0] is the binary): the role's first task, a shell command
+        # that runs `azcopy --version` and reads the stage folder, names both too (the CI run
+        # of 2026-11-29 took it for the copy and looked for the folder before the copy began).
         deadline = time.monotonic() + 120
-        azcopy = []
-        while time.monotonic() < deadline and not azcopy:
+        azcopy, workdirs = [], set()
+        while time.monotonic() < deadline and not (azcopy and workdirs):
             time.sleep(0.5)
-            tree = _tree(proc.pid)
-            azcopy = [p for p in tree if "azcopy" in _cmdline(p) and str(stage_dir) in _cmdline(p)]
-        assert azcopy, "azcopy never started"
+            azcopy = [p for p in _tree(proc.pid) if _copying(p, stage_dir)]
+            workdirs = set(Path("/tmp").glob("amlhpc-azcopy-*")) - earlier
+        assert azcopy, "azcopy's copy never started"
+        assert workdirs, "the stage's azcopy folder was not found"
         time.sleep(2)
         tree = {p for p in _tree(proc.pid) if _alive(p)}
-        workdirs = set(Path("/tmp").glob("amlhpc-azcopy-*")) - earlier
-        assert workdirs, "the stage's azcopy folder was not found"
         os.kill(proc.pid, signal.SIGKILL)
         killed = time.monotonic()
         proc.wait()
