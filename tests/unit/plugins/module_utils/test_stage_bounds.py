@@ -48,9 +48,10 @@ class FastClock:
 
 
 def test_a_lying_blob_stalls_with_every_byte_in_and_is_stopped_by_the_tail_rule(tmp_path):
+    clock = FastClock(4.0)  # a reading a poll (0.5 s): the 20 s tail in about 3 s, not 10
     result = run_azcopy(replay(tmp_path, "decompress_stall.jsonl"), {"PATH": "/usr/bin:/bin"}, stall=60,
-                        clock=FastClock(1.0))
-    assert result.stopped == "stall" and result.all_bytes_in
+                        clock=clock)
+    assert result.stopped == "stall" and result.all_bytes_in and clock.now < 60
     assert "every byte in but left transfers open" in result.stopped_detail
     assert result.job_id and result.completed == 1 and result.total == 2 and not result.ok
     assert result.returncode != 0  # the stand-in's sleep was ended (its process group)
@@ -61,7 +62,7 @@ def test_without_every_byte_in_the_stall_rule_waits_its_own_time(tmp_path):
     head = "".join(line for line in (FIX / "decompress_stall.jsonl").read_text().splitlines(True)
                    if '"MessageType":"Progress"' not in line)
     (tmp_path / "head.jsonl").write_text(head)
-    clock = FastClock(1.0)
+    clock = FastClock(5.0)  # a reading a poll (0.5 s): the 60 s in about 6 s, not 30
     result = run_azcopy(replay(tmp_path, str(tmp_path / "head.jsonl")), {"PATH": "/usr/bin:/bin"}, stall=60,
                         clock=clock)
     assert result.stopped == "stall" and not result.all_bytes_in
