@@ -78,6 +78,15 @@ os.environ.setdefault("ANSIBLE_CONFIG", str(ROOT / "ansible.cfg"))
 TEST_FACTS = tempfile.mkdtemp(prefix="amlhpc-test-facts-")
 os.environ.setdefault("ANSIBLE_CACHE_PLUGIN_CONNECTION", TEST_FACTS)
 
+# ssh's control sockets (ansible.cfg's control_path_dir, .cache/cp of the project) in a short folder
+# of the test run's own, removed at its end: under a project folder in a test's tmp_path
+# (/tmp/pytest-of-root/pytest-N/popen-gw1/test_<30 characters>0/project/.cache/cp/<12>.<16>) the
+# socket's path passes the 107 bytes a unix socket takes: ssh refuses every node, and the validate
+# play refuses the run first (trust/control_socket.py), as it would an operator's too-deep project,
+# who sets the same variable. A test that sets its own (test_known_hosts.py) keeps it.
+TEST_CONTROL_PATHS = tempfile.mkdtemp(prefix="amlhpc-cp-")
+os.environ.setdefault("ANSIBLE_SSH_CONTROL_PATH_DIR", TEST_CONTROL_PATHS)
+
 # Hypothesis: every run draws the same inputs (docs/testing.md, "Property tests"). The profile
 # "ci" is loaded here, before any test module is imported, so a test's own @settings(...) only
 # changes what it names (max_examples, health checks) and inherits the rest. A failure it finds
@@ -164,6 +173,7 @@ def pytest_runtest_logfinish(nodeid, location):
 
 def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(TEST_FACTS, ignore_errors=True)
+    shutil.rmtree(TEST_CONTROL_PATHS, ignore_errors=True)
     if _PROJECT_FILES.get("first") is None:
         return
     changes = project_files_changes(_PROJECT_FILES["first"], project_files_snapshot())

@@ -44,4 +44,5 @@ class FilterModule:
             "amlhpc_stage_handoff": lazy("staging.azcopy_handoff", "stage_handoff"),
             "amlhpc_roles_to_check": lazy("validate.variable_checks", "roles_to_check"),
             "amlhpc_host_key_problem": lazy("trust.host_key_checks", "host_key_problem"),
+            "amlhpc_control_socket_problem": lazy("trust.control_socket", "control_socket_problem"),
         }

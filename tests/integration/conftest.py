@@ -8,7 +8,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -42,19 +41,6 @@ ACCOUNT_KEY = ("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K
 ALONE = frozenset({
     "test_node_loss_local.py", "test_staging_sync.py", "test_twin_pair_gate.py", "test_twin_pair_gate_rounds.py",
 })
-
-
-# ssh's control sockets (ansible.cfg's control_path_dir, .cache/cp of the project) in a short folder
-# of the test run's own, removed at its end: under a project folder in a test's tmp_path
-# (/tmp/pytest-of-root/pytest-N/popen-gw1/test_<30 characters>0/project/.cache/cp/<12>.<16>) the
-# socket's path passes the 107 bytes a unix socket takes, and ssh refuses every node ("too long
-# for Unix domain socket"). A test that sets its own (test_known_hosts.py) keeps it.
-TEST_CONTROL_PATHS = tempfile.mkdtemp(prefix="amlhpc-cp-")
-os.environ.setdefault("ANSIBLE_SSH_CONTROL_PATH_DIR", TEST_CONTROL_PATHS)
-
-
-def pytest_sessionfinish(session, exitstatus):
-    shutil.rmtree(TEST_CONTROL_PATHS, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items):
