@@ -7,6 +7,10 @@ value. The azureml_compute plugin sets both variables to true on each node it pi
 Ansible's precedence (an inventory source's host vars beat group_vars, the environment and
 ansible.cfg) the pins win. Here real Ansible builds the ssh command line; the ``ssh`` it runs
 is a script that records its arguments and fails, and real ``ssh -G`` says what they mean.
+
+And a project folder too deep for ssh's control sockets: the ControlPath real Ansible gives ssh is
+the path trust/control_socket.py measures, and the validate play refuses a path ssh could not bind
+in one sentence, without running ssh (the kernel's side: module_utils/test_control_socket.py).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from pathlib import Path
 import yaml
 
 from ansible_cli import ansible_cli
+
+from amlhpc.trust.control_socket import control_socket_path
 
 ROOT = Path(__file__).resolve().parents[4]
 ANSIBLE = ansible_cli("ansible")
@@ -108,3 +114,29 @@ def test_a_setting_above_the_inventory_s_host_vars_refuses_the_run_before_a_node
     said = " ".join((replaced.stdout + replaced.stderr).split())
     assert replaced.returncode != 0 and "ansible_ssh_common_args sets StrictHostKeyChecking=no ahead of" in said, said
     assert not (tmp_path / "ssh-ran").exists()
+
+
+# --- the control socket -------------------------------------------------------------------------
+
+
+def test_the_socket_ansible_gives_ssh_is_the_one_the_check_measures(tmp_path):
+    config = inventory(tmp_path)
+    argv = recorded_ssh_argv(tmp_path, config)
+    given = [a.split("=", 1)[1].strip('"') for a in argv if a.startswith("ControlPath=")]
+    shown = subprocess.run([ansible_cli("ansible-inventory"), "-i", str(config), "--host", "kh-0"], cwd=ROOT,
+                           capture_output=True, text=True, check=True,
+                           env={**{k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")},
+                                "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}).stdout
+    host_vars = json.loads(shown)
+    assert given == [control_socket_path(host_vars, {"control_path_dir": str(tmp_path / "cp")}, host="kh-0")], argv
+
+
+def test_a_control_path_dir_too_deep_is_refused_in_one_sentence_before_ssh_runs(tmp_path):
+    config = inventory(tmp_path)
+    deep = tmp_path / ("d" * 90)
+    run = validate(tmp_path, config, "-e", f"ansible_control_path_dir={deep}")
+    said = " ".join((run.stdout + run.stderr).split())
+    assert run.returncode != 0, said
+    assert "host kh-0: ssh's control socket would be " in said and "past the 107 a unix socket takes" in said, said
+    assert "set ANSIBLE_SSH_CONTROL_PATH_DIR (or control_path_dir in ansible.cfg's [ssh_connection])" in said, said
+    assert not (tmp_path / "ssh-ran").exists()  # refused before any task connected

@@ -3,7 +3,7 @@
 The property binds real unix sockets: the check says a control path is too long exactly where this
 kernel refuses to bind ssh's temporary socket (``<path>.<16 characters>``, OpenSSH's mux.c) for it.
 That Ansible's ssh connection builds the path the check computes is in
-tests/unit/plugins/inventory/test_control_socket_play.py (real Ansible, the inventory plugin's path).
+tests/unit/plugins/inventory/test_host_key_checking_off.py (real Ansible, the inventory plugin's path).
 """
 
 from __future__ import annotations
