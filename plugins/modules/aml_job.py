@@ -403,6 +403,7 @@ from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.azure.job_sp
     snapshot_source,
 )
 from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.recovery.node_loss import parse_loss_file
+from ansible_collections.amlhpc.azureml.plugins.module_utils.amlhpc.staging.azcopy_sas import redact
 
 # The SDK of each AzureML backend (aml_sdk's client names).
 SDKS = {"azureml_core": "azureml-core", "azure_ai_ml": "azure-ai-ml"}
@@ -527,6 +528,9 @@ def main() -> None:
             message = unfinished(p, result, log_path)
         if loss:
             message = f"{loss['sentence']} {message}"
+        # The job's last lines may hold a secret the module was never given (the checkpoint store's
+        # SAS, read by the job from a file on the node): every signature goes, whoever printed it.
+        message = redact(message)
         result.pop("msg", None)
         result.pop("next_attempt", None)
         module.fail_json(msg=message, **result)

@@ -915,3 +915,35 @@ def test_v1_a_connection_reset_while_watching_names_the_run_and_a_rerun_resumes(
     again = run_module(capsys, module_args(tmp_path))
     assert not again.get("failed") and again["run_id"] == run_id and again["changed"] is False, again
     assert len(v1.submitted) == 1
+
+
+# A SAS the module was never given (the checkpoint store's, which the job reads from a file on the
+# node) in the training's last lines: the task's failure shows the lines, never the signature.
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(key=st.binary(min_size=32, max_size=32),
+       line=st.sampled_from([
+           "[cosmoflow] stopped: the checkpoint store refused the upload of {url} (403): give a SAS with write",
+           "urllib.error.HTTPError: HTTP Error 403: Forbidden for url: {url}",
+           "  File \"ckpt_store.py\", line 9, in put\n    raise OSError(\"PUT {url} failed\")",
+           "OSError: PUT {quoted} failed",
+       ]))
+def test_a_sas_in_the_training_s_last_lines_never_reaches_the_failure(capsys, tmp_path, monkeypatch, key, line):
+    import base64
+    import tempfile
+    from urllib.parse import quote
+    sig = base64.b64encode(key).decode()
+    url = f"https://acct.blob.core.windows.net/checkpoints/runs/r1/epoch_1.pt?sv=2024-11-04&sp=racwdl&sig={quote(sig, safe='')}"
+    with tempfile.TemporaryDirectory(dir=tmp_path) as d:
+        monkeypatch.chdir(d)
+        said = Path(d) / "said.txt"
+        said.write_text("epoch 1 done\n" + line.format(url=url, quoted=quote(url, safe="")) + "\n")
+        python = Path(d) / "python"
+        python.write_text(f"#!/bin/sh\ncat {said}\nexit 1\n")
+        python.chmod(0o755)
+        out = run_module(capsys, {"backend": "local", "name": "leak", "source_dir": str(ROOT / "workload"),
+                                  "python": str(python), "data_dir": d, "output_dir": str(Path(d) / "out")})
+    assert out.get("failed") and "un leak ended Failed" in out["msg"], out  # "Run ..." after a stopped sentence
+    shown = json.dumps(out)
+    for form in (sig, quote(sig, safe=""), quote(quote(sig, safe=""), safe="")):
+        assert form not in shown, line
+    assert "REDACTED" in out["msg"], out["msg"]
