@@ -39,20 +39,22 @@ run: setup  ## Run site.yml on the embedded local default (inventory/local/)
 teardown: setup  ## Undo a run (playbooks/teardown.yml)
 	$(ANSIBLE)/ansible-playbook playbooks/teardown.yml $(ARGS)
 
-# make test: the unit tier alone (its session check fails a test that writes the checkout's outputs/
-# or .cache/), the collection's alone (galaxy-importer gives ansible-lint 180 s, which it ran past
-# beside the others), then two lanes side by side: the integration tier (its session check too: every
-# test runs in a project folder of its own), beside the workload tier (its session check too) and
-# the tiers that use a core at a time or wait on containers and a VM, none of which writes the
-# checkout's outputs/ or .cache/ (the oldest core's local default and the VM's playbooks run in
-# project copies, ansible-test units in its copy; tests/conftest.py WATCHED_TIERS). The system
-# packages, then the venvs, the node tools and the two images every tier shares are made first,
-# side by side (.ci/bootstrap parallel), so that no two tiers make them at once. Times: docs/testing.md.
-test:  ## Every test tier, each timed (.ci/tiers): unit, collection, then integration beside workload, oldest core, lint, sanity, ansible-test units, ansible-test integration, molecule, vm
+# make test: the unit and workload tiers alone (their session check fails a test that writes the
+# checkout's outputs/ or .cache/; beside the others the workload tier took twice its time and made
+# the second lane the longer), the collection's alone (galaxy-importer gives ansible-lint 180 s,
+# which it ran past beside the others), then two lanes side by side: the integration tier (its
+# session check too: every test runs in a project folder of its own), beside the tiers that use a
+# core at a time or wait on containers and a VM, none of which writes the checkout's outputs/ or
+# .cache/ (the oldest core's local default and the VM's playbooks run in project copies, ansible-test
+# units in its copy, molecule in its scenarios' folders: make test-molecule fails where it does;
+# tests/conftest.py WATCHED_TIERS). The system packages, then the venvs, the node tools and the two
+# images every tier shares are made first, side by side (.ci/bootstrap parallel), so that no two
+# tiers make them at once. Times: docs/testing.md.
+test:  ## Every test tier, each timed (.ci/tiers): unit, workload, collection, then integration beside oldest core, lint, sanity, ansible-test units, ansible-test integration, molecule, vm
 	@.ci/sysdeps
 	@.ci/bootstrap parallel
-	.ci/tiers test-unit test-collection \
-	  "test-integration | test-workload test-oldest-core lint test-sanity test-ansible-units test-ansible-integration test-molecule test-vm"
+	.ci/tiers test-unit test-workload test-collection \
+	  "test-integration | test-oldest-core lint test-sanity test-ansible-units test-ansible-integration test-molecule test-vm"
 
 test-unit: setup  ## pytest tests/unit, on every core (pytest-xdist)
 	$(PYTEST) -n auto --durations=20 tests/unit
@@ -108,11 +110,11 @@ image:  ## Build (or reuse) the Debian bookworm test image
 	@.ci/sysdeps docker
 	@tests/images/build-bookworm.sh
 
-test-molecule: setup image  ## Molecule scenarios on Docker containers (every molecule/*/)
-	@for s in $(MOLECULE_SCENARIOS); do \
+test-molecule: setup image  ## Molecule scenarios on Docker containers (every molecule/*/), which leave the checkout's outputs/ and .cache/ as they were
+	@$(VENV)/bin/python .ci/checkout-unchanged --name 'make test-molecule' bash -c 'for s in $(MOLECULE_SCENARIOS); do \
 	  echo "=== molecule test -s $$s"; \
 	  AMLHPC_TEST_IMAGE=$$(tests/images/build-bookworm.sh) $(VENV)/bin/molecule test -s $$s || exit 1; \
-	done
+	done'
 
 test-vm: setup  ## nvme_raid for real: a qemu VM (TCG) with 8 emulated NVMe disks
 	@.ci/sysdeps vm

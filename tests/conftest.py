@@ -132,13 +132,13 @@ _PROJECT_FILES: dict[str, Any] = {"last": None, "by_test": {}, "reporter": None}
 # Watched: the sessions of tests/unit, tests/workload and tests/integration (a run whose tests are
 # all of these tiers). The integration tier's tests run their playbooks, ansible-runner and the
 # local default in a project folder of their own (tests/project_copy.py). make test runs it in
-# lane 1 beside lane 2 (the workload tier, watched too and writing neither, then oldest core, lint,
-# sanity, ansible-test units and integration, molecule, the VM), whose other tiers write the
-# checkout's outputs/ and .cache/ nowhere the check looks: the oldest core's
+# lane 1 beside lane 2 (oldest core, lint, sanity, ansible-test units and integration, molecule,
+# the VM), whose tiers write the checkout's outputs/ and .cache/ nowhere the check looks: the oldest core's
 # local default and the VM tier's playbooks run in a project copy too (.ci/oldest-core,
 # tests/vm/conftest.py), ansible-test in its copies (.cache/units, .cache/integration,
 # .cache/sanity*), the VM image is built and read in .cache/vm, molecule works in its own
-# ephemeral folder, lint keeps no fact cache (Makefile). Not watched: tests/core, tests/collection
+# ephemeral folder (its fact cache and the health verdict too, molecule/*/molecule.yml; make
+# test-molecule fails where it changes them, .ci/checkout-unchanged), lint keeps no fact cache (Makefile). Not watched: tests/core, tests/collection
 # and tests/vm (a run that holds any of them), whose own folders are their tmp_path.
 WATCHED_TIERS = (ROOT / "tests" / "unit", ROOT / "tests" / "workload", ROOT / "tests" / "integration")
 
