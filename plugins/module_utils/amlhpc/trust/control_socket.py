@@ -19,6 +19,8 @@ import socket
 from collections.abc import Mapping
 from typing import Any
 
+from .host_key_checks import ARG_OPTIONS, resolved
+
 UNIX_PATH_MAX = 107
 """The bytes of a unix socket's path (``sun_path``'s 108, less the closing NUL)."""
 SSH_TEMP_SUFFIX = 17
@@ -28,13 +30,22 @@ SSH_CONNECTIONS = frozenset({"ssh", "smart", "ansible.builtin.ssh", "ansible.leg
 CONTROL_PATH_VARS = ("ansible_control_path",)
 CONTROL_PATH_DIR_VARS = ("ansible_control_path_dir",)
 DEFAULT_CONTROL_PATH_DIR = "~/.ansible/cp"
+DEFAULT_SSH_ARGS = "-C -o ControlMaster=auto -o ControlPersist=60s"
+"""The ssh connection's ``ssh_args`` where none is set (its documented default)."""
 
 
-def _first(settings: Mapping[str, Any], names: tuple[str, ...], config: Mapping[str, Any], option: str) -> Any:
-    for name in names:
-        if settings.get(name) not in (None, ""):
-            return settings[name]
-    return config.get(option)
+def _makes_control_path(settings: Mapping[str, Any], config: Mapping[str, Any]) -> bool:
+    """Whether Ansible's ssh connection adds a ControlPath of its own: where ControlPersist is on
+    ssh's command line (ssh_args, common and extra args) and no ControlPath is (its rule,
+    ``_persistence_controls``)."""
+    words = []
+    for option, names, _where in ARG_OPTIONS:
+        if option not in ("ssh_args", "ssh_common_args", "ssh_extra_args"):
+            continue  # sftp's and scp's, for file transfers
+        value, _unused = resolved(settings, config, option, names, "")
+        words.append(DEFAULT_SSH_ARGS if option == "ssh_args" and value is None else str(value or ""))
+    said = " ".join(words).lower()
+    return "controlpersist" in said and "controlpath" not in said
 
 
 def _ssh_tokens(path: str, host: str, port: str, user: str) -> str:
@@ -61,14 +72,15 @@ def control_socket_path(settings: Mapping[str, Any], config: Mapping[str, Any] |
     connection's ``control_path`` and ``control_path_dir`` from the environment and ansible.cfg;
     ``host``: the inventory name, the address where ``ansible_host`` is not set."""
     config = config or {}
-    folder = str(_first(settings, CONTROL_PATH_DIR_VARS, config, "control_path_dir") or DEFAULT_CONTROL_PATH_DIR)
+    folder, _unused = resolved(settings, config, "control_path_dir", CONTROL_PATH_DIR_VARS, "")
+    folder = DEFAULT_CONTROL_PATH_DIR if folder is None else str(folder)
     # ansible.utils.path.unfrackpath, as the ssh connection takes the folder
     folder = os.path.normpath(os.path.realpath(os.path.join(cwd or os.getcwd(),
                                                             os.path.expanduser(os.path.expandvars(folder)))))
     host = str(settings.get("ansible_host") or host)
     port = str(settings.get("ansible_port") or 22)
     user = str(settings.get("ansible_user") or "")
-    template = _first(settings, CONTROL_PATH_VARS, config, "control_path")
+    template, _unused = resolved(settings, config, "control_path", CONTROL_PATH_VARS, "")
     if not template:  # the ssh connection's own: 10 hex digits of a hash of host, port and user
         template = "%(directory)s/" + hashlib.sha1(f"{host}-{port}-{user}".encode()).hexdigest()[:10]
     try:
@@ -80,14 +92,11 @@ def control_socket_path(settings: Mapping[str, Any], config: Mapping[str, Any] |
 
 def control_socket_problem(host: str, settings: Mapping[str, Any], config: Mapping[str, Any] | None = None, *,
                            cwd: str | None = None) -> str:
-    """``""`` where ssh can make ``host``'s control socket (or the host is not reached over ssh),
-    else the sentence that names the length and the fix."""
+    """``""`` where ssh can make ``host``'s control socket (or the host is not reached over ssh, or
+    Ansible makes no control path for it), else the sentence that names the length and the fix."""
     config = config or {}
     connection = str(settings.get("ansible_connection") or "ssh")
-    if connection not in SSH_CONNECTIONS:
-        return ""
-    ssh_args = f"{config.get('ssh_args') or ''} {settings.get('ansible_ssh_args') or ''}".lower()
-    if "controlmaster=no" in ssh_args.replace(" ", ""):
+    if connection not in SSH_CONNECTIONS or not _makes_control_path(settings, config):
         return ""
     path = control_socket_path(settings, config, host=host, cwd=cwd)
     length = len(path.encode()) + SSH_TEMP_SUFFIX

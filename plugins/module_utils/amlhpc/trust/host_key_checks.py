@@ -86,8 +86,8 @@ def ssh_options(args: str) -> list[tuple[str, str]]:
     return out
 
 
-def _resolved(settings: Mapping[str, Any], config: Mapping[str, Any], option: str,
-              names: tuple[str, ...], elsewhere: str) -> tuple[Any, str]:
+def resolved(settings: Mapping[str, Any], config: Mapping[str, Any], option: str,
+             names: tuple[str, ...], elsewhere: str) -> tuple[Any, str]:
     """(value, where it was set) of a connection option: the last defined variable, else config."""
     for name in reversed(names):
         if settings.get(name) is not None:
@@ -108,8 +108,8 @@ def host_key_problem(host: str, settings: Mapping[str, Any], config: Mapping[str
     pinned_file = settings.get("aml_known_hosts_file")
     if not pinned_file:
         return ""
-    checking, where = _resolved(settings, config, "host_key_checking", HOST_KEY_CHECKING_VARS,
-                                "host_key_checking in ansible.cfg or ANSIBLE_HOST_KEY_CHECKING")
+    checking, where = resolved(settings, config, "host_key_checking", HOST_KEY_CHECKING_VARS,
+                               "host_key_checking in ansible.cfg or ANSIBLE_HOST_KEY_CHECKING")
     if checking is not None and _is_false(checking):
         return (f"host {host}: {where} turns host key checking off, which makes ssh accept a changed host key "
                 f"and voids the node's pin: {_FIX}")
@@ -117,7 +117,7 @@ def host_key_problem(host: str, settings: Mapping[str, Any], config: Mapping[str
             "globalknownhostsfile": "/dev/null"}
     seen: set[str] = set()
     for option, names, elsewhere in ARG_OPTIONS:
-        args, where = _resolved(settings, config, option, names, elsewhere)
+        args, where = resolved(settings, config, option, names, elsewhere)
         for name, value in ssh_options(str(args or "")):
             if name == "knownhostscommand" and value.lower() != "none":
                 return (f"host {host}: {where} sets KnownHostsCommand, which makes ssh trust keys the node's pin "
@@ -133,7 +133,7 @@ def host_key_problem(host: str, settings: Mapping[str, Any], config: Mapping[str
                         f"node's pin: {_FIX}")
     missing = sorted(_CASED[name] for name in want if name not in seen)
     if missing:
-        _value, where = _resolved(settings, config, "ssh_common_args", ("ansible_ssh_common_args",), "")
+        _value, where = resolved(settings, config, "ssh_common_args", ("ansible_ssh_common_args",), "")
         return (f"host {host}: {where or 'ansible_ssh_common_args'} replaces the inventory's ssh options, so ssh "
                 f"has no {', '.join(missing)} of the node's pin: set ssh_common_args in the azureml_compute "
                 "inventory file instead (they are added after the pinned options)")

@@ -46,7 +46,7 @@ def test_refused_exactly_where_the_kernel_refuses_ssh_s_socket(depth, template):
         os.makedirs(folder)
         config = {"control_path_dir": folder, "control_path": template}
         path = control_socket_path(NODE, config, host="n-0")
-        binds = len(path.encode()) < 108 and _binds(path + "." + "x" * (SSH_TEMP_SUFFIX - 1))
+        binds = _binds(path + "." + "x" * (SSH_TEMP_SUFFIX - 1))
         problem = control_socket_problem("n-0", NODE, config)
         assert (problem == "") == binds, (path, problem)
         if problem:
@@ -66,3 +66,14 @@ def test_nodes_not_reached_over_ssh_or_without_a_master_have_no_socket():
     assert control_socket_problem("n-0", {**NODE, "ansible_connection": "local"}, config) == ""
     assert control_socket_problem("n-0", NODE, {**config, "ssh_args": "-o ControlMaster=no"}) == ""
     assert control_socket_problem("n-0", NODE, config) != ""
+
+
+def test_a_control_path_the_ssh_connection_does_not_make_is_not_measured():
+    """Ansible adds its ControlPath only where ControlPersist is on ssh's command line and no
+    ControlPath is (the ssh connection's _persistence_controls)."""
+    config = {"control_path_dir": "/srv/" + "p" * 120}
+    assert control_socket_problem("n-0", NODE, {**config, "ssh_args": "-o ControlPersist=60s -o ControlPath=/x/%C"}) == ""
+    assert control_socket_problem("n-0", {**NODE, "ansible_ssh_common_args": "-o ControlPath=none"}, config) == ""
+    assert control_socket_problem("n-0", NODE, {**config, "ssh_args": ""}) == ""
+    assert control_socket_problem("n-0", {**NODE, "ansible_ssh_extra_args": "-o ControlPersist=30s"},
+                                  {**config, "ssh_args": ""}) != ""
