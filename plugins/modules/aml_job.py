@@ -531,6 +531,9 @@ def main() -> None:
         # The job's last lines may hold a secret the module was never given (the checkpoint store's
         # SAS, read by the job from a file on the node): every signature goes, whoever printed it.
         message = redact(message)
+        for key in ("error", "download_error"):  # the service's words, which can quote the job's
+            if result.get(key):
+                result[key] = redact(result[key])
         result.pop("msg", None)
         result.pop("next_attempt", None)
         module.fail_json(msg=message, **result)

@@ -947,3 +947,15 @@ def test_a_sas_in_the_training_s_last_lines_never_reaches_the_failure(capsys, tm
     for form in (sig, quote(sig, safe=""), quote(quote(sig, safe=""), safe="")):
         assert form not in shown, line
     assert "REDACTED" in out["msg"], out["msg"]
+
+
+def test_a_signature_in_the_service_s_error_reaches_neither_the_message_nor_the_result(v1, capsys, tmp_path, monkeypatch):
+    """The service's error can quote what the job printed (a URL with its SAS): the failure and the
+    result's ``error`` show it redacted."""
+    monkeypatch.chdir(tmp_path)
+    sig = "QmFkU2lnbmF0dXJlTm90UmVhbDAxMjM0NTY3ODk%3D"
+    error = f"User program failed: PUT https://acct.blob.core.windows.net/checkpoints/r1?sv=2024-11-04&sig={sig} 403"
+    v1.runs.append(FakeRun(None, {"amlhpc_run": "cf-4x8"}, status="Failed", error=error, logs=V1_LOGS, before="Running"))
+    out = run_module(capsys, module_args(tmp_path))
+    assert out["failed"] is True and "User program failed" in out["msg"], out
+    assert sig not in json.dumps(out) and "sig=REDACTED" in out["error"], out.get("error")
